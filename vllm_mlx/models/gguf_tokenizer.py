@@ -1,0 +1,173 @@
+"""Rebuild a Hugging Face ``tokenizer.json`` from a GGUF file's vocabulary metadata.
+
+llama.cpp stores a byte-level BPE tokenizer as its token strings, merges and token types plus a
+pre-tokenizer name; the split rules behind that name live in llama.cpp's C++ code. This module
+maps the names we support to the equivalent ``tokenizers`` pipeline, so the rebuilt tokenizer
+produces the same ids the model was trained on.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+
+from vllm_mlx.models.errors import ModelLoadError
+
+# llama.cpp token types (llama_token_type).
+TOKEN_TYPE_CONTROL = 3
+TOKEN_TYPE_USER_DEFINED = 4
+
+# The Llama 3 split pattern (llama.cpp pre-tokenizer "llama-bpe").
+_LLAMA3_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+def _gpt2_pre_tokenizer() -> pre_tokenizers.PreTokenizer:
+    return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+
+
+def _individual_digits_pre_tokenizer() -> pre_tokenizers.PreTokenizer:
+    # llama.cpp's "smollm"/"starcoder"/"refact": split every digit, then GPT-2's regex.
+    return pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
+
+
+def _llama3_pre_tokenizer() -> pre_tokenizers.PreTokenizer:
+    return pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(_LLAMA3_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+
+
+PRE_TOKENIZERS: dict[str, Callable[[], pre_tokenizers.PreTokenizer]] = {
+    "default": _gpt2_pre_tokenizer,
+    "gpt-2": _gpt2_pre_tokenizer,
+    "smollm": _individual_digits_pre_tokenizer,
+    "starcoder": _individual_digits_pre_tokenizer,
+    "refact": _individual_digits_pre_tokenizer,
+    "llama-bpe": _llama3_pre_tokenizer,
+    "llama3": _llama3_pre_tokenizer,
+}
+
+
+def _metadata_int(metadata: dict[str, Any], key: str) -> int | None:
+    value = metadata.get(key)
+    if value is None:
+        return None
+    return int(value.item() if hasattr(value, "item") else value)
+
+
+def _metadata_bool(metadata: dict[str, Any], key: str, default: bool) -> bool:
+    value = metadata.get(key)
+    if value is None:
+        return default
+    return bool(value.item() if hasattr(value, "item") else value)
+
+
+def _token_types(metadata: dict[str, Any], vocab_size: int) -> list[int]:
+    types = metadata.get("tokenizer.ggml.token_type")
+    if types is None:
+        return [1] * vocab_size
+    types = types.tolist() if hasattr(types, "tolist") else list(types)
+    if len(types) != vocab_size:
+        raise ModelLoadError(f"GGUF tokenizer has {vocab_size} tokens but {len(types)} token types")
+    return [int(t) for t in types]
+
+
+def build_tokenizer(metadata: dict[str, Any]) -> Tokenizer:
+    """Return the byte-level BPE tokenizer the GGUF metadata describes."""
+    model_name = metadata.get("tokenizer.ggml.model")
+    if model_name != "gpt2":
+        raise ModelLoadError(
+            f"GGUF tokenizer model {model_name!r} is not supported by vllm-mlx's importer; "
+            "supported: 'gpt2' (byte-level BPE)"
+        )
+    pre_name = metadata.get("tokenizer.ggml.pre", "default")
+    if pre_name not in PRE_TOKENIZERS:
+        raise ModelLoadError(
+            f"GGUF pre-tokenizer {pre_name!r} is not supported; "
+            f"supported: {', '.join(sorted(PRE_TOKENIZERS))}"
+        )
+    tokens: Sequence[str] = metadata.get("tokenizer.ggml.tokens") or []
+    merges: Sequence[str] = metadata.get("tokenizer.ggml.merges") or []
+    if not tokens or not merges:
+        raise ModelLoadError("GGUF file has no tokenizer.ggml.tokens or tokenizer.ggml.merges")
+
+    vocab = {token: index for index, token in enumerate(tokens)}
+    merge_pairs = [tuple(merge.split(" ", 1)) for merge in merges]
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merge_pairs, fuse_unk=False))
+    tokenizer.pre_tokenizer = PRE_TOKENIZERS[pre_name]()
+    tokenizer.decoder = decoders.ByteLevel()
+
+    types = _token_types(metadata, len(tokens))
+    added = [
+        AddedToken(token, special=kind == TOKEN_TYPE_CONTROL, normalized=False)
+        for token, kind in zip(tokens, types, strict=True)
+        if kind in (TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED)
+    ]
+    tokenizer.add_tokens(added)
+
+    byte_level = processors.ByteLevel(trim_offsets=False)
+    bos_id = _metadata_int(metadata, "tokenizer.ggml.bos_token_id")
+    if bos_id is not None and _metadata_bool(metadata, "tokenizer.ggml.add_bos_token", False):
+        bos = tokens[bos_id]
+        tokenizer.post_processor = processors.Sequence(
+            [
+                byte_level,
+                processors.TemplateProcessing(
+                    single=f"{bos}:0 $A:0",
+                    pair=f"{bos}:0 $A:0 {bos}:1 $B:1",
+                    special_tokens=[(bos, bos_id)],
+                ),
+            ]
+        )
+    else:
+        tokenizer.post_processor = byte_level
+    return tokenizer
+
+
+def special_token_names(metadata: dict[str, Any]) -> dict[str, str]:
+    """Map ``bos_token``/``eos_token``/``unk_token``/``pad_token`` to their strings."""
+    tokens: Sequence[str] = metadata["tokenizer.ggml.tokens"]
+    names = {}
+    for role in ("bos", "eos", "unknown", "padding"):
+        token_id = _metadata_int(metadata, f"tokenizer.ggml.{role}_token_id")
+        if token_id is not None and 0 <= token_id < len(tokens):
+            key = {"unknown": "unk", "padding": "pad"}.get(role, role)
+            names[f"{key}_token"] = tokens[token_id]
+    return names
+
+
+def write_tokenizer_files(
+    metadata: dict[str, Any], out_dir: Path, context_length: int | None
+) -> None:
+    """Write tokenizer.json, tokenizer_config.json and special_tokens_map.json."""
+    tokenizer = build_tokenizer(metadata)
+    tokenizer.save(str(out_dir / "tokenizer.json"))
+    specials = special_token_names(metadata)
+    config: dict[str, Any] = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "clean_up_tokenization_spaces": False,
+        "add_bos_token": _metadata_bool(metadata, "tokenizer.ggml.add_bos_token", False),
+        "add_eos_token": _metadata_bool(metadata, "tokenizer.ggml.add_eos_token", False),
+        **specials,
+    }
+    if context_length:
+        config["model_max_length"] = context_length
+    chat_template = metadata.get("tokenizer.chat_template")
+    if chat_template:
+        config["chat_template"] = chat_template
+    (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    (out_dir / "special_tokens_map.json").write_text(json.dumps(specials, indent=2))

@@ -1,0 +1,101 @@
+"""Load a resolved model with mlx-lm, in the weight format that runs fastest on this device.
+
+On Linux the MLX CPU backend multiplies quantized weights with a plain loop, while float32
+matmuls go through BLAS (fast when Debian's OpenBLAS is preloaded), so ``auto`` dequantizes
+there and keeps quantized weights everywhere else.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from vllm_mlx.models.default_model import DEFAULT_MODEL_NAME, is_default_model_name
+from vllm_mlx.models.errors import ModelLoadError
+from vllm_mlx.models.resolve import resolve_model
+
+CpuWeights = Literal["auto", "quantized", "float32"]
+_CONTEXT_KEYS = ("max_position_embeddings", "max_seq_len", "n_positions", "seq_length")
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for generation, with what the server reports about it."""
+
+    model: Any  # mlx.nn.Module
+    tokenizer: Any  # mlx_lm.tokenizer_utils.TokenizerWrapper
+    path: Path
+    name: str
+    chat_template: str | None
+    context_length: int | None
+    weights: Literal["quantized", "float32"]
+
+
+def served_name(spec: str | None, path: Path) -> str:
+    """The name clients see by default: the default model's name, a GGUF's stem or the folder."""
+    if is_default_model_name(spec):
+        return DEFAULT_MODEL_NAME
+    given = Path(spec).expanduser()
+    return given.stem if given.is_file() else given.resolve().name or str(path)
+
+
+def context_length(config: dict[str, Any]) -> int | None:
+    """The model's trained context window from its config, if it states one."""
+    for source in (config, config.get("text_config") or {}):
+        for key in _CONTEXT_KEYS:
+            if isinstance(source.get(key), int) and source[key] > 0:
+                return source[key]
+    return None
+
+
+def choose_weights(cpu_weights: CpuWeights) -> Literal["quantized", "float32"]:
+    """Resolve ``auto``: float32 on Linux when MLX computes on the CPU, else quantized."""
+    if cpu_weights not in ("auto", "quantized", "float32"):
+        raise ValueError(f"cpu_weights must be auto, quantized or float32, not {cpu_weights!r}")
+    if cpu_weights != "auto":
+        return cpu_weights
+    import mlx.core as mx
+
+    on_cpu = mx.default_device().type == mx.DeviceType.cpu
+    return "float32" if sys.platform.startswith("linux") and on_cpu else "quantized"
+
+
+def to_float32(model: Any) -> Any:
+    """Dequantize every quantized layer and cast floating parameters to float32."""
+    import mlx.core as mx
+    from mlx_lm.utils import dequantize_model
+
+    model = dequantize_model(model)
+    model.set_dtype(mx.float32)
+    mx.eval(model.parameters())
+    return model
+
+
+def load_model(
+    spec: str | None, *, cpu_weights: CpuWeights = "auto", progress: bool = True
+) -> LoadedModel:
+    """Resolve ``spec`` (see ``resolve_model``) and load it with mlx-lm."""
+    weights = choose_weights(cpu_weights)
+    path = resolve_model(spec, progress=progress)
+    from mlx_lm.utils import load
+
+    try:
+        model, tokenizer, config = load(str(path), return_config=True)
+    except ModelLoadError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError, json.JSONDecodeError) as error:
+        raise ModelLoadError(f"could not load model from {path}: {error}") from error
+    if weights == "float32":
+        model = to_float32(model)
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        path=path,
+        name=served_name(spec, path),
+        chat_template=getattr(tokenizer, "chat_template", None),
+        context_length=context_length(config),
+        weights=weights,
+    )

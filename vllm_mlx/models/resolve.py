@@ -1,0 +1,97 @@
+"""Turn a model spec (nothing, a short name, a ``.gguf`` file, a folder) into a local MLX
+model folder, converting GGUF files once into a cache that later starts reuse."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from vllm_mlx.models.default_model import default_gguf, is_default_model_name
+from vllm_mlx.models.errors import ModelLoadError
+from vllm_mlx.models.gguf import convert_gguf
+
+# Bump when the converter's output changes, so stale cache folders are not reused.
+CONVERTER_VERSION = 1
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tiktoken.model")
+
+
+def cache_root() -> Path:
+    """``$XDG_CACHE_HOME/vllm-mlx`` (``~/.cache/vllm-mlx`` when unset)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "vllm-mlx"
+
+
+def cache_key(gguf_path: Path) -> str:
+    """Identify a GGUF file by location, size and mtime: cheap even for many-GB files."""
+    stat = gguf_path.stat()
+    identity = f"{gguf_path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|v{CONVERTER_VERSION}"
+    return hashlib.sha256(identity.encode()).hexdigest()[:12]
+
+
+def converted_folder(gguf_path: Path, *, progress: bool = True) -> Path:
+    """The cached MLX folder for ``gguf_path``, converting it first if needed.
+
+    Conversion writes into a temporary sibling folder that is renamed into place only once
+    complete, so an interrupted conversion never leaves a folder that looks usable.
+    """
+    models_dir = cache_root() / "models"
+    target = models_dir / f"{gguf_path.stem}-{cache_key(gguf_path)}"
+    if target.is_dir():
+        return target
+    models_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=models_dir))
+    try:
+        convert_gguf(gguf_path, staging, progress=progress)
+        os.replace(staging, target)
+    except OSError:
+        if not target.is_dir():  # a concurrent conversion that won the rename is fine
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def validate_model_folder(folder: Path) -> Path:
+    """Check that ``folder`` has what mlx-lm needs, with a message naming what is missing."""
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        raise ModelLoadError(f"model folder {folder} has no config.json")
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ModelLoadError(f"{config_path} is not valid JSON: {error}") from error
+    if not isinstance(config, dict) or "model_type" not in config:
+        raise ModelLoadError(f"{config_path} has no model_type, so no mlx-lm model matches it")
+    if not any(folder.glob("model*.safetensors")):
+        raise ModelLoadError(f"model folder {folder} has no model*.safetensors weights")
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise ModelLoadError(
+            f"model folder {folder} has no tokenizer files (expected one of "
+            f"{', '.join(TOKENIZER_FILES)})"
+        )
+    return folder
+
+
+def resolve_model(spec: str | None, *, progress: bool = True) -> Path:
+    """Return a validated local MLX model folder for ``spec``.
+
+    ``None`` or a short name (``default``, ``smollm2``, …) means the embedded default model.
+    """
+    if is_default_model_name(spec):
+        return validate_model_folder(
+            converted_folder(default_gguf(cache_root()), progress=progress)
+        )
+    path = Path(spec).expanduser()
+    if not path.exists():
+        raise ModelLoadError(
+            f"model {spec!r} not found: expected a model folder, a .gguf file or 'default'"
+        )
+    if path.is_file():
+        if path.suffix.lower() != ".gguf":
+            raise ModelLoadError(f"model file {path} is not a .gguf file")
+        return validate_model_folder(converted_folder(path, progress=progress))
+    return validate_model_folder(path)
