@@ -1,0 +1,74 @@
+"""A real MCP server for the tests: echo, slow, huge output, crash, and a changing tool list.
+
+Run as ``python toolbox_server.py`` for stdio or ``python toolbox_server.py --http PORT`` for
+streamable HTTP (bound to 127.0.0.1 only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+
+app = MCPServer("toolbox")
+
+
+@app.tool()
+def echo(text: str) -> str:
+    """Return the text unchanged."""
+    return text
+
+
+@app.tool()
+async def sleep(seconds: float) -> str:
+    """Sleep, then report how long (used to overrun the call timeout)."""
+    await asyncio.sleep(seconds)
+    return f"slept {seconds}"
+
+
+@app.tool()
+def big_output(megabytes: int) -> str:
+    """Return about this many megabytes of text (used to test the output cap)."""
+    return "x" * (megabytes * 1024 * 1024)
+
+
+@app.tool()
+def crash() -> str:
+    """Kill this server process mid-call."""
+    os._exit(3)
+
+
+@app.tool()
+def env_value(key: str) -> str:
+    """Report one environment variable as the child process sees it."""
+    return os.environ.get(key, "<unset>")
+
+
+@app.tool()
+async def add_tool(name: str, ctx: Context) -> str:
+    """Register a new tool and announce that the tool list changed."""
+
+    def added() -> str:
+        return f"hello from {name}"
+
+    app.add_tool(added, name=name, description=f"added at run time: {name}")
+    await ctx.session.send_tool_list_changed()
+    return f"added {name}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--http", type=int, help="serve streamable HTTP on 127.0.0.1:PORT")
+    args = parser.parse_args()
+    if args.http:
+        app.settings.log_level = "WARNING"
+        app.run("streamable-http", host="127.0.0.1", port=args.http)
+    else:
+        app.run()
+
+
+if __name__ == "__main__":
+    main()
