@@ -7,10 +7,10 @@ import importlib
 
 import click
 
-# subcommand name -> "module:attribute" of a click command, imported on first use
+# subcommand name -> ("module:attribute" of a click command, imported on first use, help line)
 _SUBCOMMANDS = {
-    "serve": "vllm_mlx.server.cli:serve",
-    "parse": "vllm_mlx.chat.parse_cli:parse",
+    "serve": ("vllm_mlx.server.cli:serve", "Serve a model over the OpenAI and Anthropic APIs."),
+    "parse": ("vllm_mlx.chat.parse_cli:parse", "Run the real parsers on a recorded output."),
 }
 
 
@@ -19,11 +19,15 @@ class _LazyGroup(click.Group):
         return sorted(_SUBCOMMANDS)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        target = _SUBCOMMANDS.get(name)
-        if target is None:
+        if name not in _SUBCOMMANDS:
             return None
-        module, attr = target.split(":")
+        module, attr = _SUBCOMMANDS[name][0].split(":")
         return getattr(importlib.import_module(module), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """List subcommands from their help lines, without importing them."""
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, line) for name, (_, line) in sorted(_SUBCOMMANDS.items())])
 
 
 @click.group(cls=_LazyGroup)

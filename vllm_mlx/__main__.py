@@ -1,0 +1,3 @@
+from vllm_mlx.cli import main
+
+main()

@@ -1,0 +1,69 @@
+"""Per-request sampling parameters and the sampler / logits processors built from them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import mlx.core as mx
+from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, make_logits_processors
+
+Sampler = Callable[[mx.array], mx.array]
+LogitsProcessor = Callable[[mx.array, mx.array], mx.array]
+
+
+@dataclass
+class SamplingParams:
+    """What a request asks of the sampler. Defaults match the OpenAI API's."""
+
+    max_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    logprobs: bool = False
+    top_logprobs: int = 0
+
+
+def make_sampler(params: SamplingParams) -> Sampler:
+    """A sampler over log-probabilities. With a seed, the request owns its random key, so
+    its samples do not depend on what other requests drew before it."""
+    if params.temperature == 0:
+        return lambda logprobs: mx.argmax(logprobs, axis=-1)
+
+    filters: list[Callable[[mx.array], mx.array]] = []
+    if 0 < params.top_p < 1.0:
+        filters.append(lambda x: apply_top_p(x, params.top_p))
+    if params.min_p > 0:
+        filters.append(lambda x: apply_min_p(x, params.min_p))
+    if params.top_k > 0:
+        filters.append(lambda x: apply_top_k(x, params.top_k))
+    inv_temp = 1.0 / params.temperature
+    key = [mx.random.key(params.seed)] if params.seed is not None else None
+
+    def sample(logprobs: mx.array) -> mx.array:
+        for f in filters:
+            logprobs = f(logprobs)
+        if key is None:
+            return mx.random.categorical(logprobs * inv_temp)
+        key[0], sub = mx.random.split(key[0])
+        return mx.random.categorical(logprobs * inv_temp, key=sub)
+
+    return sample
+
+
+def make_penalty_processors(params: SamplingParams) -> list[LogitsProcessor]:
+    """Repetition, presence and frequency penalties and logit bias, from mlx-lm."""
+    return make_logits_processors(
+        logit_bias=params.logit_bias or None,
+        repetition_penalty=params.repetition_penalty or None,
+        presence_penalty=params.presence_penalty or None,
+        frequency_penalty=params.frequency_penalty or None,
+    )

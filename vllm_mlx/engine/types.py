@@ -1,0 +1,50 @@
+"""What goes into the engine and what comes out of it, token by token."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from .sampling import LogitsProcessor, SamplingParams
+
+
+@dataclass
+class GenerationRequest:
+    prompt_tokens: list[int]
+    params: SamplingParams
+    # Constraint processors (JSON schema, tool calls, thinking budget) run after the penalties.
+    logits_processors: list[LogitsProcessor] = field(default_factory=list)
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+@dataclass
+class TopLogprob:
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+@dataclass
+class TokenLogprob:
+    token: str
+    logprob: float
+    bytes: list[int]
+    top_logprobs: list[TopLogprob] = field(default_factory=list)
+
+
+@dataclass
+class GenerationChunk:
+    """Text decoded since the previous chunk (whole UTF-8 characters, stop strings removed).
+
+    The last chunk of a request carries ``finish_reason``: ``stop`` (EOS, stop token or stop
+    string, named in ``stop_reason``), ``length``, ``cancelled`` or ``error`` (with ``error``).
+    """
+
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    finish_reason: str | None = None
+    stop_reason: str | int | None = None
+    error: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0

@@ -1,0 +1,125 @@
+"""The Python API: the same pipeline the server runs, called directly from a script."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, fields
+
+from .engine.sampling import SamplingParams
+from .models.loader import CpuWeights
+from .pipeline import ChatEvent, ChatRequest, ChatResult
+from .runtime import build_runtime
+
+_SAMPLING_FIELDS = {f.name for f in fields(SamplingParams)}
+
+
+@dataclass
+class CompletionOutput:
+    text: str
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class LLM:
+    """``LLM()`` serves the embedded default model; ``LLM("path/or.gguf")`` another.
+
+    Sampling keywords (``max_tokens``, ``temperature``, ``stop``, ``seed``…) are the fields of
+    ``SamplingParams``; unknown keywords are a TypeError.
+    """
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        cpu_weights: CpuWeights = "auto",
+        reasoning_parser: str | None = None,
+        tool_parser: str | None = None,
+        max_tokens: int = 512,
+    ):
+        self._runtime = build_runtime(
+            model,
+            cpu_weights=cpu_weights,
+            default_max_tokens=max_tokens,
+            reasoning_parser=reasoning_parser,
+            tool_parser=tool_parser,
+            progress=False,
+        )
+        self.name = self._runtime.loaded.name
+        self.tokenizer = self._runtime.loaded.tokenizer
+
+    def chat(
+        self,
+        messages: list[dict],
+        *,
+        tools: list[dict] | None = None,
+        tool_choice: str | dict | None = None,
+        response_format: dict | None = None,
+        **sampling,
+    ) -> ChatResult:
+        """Answer a conversation: ``.message`` (reasoning, content, tool calls) and ``.usage``."""
+        prepared = self._prepare_chat(messages, tools, tool_choice, response_format, sampling)
+        return self._runtime.pipeline.complete_sync(prepared)
+
+    def chat_stream(
+        self,
+        messages: list[dict],
+        *,
+        tools: list[dict] | None = None,
+        tool_choice: str | dict | None = None,
+        response_format: dict | None = None,
+        **sampling,
+    ) -> Iterator[ChatEvent]:
+        """Yield message deltas; the last event carries ``finish_reason`` and ``usage``."""
+        prepared = self._prepare_chat(messages, tools, tool_choice, response_format, sampling)
+        return self._runtime.pipeline.stream_sync(prepared)
+
+    def generate(self, prompt: str, **sampling) -> CompletionOutput:
+        """Continue raw text (no chat template)."""
+        text, last = "", None
+        for event in self.generate_stream(prompt, **sampling):
+            text += event.delta.content
+            last = event
+        assert last is not None and last.usage is not None
+        return CompletionOutput(
+            text,
+            last.finish_reason or "error",
+            last.usage.prompt_tokens,
+            last.usage.completion_tokens,
+        )
+
+    def generate_stream(self, prompt: str, **sampling) -> Iterator[ChatEvent]:
+        params, given = _params(sampling)
+        prepared = self._runtime.pipeline.prepare_completion(prompt, params, given)
+        return self._runtime.pipeline.stream_sync(prepared)
+
+    def close(self) -> None:
+        self._runtime.close()
+
+    def __enter__(self) -> LLM:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _prepare_chat(self, messages, tools, tool_choice, response_format, sampling):
+        params, given = _params(sampling)
+        request = ChatRequest(
+            messages=messages,
+            params=params,
+            tools=tools,
+            tool_choice=tool_choice,
+            response_format=response_format,
+            max_tokens_given=given,
+        )
+        return self._runtime.pipeline.prepare_chat(request)
+
+
+def _params(sampling: dict) -> tuple[SamplingParams, bool]:
+    unknown = set(sampling) - _SAMPLING_FIELDS
+    if unknown:
+        raise TypeError(
+            f"unknown sampling argument(s): {', '.join(sorted(unknown))}; "
+            f"valid: {', '.join(sorted(_SAMPLING_FIELDS))}"
+        )
+    return SamplingParams(**sampling), "max_tokens" in sampling

@@ -1,0 +1,51 @@
+"""Build a ready-to-serve pipeline from a model spec: load, pick parsers, start the engine.
+
+The server and the Python API both start here, so they serve a model the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from .engine.engine import Engine
+from .engine.sources import ModelTokenSource
+from .models.loader import CpuWeights, LoadedModel, load_model
+from .pipeline import Pipeline
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONTEXT_LENGTH = 4096
+
+
+@dataclass
+class Runtime:
+    loaded: LoadedModel
+    engine: Engine
+    pipeline: Pipeline
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+def build_runtime(
+    model: str | None = None,
+    *,
+    cpu_weights: CpuWeights = "auto",
+    default_max_tokens: int = 2048,
+    reasoning_parser: str | None = None,
+    tool_parser: str | None = None,
+    max_queue: int = 256,
+    progress: bool = True,
+) -> Runtime:
+    loaded = load_model(model, cpu_weights=cpu_weights, progress=progress)
+    engine = Engine(ModelTokenSource(loaded.model), loaded.tokenizer, max_queue=max_queue)
+    pipeline = Pipeline(
+        engine,
+        context_length=loaded.context_length or DEFAULT_CONTEXT_LENGTH,
+        default_max_tokens=default_max_tokens,
+        reasoning_parser=reasoning_parser,
+        tool_parser=tool_parser,
+    )
+    log.info("loaded %s (%s weights) from %s", loaded.name, loaded.weights, loaded.path)
+    return Runtime(loaded, engine, pipeline)

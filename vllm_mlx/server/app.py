@@ -1,0 +1,62 @@
+"""The starlette application: routes per API surface, error shapes, middleware."""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..engine.engine import QueueFullError
+from .errors import APIError, error_response
+from .info import health, list_models
+from .limits import BodySizeLimit
+from .openai_chat import chat_completions
+from .openai_completions import completions
+from .state import ServerState
+
+log = logging.getLogger(__name__)
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, APIError)
+    return error_response(request.url.path, exc)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    return error_response(request.url.path, APIError(exc.status_code, exc.detail))
+
+
+async def _queue_full(request: Request, exc: Exception) -> Response:
+    return error_response(request.url.path, APIError(429, f"server is busy: {exc}"))
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s", request.url.path)
+    return error_response(request.url.path, APIError(500, f"internal error: {exc}"))
+
+
+def create_app(state: ServerState) -> Starlette:
+    routes = [
+        Route("/health", health, methods=["GET"]),
+        Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+    ]
+    app = Starlette(
+        routes=routes,
+        middleware=[Middleware(BodySizeLimit, max_bytes=state.max_body_bytes)],
+        exception_handlers={
+            APIError: _api_error,
+            HTTPException: _http_error,
+            QueueFullError: _queue_full,
+            Exception: _unexpected,
+        },
+    )
+    app.state.vllm = state
+    return app

@@ -1,0 +1,112 @@
+"""`vllm-mlx serve`."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+
+@click.command()
+@click.argument("model", required=False)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", default=8000, show_default=True, type=int)
+@click.option("--served-model-name", help="Name reported to clients (default: the model's).")
+@click.option(
+    "--max-tokens",
+    default=2048,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Completion length when a request does not set one.",
+)
+@click.option("--temperature", default=1.0, show_default=True, type=click.FloatRange(0, 2))
+@click.option("--top-p", default=1.0, show_default=True, type=click.FloatRange(0, 1))
+@click.option("--top-k", default=0, show_default=True, type=click.IntRange(min=0))
+@click.option("--min-p", default=0.0, show_default=True, type=click.FloatRange(0, 1))
+@click.option("--repetition-penalty", type=click.FloatRange(min=0, min_open=True))
+@click.option(
+    "--cpu-weights",
+    type=click.Choice(["auto", "quantized", "float32"]),
+    default="auto",
+    show_default=True,
+    help="On a CPU, float32 weights with OpenBLAS are much faster but use ~5x memory.",
+)
+@click.option("--reasoning-parser", help="Reasoning parser name (default: auto-detect).")
+@click.option("--tool-call-parser", help="Tool-call parser name (default: auto-detect).")
+@click.option(
+    "--max-queue",
+    default=256,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Requests allowed to wait; beyond it the server answers 429.",
+)
+@click.option("--max-body-mb", default=16, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+)
+def serve(
+    model,
+    host,
+    port,
+    served_model_name,
+    max_tokens,
+    temperature,
+    top_p,
+    top_k,
+    min_p,
+    repetition_penalty,
+    cpu_weights,
+    reasoning_parser,
+    tool_call_parser,
+    max_queue,
+    max_body_mb,
+    log_level,
+) -> None:
+    """Serve MODEL (a model folder, a .gguf file or a short name; default: the embedded
+    SmolLM2-135M-Instruct) over the OpenAI and Anthropic APIs."""
+    if cpu_weights != "quantized":
+        from ..engine.cpu import reexec_with_openblas
+
+        reexec_with_openblas(sys.argv[1:])
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    import uvicorn
+
+    from ..engine.sampling import SamplingParams
+    from ..models.errors import ModelLoadError
+    from ..runtime import build_runtime
+    from .app import create_app
+    from .state import ServerState
+
+    try:
+        runtime = build_runtime(
+            model,
+            cpu_weights=cpu_weights,
+            default_max_tokens=max_tokens,
+            reasoning_parser=reasoning_parser,
+            tool_parser=tool_call_parser,
+            max_queue=max_queue,
+        )
+    except (ModelLoadError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    defaults = SamplingParams(
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        min_p=min_p,
+        repetition_penalty=repetition_penalty,
+    )
+    state = ServerState(
+        pipeline=runtime.pipeline,
+        served_model_name=served_model_name or runtime.loaded.name,
+        defaults=defaults,
+        max_body_bytes=max_body_mb * 1024 * 1024,
+    )
+    click.echo(f"serving {state.served_model_name} on http://{host}:{port}/v1", err=True)
+    uvicorn.run(create_app(state), host=host, port=port, log_level=log_level)

@@ -1,0 +1,41 @@
+"""GET /v1/models and GET /health."""
+
+from __future__ import annotations
+
+import time
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from .state import server_state
+
+_STARTED = int(time.time())
+
+
+async def list_models(request: Request) -> JSONResponse:
+    state = server_state(request)
+    return JSONResponse(
+        {
+            "object": "list",
+            "data": [
+                {
+                    "id": state.served_model_name,
+                    "object": "model",
+                    "created": _STARTED,
+                    "owned_by": "vllm-mlx",
+                    "max_model_len": state.pipeline.context_length,
+                }
+            ],
+        }
+    )
+
+
+async def health(request: Request) -> JSONResponse:
+    state = server_state(request)
+    return JSONResponse(
+        {
+            "status": "ok",
+            "model": state.served_model_name,
+            "queue_depth": state.pipeline.engine.queue_depth,
+        }
+    )

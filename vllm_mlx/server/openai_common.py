@@ -1,0 +1,99 @@
+"""Pieces shared by the OpenAI chat and text completion endpoints: ids, usage, logprobs,
+the streaming frame sequence, and running a request that stops if its client leaves."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
+
+from starlette.requests import Request
+
+from ..engine.types import TokenLogprob
+from ..pipeline import ChatEvent, Usage
+from .errors import APIError
+from .sse import sse_data
+
+T = TypeVar("T")
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+
+
+def now() -> int:
+    return int(time.time())
+
+
+def usage_body(usage: Usage) -> dict:
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+    }
+
+
+def chat_logprobs(entries: list[TokenLogprob]) -> dict:
+    return {
+        "content": [
+            {
+                "token": e.token,
+                "logprob": e.logprob,
+                "bytes": e.bytes,
+                "top_logprobs": [vars(t) for t in e.top_logprobs],
+            }
+            for e in entries
+        ]
+    }
+
+
+def as_request_error(exc: ValueError) -> APIError:
+    """Pipeline validation errors become 400s naming the field."""
+    return APIError(400, str(exc), param=getattr(exc, "param", None))
+
+
+def generation_failed(message: str | None) -> APIError:
+    return APIError(500, f"generation failed: {message or 'unknown error'}")
+
+
+def error_frames(exc: Exception, final_chunk: Callable[[str], dict]) -> list[str]:
+    """An error frame, a terminal chunk with a finish_reason, then [DONE]."""
+    error = exc if isinstance(exc, APIError) else APIError(500, f"stream failed: {exc}")
+    return [sse_data(error.openai_body()), sse_data(final_chunk("error")), "data: [DONE]\n\n"]
+
+
+async def openai_frames(
+    events: AsyncIterator[ChatEvent],
+    chunk: Callable[[ChatEvent], dict | None],
+    usage_chunk: Callable[[Usage], dict] | None,
+) -> AsyncIterator[str]:
+    """SSE frames for a stream of events; the last event's chunk carries finish_reason."""
+    async for event in events:
+        if event.finish_reason == "error":
+            raise generation_failed(event.error)
+        body = chunk(event)
+        if body is not None:
+            yield sse_data(body)
+        if event.finish_reason is not None:
+            if usage_chunk is not None and event.usage is not None:
+                yield sse_data(usage_chunk(event.usage))
+            yield "data: [DONE]\n\n"
+            return
+
+
+async def unless_disconnected(request: Request, work: Awaitable[T], poll: float = 0.25) -> T:
+    """Await ``work``, cancelling it (and so its generation) if the client goes away."""
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=poll)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                task.cancel()
+                raise APIError(499, "client disconnected")
+    finally:
+        if not task.done():
+            task.cancel()
