@@ -6,8 +6,10 @@ The server and the Python API both start here, so they serve a model the same wa
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import dataclass
 
+from .engine.cpu import openblas_preloaded
 from .engine.engine import Engine
 from .engine.sources import ModelTokenSource
 from .models.loader import CpuWeights, LoadedModel, load_model
@@ -38,6 +40,9 @@ def build_runtime(
     max_queue: int = 256,
     progress: bool = True,
 ) -> Runtime:
+    if cpu_weights == "auto" and sys.platform.startswith("linux") and not openblas_preloaded():
+        # float32 pays off only when OpenBLAS does the matmuls (engine/cpu.py)
+        cpu_weights = "quantized"
     loaded = load_model(model, cpu_weights=cpu_weights, progress=progress)
     engine = Engine(ModelTokenSource(loaded.model), loaded.tokenizer, max_queue=max_queue)
     pipeline = Pipeline(

@@ -45,6 +45,7 @@ class Engine:
         self.max_queue = max_queue
         self._jobs: queue.Queue = queue.Queue()
         self._eos = set(tokenizer.eos_token_ids)
+        self.running: str | None = None  # id of the request generating now, for /health
         self._thread = threading.Thread(target=self._work, name="vllm-mlx-engine", daemon=True)
         self._thread.start()
 
@@ -97,11 +98,14 @@ class Engine:
         while (job := self._jobs.get()) is not _SHUTDOWN:
             if job.cancelled.is_set():
                 continue
+            self.running = job.request.request_id
             try:
                 self._run(job)
             except Exception as exc:  # the worker must survive any one request
                 log.exception("generation failed for request %s", job.request.request_id)
                 job.emit(GenerationChunk(finish_reason="error", error=str(exc)))
+            finally:
+                self.running = None
 
     def _run(self, job: _Job) -> None:
         req, params = job.request, job.request.params

@@ -37,5 +37,6 @@ async def health(request: Request) -> JSONResponse:
             "status": "ok",
             "model": state.served_model_name,
             "queue_depth": state.pipeline.engine.queue_depth,
+            "running": state.pipeline.engine.running,
         }
     )

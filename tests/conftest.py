@@ -1,0 +1,28 @@
+"""Shared fixtures: the real default model served over real HTTP, once per test session."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from servers import cli_server  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def real_server(tmp_path_factory) -> str:
+    """Base URL of `vllm-mlx serve` on the embedded default model."""
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    with cli_server("--served-model-name", "smollm2", log_path=log) as base:
+        yield base
+
+
+@pytest.fixture(scope="session")
+def openai_client(real_server):
+    import openai
+
+    return openai.OpenAI(base_url=f"{real_server}/v1", api_key="unused", max_retries=0,
+                         timeout=300)
