@@ -1,0 +1,9 @@
+"""The one error type a request's constraint can raise while it is being built."""
+
+
+class ConstraintError(ValueError):
+    """A request asks for something the constraint cannot enforce (the server answers 400).
+
+    The message names the offending keyword, schema error or family so the client can fix the
+    request; an unenforceable request is never silently answered unconstrained.
+    """

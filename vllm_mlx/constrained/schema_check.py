@@ -1,0 +1,147 @@
+"""Turn a request's ``response_format`` into a checked JSON schema (or a 400-worthy error).
+
+Invalid schemas are rejected with the jsonschema error; keywords a backend cannot enforce are
+rejected by name, so a request is never answered with silently unconstrained output.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import jsonschema
+
+from .errors import ConstraintError
+
+# Keywords that only annotate, or that we handle before compiling: safe on every backend.
+ANNOTATION_KEYWORDS = frozenset(
+    {
+        "$schema",
+        "$id",
+        "$comment",
+        "title",
+        "description",
+        "default",
+        "examples",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+        "$defs",
+        "definitions",
+        "strict",
+        "name",
+    }
+)
+
+# What lm-format-enforcer 0.11 actually enforces (it silently ignores anything else).
+LMFE_KEYWORDS = frozenset(
+    {
+        "type",
+        "properties",
+        "required",
+        "additionalProperties",
+        "items",
+        "enum",
+        "const",
+        "anyOf",
+        "oneOf",
+        "allOf",
+        "$ref",
+        "minItems",
+        "maxItems",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "format",
+    }
+)
+LMFE_FORMATS = frozenset({"date", "time", "date-time", "uuid"})
+
+# Keywords whose value is a map of name -> subschema, or a list of subschemas.
+_SCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SCHEMA_VALUES = (
+    "items",
+    "additionalProperties",
+    "not",
+    "if",
+    "then",
+    "else",
+    "contains",
+    "propertyNames",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+)
+
+ANY_JSON_OBJECT: dict[str, Any] = {"type": "object"}
+
+
+def schema_from_response_format(response_format: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The schema a ``response_format`` asks for; None for plain text.
+
+    Accepts the Chat Completions shape (``{"type": "json_schema", "json_schema": {"schema":
+    ...}}``) and the Responses shape (``{"type": "json_schema", "schema": ...}``).
+    """
+    if not response_format:
+        return None
+    kind = response_format.get("type")
+    if kind in (None, "text"):
+        return None
+    if kind == "json_object":
+        return ANY_JSON_OBJECT
+    if kind != "json_schema":
+        raise ConstraintError(f"unsupported response_format type {kind!r}")
+    spec = response_format.get("json_schema", response_format)
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    if schema is None:
+        raise ConstraintError("response_format json_schema needs a 'schema' object")
+    return check_schema(schema)
+
+
+def check_schema(schema: Any) -> dict[str, Any]:
+    """Validate ``schema`` against its metaschema; raise ConstraintError with the error."""
+    if isinstance(schema, str):
+        try:
+            schema = json.loads(schema)
+        except json.JSONDecodeError as exc:
+            raise ConstraintError(f"JSON schema is not valid JSON: {exc}") from exc
+    if not isinstance(schema, dict):
+        raise ConstraintError("JSON schema must be an object")
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise ConstraintError(f"invalid JSON schema: {exc.message}") from exc
+    return schema
+
+
+def subschemas(schema: Any) -> Iterator[dict[str, Any]]:
+    """Every (sub)schema object in ``schema``, depth first."""
+    if not isinstance(schema, dict):
+        return
+    yield schema
+    for key in _SCHEMA_MAPS:
+        for sub in (schema.get(key) or {}).values():
+            yield from subschemas(sub)
+    for key in _SCHEMA_LISTS:
+        for sub in schema.get(key) or ():
+            yield from subschemas(sub)
+    for key in _SCHEMA_VALUES:
+        yield from subschemas(schema.get(key))
+
+
+def reject_unsupported_for_lmfe(schema: dict[str, Any]) -> None:
+    """Raise ConstraintError naming the first keyword lm-format-enforcer cannot enforce."""
+    for sub in subschemas(schema):
+        for key, value in sub.items():
+            if key in ANNOTATION_KEYWORDS or key.startswith("x-"):
+                continue
+            if key not in LMFE_KEYWORDS:
+                raise ConstraintError(
+                    f"JSON schema keyword {key!r} is not supported by the lm-format-enforcer "
+                    "backend"
+                )
+            if key == "format" and value not in LMFE_FORMATS:
+                raise ConstraintError(f"JSON schema format {value!r} is not supported")
+            if key == "items" and isinstance(value, list):
+                raise ConstraintError("JSON schema keyword 'items' as a list is not supported")
