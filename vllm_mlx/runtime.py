@@ -5,14 +5,16 @@ The server and the Python API both start here, so they serve a model the same wa
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from dataclasses import dataclass
 
 from .engine.cpu import openblas_preloaded
 from .engine.engine import Engine
-from .engine.sources import ModelTokenSource
-from .models.loader import CpuWeights, LoadedModel, load_model
+from .engine.sources import ModelTokenSource, ReplayTokenSource
+from .models.loader import CpuWeights, LoadedModel, context_length, load_model, served_name
+from .models.resolve import resolve_model
 from .pipeline import Pipeline
 
 log = logging.getLogger(__name__)
@@ -54,3 +56,45 @@ def build_runtime(
     )
     log.info("loaded %s (%s weights) from %s", loaded.name, loaded.weights, loaded.path)
     return Runtime(loaded, engine, pipeline)
+
+
+def build_replay_runtime(
+    text: str,
+    model: str | None = None,
+    *,
+    default_max_tokens: int = 2048,
+    reasoning_parser: str | None = None,
+    tool_parser: str | None = None,
+) -> Runtime:
+    """A runtime that answers every request with ``text`` (then EOS), tokenized by the
+    model's real tokenizer, at no model cost: for measuring the server's own per-token cost
+    and for exercising clients and parsers with a chosen output."""
+    loaded = _load_tokenizer_only(model)
+    token_ids = loaded.tokenizer.encode(text, add_special_tokens=False)
+    source = ReplayTokenSource([*token_ids, loaded.tokenizer.eos_token_id])
+    engine = Engine(source, loaded.tokenizer)
+    pipeline = Pipeline(
+        engine,
+        context_length=loaded.context_length or DEFAULT_CONTEXT_LENGTH,
+        default_max_tokens=default_max_tokens,
+        reasoning_parser=reasoning_parser,
+        tool_parser=tool_parser,
+    )
+    return Runtime(loaded, engine, pipeline)
+
+
+def _load_tokenizer_only(spec: str | None) -> LoadedModel:
+    from mlx_lm.utils import load_tokenizer
+
+    path = resolve_model(spec, progress=False)
+    config = json.loads((path / "config.json").read_text())
+    tokenizer = load_tokenizer(path)
+    return LoadedModel(
+        model=None,
+        tokenizer=tokenizer,
+        path=path,
+        name=served_name(spec, path),
+        chat_template=getattr(tokenizer, "chat_template", None),
+        context_length=context_length(config),
+        weights="quantized",
+    )

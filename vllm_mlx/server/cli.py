@@ -48,65 +48,63 @@ import click
     show_default=True,
     type=click.Choice(["debug", "info", "warning", "error"]),
 )
-def serve(
-    model,
-    host,
-    port,
-    served_model_name,
-    max_tokens,
-    temperature,
-    top_p,
-    top_k,
-    min_p,
-    repetition_penalty,
-    cpu_weights,
-    reasoning_parser,
-    tool_call_parser,
-    max_queue,
-    max_body_mb,
-    log_level,
-) -> None:
+@click.option(
+    "--replay",
+    "replay_file",
+    type=click.File("r"),
+    help="Answer every request with this recorded model output instead of running the model "
+    "(client and parser debugging; no model cost).",
+)
+def serve(model: str | None, **opts) -> None:
     """Serve MODEL (a model folder, a .gguf file or a short name; default: the embedded
     SmolLM2-135M-Instruct) over the OpenAI and Anthropic APIs."""
-    if cpu_weights != "quantized":
+    replay_file = opts["replay_file"]
+    if opts["cpu_weights"] != "quantized" and replay_file is None:
         from ..engine.cpu import reexec_with_openblas
 
         reexec_with_openblas(sys.argv[1:])
     logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=opts["log_level"].upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     import uvicorn
 
     from ..engine.sampling import SamplingParams
     from ..models.errors import ModelLoadError
-    from ..runtime import build_runtime
+    from ..runtime import build_replay_runtime, build_runtime
     from .app import create_app
     from .state import ServerState
 
+    parsers = dict(reasoning_parser=opts["reasoning_parser"], tool_parser=opts["tool_call_parser"])
     try:
-        runtime = build_runtime(
-            model,
-            cpu_weights=cpu_weights,
-            default_max_tokens=max_tokens,
-            reasoning_parser=reasoning_parser,
-            tool_parser=tool_call_parser,
-            max_queue=max_queue,
-        )
+        if replay_file is not None:
+            runtime = build_replay_runtime(
+                replay_file.read(), model, default_max_tokens=opts["max_tokens"], **parsers
+            )
+        else:
+            runtime = build_runtime(
+                model,
+                cpu_weights=opts["cpu_weights"],
+                default_max_tokens=opts["max_tokens"],
+                max_queue=opts["max_queue"],
+                **parsers,
+            )
     except (ModelLoadError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     defaults = SamplingParams(
-        max_tokens=max_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
-        min_p=min_p,
-        repetition_penalty=repetition_penalty,
+        max_tokens=opts["max_tokens"],
+        temperature=opts["temperature"],
+        top_p=opts["top_p"],
+        top_k=opts["top_k"],
+        min_p=opts["min_p"],
+        repetition_penalty=opts["repetition_penalty"],
     )
     state = ServerState(
         pipeline=runtime.pipeline,
-        served_model_name=served_model_name or runtime.loaded.name,
+        served_model_name=opts["served_model_name"] or runtime.loaded.name,
         defaults=defaults,
-        max_body_bytes=max_body_mb * 1024 * 1024,
+        max_body_bytes=opts["max_body_mb"] * 1024 * 1024,
     )
+    host, port = opts["host"], opts["port"]
     click.echo(f"serving {state.served_model_name} on http://{host}:{port}/v1", err=True)
-    uvicorn.run(create_app(state), host=host, port=port, log_level=log_level)
+    uvicorn.run(create_app(state), host=host, port=port, log_level=opts["log_level"])
