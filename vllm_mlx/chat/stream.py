@@ -1,0 +1,168 @@
+"""The per-request output stream: model text in, message deltas out.
+
+Text passes through the reasoning parser first; only what it classifies as content reaches
+the tool parser, so tool syntax inside reasoning is never a call. Non-streaming parsing is one
+``feed`` plus ``finish`` of the same object, so both modes agree by construction.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+from vllm_mlx.chat.message import MessageDelta, ParsedMessage, ToolCall, ToolCallDelta
+from vllm_mlx.tool_parsers.base import DeltaBuilder, ToolParser
+
+log = logging.getLogger(__name__)
+
+
+class _ReasoningStage(Protocol):
+    def feed(self, text: str) -> list[tuple[bool, str]]: ...
+    def finish(self) -> list[tuple[bool, str]]: ...
+
+
+class _WholeParser(Protocol):
+    """A parser that handles reasoning and tool calls itself (Harmony's channels)."""
+
+    def feed(self, text: str, out: DeltaBuilder) -> None: ...
+    def finish(self, out: DeltaBuilder) -> None: ...
+
+
+class OutputStream:
+    """Feeds model text through the parsers and keeps the message assembled so far."""
+
+    def __init__(
+        self,
+        reasoning: _ReasoningStage | None = None,
+        tools: ToolParser | None = None,
+        whole: _WholeParser | None = None,
+    ) -> None:
+        self._reasoning = reasoning
+        self._tools = tools
+        self._whole = whole
+        self._reasoning_text: list[str] = []
+        self._content_text: list[str] = []
+        self._calls: list[ToolCall] = []
+        self._arguments: list[list[str]] = []
+        self._finished = False
+
+    def feed(self, text: str) -> MessageDelta:
+        """Consume a piece of model output; return what it adds to the message."""
+        if self._finished:
+            raise RuntimeError("feed() after finish()")
+        out = DeltaBuilder()
+        if self._whole is not None:
+            self._whole.feed(text, out)
+        elif self._reasoning is not None:
+            self._route(self._reasoning.feed(text), out)
+        else:
+            self._route([(False, text)], out)
+        return self._accept(out.build())
+
+    def finish(self) -> MessageDelta:
+        """The output has ended: release everything held back."""
+        if self._finished:
+            return MessageDelta()
+        out = DeltaBuilder()
+        if self._whole is not None:
+            self._whole.finish(out)
+        else:
+            if self._reasoning is not None:
+                self._route(self._reasoning.finish(), out)
+            if self._tools is not None:
+                self._tools.finish(out)
+        self._finished = True
+        return self._accept(out.build())
+
+    @property
+    def message(self) -> ParsedMessage:
+        """The message assembled so far (final once `finish` has been called)."""
+        calls = [
+            ToolCall(id=c.id, name=c.name, arguments="".join(args))
+            for c, args in zip(self._calls, self._arguments, strict=True)
+        ]
+        return ParsedMessage(
+            reasoning_content="".join(self._reasoning_text) or None,
+            content="".join(self._content_text) or None,
+            tool_calls=calls,
+        )
+
+    def _route(self, pieces: list[tuple[bool, str]], out: DeltaBuilder) -> None:
+        for is_reasoning, text in pieces:
+            if is_reasoning:
+                out.reasoning(text)
+            elif self._tools is not None:
+                self._tools.feed(text, out)
+            else:
+                out.content(text)
+
+    def _accept(self, delta: MessageDelta) -> MessageDelta:
+        """Record a delta, dropping (and logging) any tool-call piece that would contradict
+        what was already streamed: a parser bug must not reach a client as garbage."""
+        self._reasoning_text.append(delta.reasoning_content)
+        self._content_text.append(delta.content)
+        kept: list[ToolCallDelta] = []
+        for piece in delta.tool_calls:
+            if piece.name is not None:
+                if piece.index != len(self._calls) or not piece.id:
+                    log.error("parser bug: tool call %d started out of order", piece.index)
+                    continue
+                self._calls.append(ToolCall(id=piece.id, name=piece.name, arguments=""))
+                self._arguments.append([])
+            elif piece.index >= len(self._calls):
+                log.error("parser bug: arguments for unknown tool call %d", piece.index)
+                continue
+            self._arguments[piece.index].append(piece.arguments)
+            kept.append(piece)
+        delta.tool_calls = kept
+        return delta
+
+
+def make_output_stream(
+    *,
+    reasoning_parser: str | None,
+    tool_parser: str | None,
+    tools: list[dict] | None = None,
+    prompt_tail: str = "",
+) -> OutputStream:
+    """A stream for one request. Names may be aliases; unknown names raise
+    `UnknownParserError`. With both names None the stream passes content through."""
+    from vllm_mlx.reasoning import ReasoningParserManager
+    from vllm_mlx.tool_parsers import ToolParserManager
+
+    reasoning = ReasoningParserManager.resolve(reasoning_parser) if reasoning_parser else None
+    tool = ToolParserManager.resolve(tool_parser) if tool_parser else None
+    if "harmony" in (reasoning, tool):
+        from vllm_mlx.tool_parsers.harmony import HarmonyParser
+
+        whole = HarmonyParser(
+            tools=tools,
+            reasoning=reasoning == "harmony",
+            tool_calls=tool == "harmony",
+            prompt_tail=prompt_tail,
+        )
+        return OutputStream(whole=whole)
+    return OutputStream(
+        reasoning=ReasoningParserManager.create(reasoning, prompt_tail) if reasoning else None,
+        tools=ToolParserManager.create(tool, tools) if tool else None,
+    )
+
+
+def parse_output(
+    text: str,
+    *,
+    reasoning_parser: str | None,
+    tool_parser: str | None,
+    tools: list[dict] | None = None,
+    prompt_tail: str = "",
+) -> ParsedMessage:
+    """Parse a complete output: exactly one feed and finish of the streaming parser."""
+    stream = make_output_stream(
+        reasoning_parser=reasoning_parser,
+        tool_parser=tool_parser,
+        tools=tools,
+        prompt_tail=prompt_tail,
+    )
+    stream.feed(text)
+    stream.finish()
+    return stream.message

@@ -1,0 +1,92 @@
+"""The reasoning parser for families whose reasoning is one delimited block.
+
+qwen3, deepseek_r1, glm45, mistral, gemma4 and seed_oss all write
+``START reasoning END content``; they differ only in the delimiters and in whether the block
+is already open when generation begins (the template opened it, or the prompt tail shows it).
+The block is recognised only at the start of the output (after whitespace), so text that merely
+mentions a tag later is content, identically in streaming and non-streaming mode.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from vllm_mlx.chat.formats import ReasoningFormat
+from vllm_mlx.tool_parsers.literal import split_held
+
+Pieces = list[tuple[bool, str]]  # (is_reasoning, text) in output order
+
+
+class _Phase(Enum):
+    BEFORE = "before"  # nothing but whitespace so far; a START may still come
+    OPENING = "opening"  # inside the block; a redundant START may still be written
+    REASONING = "reasoning"
+    AFTER = "after"  # block closed: content, leading whitespace dropped
+    CONTENT = "content"  # plain content for good
+
+
+def opened_by_prompt(fmt: ReasoningFormat, prompt_tail: str) -> bool:
+    """Does generation begin inside the reasoning block?"""
+    start_at = prompt_tail.rfind(fmt.start)
+    end_at = prompt_tail.rfind(fmt.end)
+    if start_at > end_at:
+        return True
+    if fmt.starts_in_reasoning:
+        return end_at < 0
+    return False
+
+
+class DelimitedReasoningParser:
+    """Splits text into reasoning and content pieces, incrementally."""
+
+    def __init__(self, fmt: ReasoningFormat, prompt_tail: str = "") -> None:
+        self.fmt = fmt
+        self._phase = _Phase.OPENING if opened_by_prompt(fmt, prompt_tail) else _Phase.BEFORE
+        self._held = ""
+
+    def feed(self, text: str) -> Pieces:
+        out: Pieces = []
+        buf = self._held + text
+        self._held = ""
+        while buf:
+            if self._phase is _Phase.CONTENT:
+                out.append((False, buf))
+                break
+            if self._phase is _Phase.AFTER:
+                stripped = buf.lstrip()
+                if stripped:
+                    self._phase = _Phase.CONTENT
+                buf = stripped
+                continue
+            if self._phase in (_Phase.BEFORE, _Phase.OPENING):
+                stripped = buf.lstrip()
+                if stripped.startswith(self.fmt.start):
+                    self._phase = _Phase.REASONING
+                    buf = stripped[len(self.fmt.start) :]
+                elif self.fmt.start.startswith(stripped):
+                    self._held = buf  # whitespace or a partial START: undecided
+                    break
+                else:
+                    opening = self._phase is _Phase.OPENING
+                    self._phase = _Phase.REASONING if opening else _Phase.CONTENT
+                continue
+            before, after, found = split_held(buf, self.fmt.end)
+            if before:
+                out.append((True, before))
+            if found:
+                self._phase = _Phase.AFTER
+                buf = after
+            else:
+                self._held = after
+                break
+        return out
+
+    def finish(self) -> Pieces:
+        held, self._held = self._held, ""
+        if not held:
+            return []
+        if self._phase in (_Phase.REASONING, _Phase.OPENING):
+            return [(True, held)]
+        if self._phase is _Phase.AFTER:
+            return []
+        return [(False, held)]

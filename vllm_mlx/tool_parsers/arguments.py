@@ -1,0 +1,315 @@
+"""Incremental readers for a tool call's arguments, one per argument dialect.
+
+Each reader is fed the undecided text and answers ``(json_text, consumed, status)``:
+``json_text`` is argument JSON that is now final, ``consumed`` how many characters it used
+up (the rest is fed again next time), ``status`` whether the arguments are complete.
+Streaming readers (JSON, XML) release text as it arrives; the others (Python, gemma4)
+release the whole object once it is complete, so a malformed one stays content.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from enum import Enum
+
+from vllm_mlx.chat.formats import GEMMA_QUOTE, XmlParameters
+from vllm_mlx.tool_parsers.literal import MAX_NAME, Match, match_literal, partial_suffix, skip_space
+from vllm_mlx.tool_parsers.value_types import typed_value
+
+
+class Status(Enum):
+    MORE = "more"
+    DONE = "done"
+    FAIL = "fail"
+
+
+Step = tuple[str, int, Status]
+_STRING_BODY = re.compile(r'[^"\\]+')
+_CLOSERS = {"}": "{", "]": "["}
+
+
+class JsonArguments:
+    """Streams a JSON object verbatim; a number or literal is held until it ends."""
+
+    streams = True
+
+    def __init__(self) -> None:
+        self._stack: list[str] = []
+        self._in_string = False
+        self._escape = False
+
+    def feed(self, text: str, final: bool) -> Step:
+        i = start = 0
+        if not self._stack:
+            i = start = skip_space(text, 0)
+            if i == len(text):
+                return "", i, Status.MORE
+            if text[i] != "{":
+                return "", i, Status.FAIL
+        literal_at = -1
+        n = len(text)
+        while i < n:
+            c = text[i]
+            if self._in_string:
+                if self._escape:
+                    self._escape = False
+                elif c == "\\":
+                    self._escape = True
+                elif c == '"':
+                    self._in_string = False
+                else:
+                    m = _STRING_BODY.match(text, i)
+                    i = m.end() if m else i + 1
+                    continue
+            elif c == '"':
+                literal_at = -1
+                self._in_string = True
+            elif c in "{[":
+                literal_at = -1
+                self._stack.append(c)
+            elif c in "}]":
+                literal_at = -1
+                if not self._stack or self._stack.pop() != _CLOSERS[c]:
+                    return text[start:i], i, Status.FAIL
+                if not self._stack:
+                    return text[start : i + 1], i + 1, Status.DONE
+            elif c in " \t\r\n,:":
+                literal_at = -1
+            elif literal_at < 0:
+                literal_at = i
+            i += 1
+        end = literal_at if literal_at >= 0 and not final else n
+        return text[start:end], end, Status.MORE
+
+
+class _XmlPhase(Enum):
+    KEY_OR_END = "key_or_end"
+    KEY = "key"
+    VALUE = "value"
+
+
+class XmlArguments:
+    """Reads XML-style parameters and streams them as a JSON object.
+
+    A parameter declared ``string`` (or undeclared) streams as a JSON string as it arrives;
+    other declared types are held until the value ends, then converted (see `value_types`).
+    One newline right inside the value's tags is layout, not value.
+    """
+
+    streams = True
+
+    def __init__(self, params: XmlParameters, properties: dict[str, dict]) -> None:
+        self._p = params
+        self._properties = properties
+        self._phase = _XmlPhase.KEY_OR_END
+        self._count = 0
+        self._opened = False
+        self._key = ""
+        self._pending = ""  # raw text of a held (non-string) value
+        self._key_end = params.key_end.rstrip("\n")
+        self._lead_newline = (params.value_start or params.key_end).endswith("\n")
+        self._value_end = params.value_end.lstrip("\n")
+        self._trail_newline = params.value_end.startswith("\n")
+
+    def feed(self, text: str, final: bool) -> Step:
+        out: list[str] = []
+        if not self._opened:
+            self._opened = True
+            out.append("{")
+        pos = 0
+        while True:
+            if self._phase is _XmlPhase.KEY_OR_END:
+                p = skip_space(text, pos)
+                state, end = match_literal(text, p, self._p.key_start, final)
+                if state is Match.FAIL:
+                    out.append("}")
+                    return "".join(out), p, Status.DONE
+                if state is Match.PARTIAL:
+                    return "".join(out), p, Status.MORE
+                self._phase, pos = _XmlPhase.KEY, end
+            elif self._phase is _XmlPhase.KEY:
+                got = self._read_key(text, pos, final)
+                if got is None:
+                    if len(text) - pos > MAX_NAME + len(self._p.value_start) + 2 or final:
+                        return "".join(out), pos, Status.FAIL
+                    return "".join(out), pos, Status.MORE
+                key, pos = got
+                out.append((", " if self._count else "") + json.dumps(key, ensure_ascii=False))
+                out.append(": " + ('"' if self._is_string(key) else ""))
+                self._key, self._count, self._phase = key, self._count + 1, _XmlPhase.VALUE
+            else:
+                at = text.find(self._value_end, pos)
+                if at < 0:
+                    keep = 0 if final else partial_suffix(text[pos:], [self._value_end])
+                    segment = text[pos : len(text) - keep]
+                    if self._trail_newline and segment.endswith("\n") and not final:
+                        segment, keep = segment[:-1], keep + 1
+                    self._value_text(segment, out)
+                    return "".join(out), len(text) - keep, Status.MORE
+                segment = text[pos:at]
+                if self._trail_newline and segment.endswith("\n"):
+                    segment = segment[:-1]
+                self._value_text(segment, out)
+                self._close_value(out)
+                self._phase, pos = _XmlPhase.KEY_OR_END, at + len(self._value_end)
+
+    def _read_key(self, text: str, pos: int, final: bool) -> tuple[str, int] | None:
+        """Key, its closing tag, the value's opening and one layout newline; None if the
+        text does not hold all of it yet."""
+        at = text.find(self._key_end, pos)
+        if at < 0 or at - pos > MAX_NAME:
+            return None
+        end = at + len(self._key_end)
+        if self._p.value_start:
+            state, end = match_literal(text, end, self._p.value_start.rstrip("\n"), final)
+            if state is not Match.MATCH:
+                return None
+        if self._lead_newline:
+            if end == len(text) and not final:
+                return None
+            if text.startswith("\n", end):
+                end += 1
+        return text[pos:at].strip(), end
+
+    def _is_string(self, key: str) -> bool:
+        return typed_value("", self._properties.get(key)) == ""
+
+    def _value_text(self, segment: str, out: list[str]) -> None:
+        if self._is_string(self._key):
+            out.append(json.dumps(segment, ensure_ascii=False)[1:-1])
+        else:
+            self._pending += segment
+
+    def _close_value(self, out: list[str]) -> None:
+        if self._is_string(self._key):
+            out.append('"')
+        else:
+            value = typed_value(self._pending, self._properties.get(self._key))
+            out.append(json.dumps(value, ensure_ascii=False))
+            self._pending = ""
+
+
+class PythonArguments:
+    """Keyword arguments up to the closing parenthesis, read as Python literals."""
+
+    streams = False
+
+    def __init__(self) -> None:
+        self._raw: list[str] = []
+        self._depth = 0
+        self._quote = ""
+        self._escape = False
+
+    def feed(self, text: str, final: bool) -> Step:
+        for i, c in enumerate(text):
+            if self._quote:
+                if self._escape:
+                    self._escape = False
+                elif c == "\\":
+                    self._escape = True
+                elif c == self._quote:
+                    self._quote = ""
+            elif c in "'\"":
+                self._quote = c
+            elif c in "([{":
+                self._depth += 1
+            elif c in ")]}":
+                if self._depth == 0:
+                    if c != ")":
+                        return "", i, Status.FAIL
+                    self._raw.append(text[:i])
+                    args = _python_kwargs("".join(self._raw))
+                    if args is None:
+                        return "", i + 1, Status.FAIL
+                    return json.dumps(args, ensure_ascii=False), i + 1, Status.DONE
+                self._depth -= 1
+        self._raw.append(text)
+        return "", len(text), Status.MORE
+
+
+def _python_kwargs(source: str) -> dict | None:
+    try:
+        call = ast.parse(f"f({source})", mode="eval").body
+        assert isinstance(call, ast.Call) and not call.args
+        return {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords if kw.arg}
+    except (SyntaxError, ValueError, AssertionError, TypeError, MemoryError, RecursionError):
+        return None
+
+
+class GemmaArguments:
+    """gemma4's ``{key:<|"|>text<|"|>,n:1}`` object, converted to JSON once complete."""
+
+    streams = False
+
+    def __init__(self) -> None:
+        self._raw: list[str] = []
+        self._depth = 0
+        self._in_string = False
+
+    def feed(self, text: str, final: bool) -> Step:
+        i = 0
+        if not self._raw and self._depth == 0:
+            i = skip_space(text, 0)
+            if i < len(text) and text[i] != "{":
+                return "", i, Status.FAIL
+        n = len(text)
+        while i < n:
+            if self._in_string:
+                at = text.find(GEMMA_QUOTE, i)
+                if at < 0:
+                    return self._keep(text, n - partial_suffix(text[i:], [GEMMA_QUOTE]))
+                self._in_string, i = False, at + len(GEMMA_QUOTE)
+                continue
+            if text.startswith(GEMMA_QUOTE, i):
+                self._in_string, i = True, i + len(GEMMA_QUOTE)
+                continue
+            if GEMMA_QUOTE.startswith(text[i:]) and not final:
+                return self._keep(text, i)
+            c = text[i]
+            if c in "{[":
+                self._depth += 1
+            elif c in "}]":
+                self._depth -= 1
+                if self._depth == 0:
+                    self._raw.append(text[: i + 1])
+                    value = gemma_to_python("".join(self._raw))
+                    if not isinstance(value, dict):
+                        return "", i + 1, Status.FAIL
+                    return json.dumps(value, ensure_ascii=False), i + 1, Status.DONE
+            i += 1
+        return self._keep(text, n)
+
+    def _keep(self, text: str, upto: int) -> Step:
+        self._raw.append(text[:upto])
+        return "", upto, Status.MORE
+
+
+_GEMMA_TOKEN = re.compile(
+    r'\s*(?:(?P<str><\|"\|>(?P<body>.*?)<\|"\|>)|(?P<key>[A-Za-z_][\w\-.]*)\s*:'
+    r"|(?P<lit>true|false|null|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)|(?P<punct>[{}\[\],]))",
+    re.DOTALL,
+)
+
+
+def gemma_to_python(source: str) -> object:
+    """Translate gemma4 literal syntax into JSON text and decode it (None if invalid)."""
+    parts: list[str] = []
+    pos = 0
+    source = source.strip()
+    while pos < len(source):
+        m = _GEMMA_TOKEN.match(source, pos)
+        if m is None:
+            return None
+        pos = m.end()
+        if m["str"] is not None:
+            parts.append(json.dumps(m["body"], ensure_ascii=False))
+        elif m["key"] is not None:
+            parts.append(json.dumps(m["key"]) + ":")
+        else:
+            parts.append(m["lit"] or m["punct"])
+    try:
+        return json.loads("".join(parts))
+    except ValueError:
+        return None

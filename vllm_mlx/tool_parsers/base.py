@@ -1,0 +1,83 @@
+"""What every tool-call parser implements, and the builder that turns its events into a delta.
+
+A parser never returns snapshots: it reports content text, the start of a call and argument
+text as they become final, and `DeltaBuilder` folds those events into one `MessageDelta`.
+"""
+
+from __future__ import annotations
+
+import secrets
+from abc import ABC, abstractmethod
+
+from vllm_mlx.chat.message import MessageDelta, ToolCallDelta
+
+
+def new_call_id() -> str:
+    """An OpenAI-style tool-call id: ``call_`` + 24 random hex characters."""
+    return "call_" + secrets.token_hex(12)
+
+
+class DeltaBuilder:
+    """Collects the events of one feed/finish step into a `MessageDelta`."""
+
+    def __init__(self) -> None:
+        self._reasoning: list[str] = []
+        self._content: list[str] = []
+        self._calls: list[ToolCallDelta] = []
+
+    def reasoning(self, text: str) -> None:
+        if text:
+            self._reasoning.append(text)
+
+    def content(self, text: str) -> None:
+        if text:
+            self._content.append(text)
+
+    def call_start(self, index: int, call_id: str, name: str) -> None:
+        self._calls.append(ToolCallDelta(index=index, id=call_id, name=name))
+
+    def arguments(self, index: int, text: str) -> None:
+        if not text:
+            return
+        if self._calls and self._calls[-1].index == index:
+            self._calls[-1].arguments += text
+        else:
+            self._calls.append(ToolCallDelta(index=index, arguments=text))
+
+    def build(self) -> MessageDelta:
+        return MessageDelta(
+            reasoning_content="".join(self._reasoning),
+            content="".join(self._content),
+            tool_calls=self._calls,
+        )
+
+
+class ToolParser(ABC):
+    """Splits content text into plain content and tool calls, incrementally.
+
+    ``feed`` may be called with any chunking; together with ``finish`` it must report the same
+    events as one ``feed`` of the whole text followed by ``finish``.
+    """
+
+    def __init__(self, tools: list[dict] | None = None) -> None:
+        self.tools = tools or []
+
+    @abstractmethod
+    def feed(self, text: str, out: DeltaBuilder) -> None:
+        """Consume more content text, reporting what became final."""
+
+    @abstractmethod
+    def finish(self, out: DeltaBuilder) -> None:
+        """The text has ended: report everything still held back."""
+
+
+def parameter_schemas(tools: list[dict]) -> dict[str, dict]:
+    """Function name -> its JSON-schema ``properties`` (for typing XML-style values)."""
+    schemas: dict[str, dict] = {}
+    for tool in tools:
+        fn = tool.get("function", tool)
+        if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+            params = fn.get("parameters") or {}
+            props = params.get("properties") if isinstance(params, dict) else None
+            schemas[fn["name"]] = props if isinstance(props, dict) else {}
+    return schemas

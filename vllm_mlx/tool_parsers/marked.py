@@ -1,0 +1,292 @@
+"""The tool-call parser for every family whose calls are written between literal markers.
+
+It is driven entirely by the family's `ToolCallFormat`: it searches content for the first
+literal of a call (its *trigger*), holds the text from there until the header (markers and
+function name) is decided, then hands the arguments to the dialect's reader. Text is only
+held while undecided, and each character is examined a bounded number of times, so the cost
+is linear in the output. A call whose header never completes is released as content; a call
+that is cut off inside its arguments keeps the arguments streamed so far.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from enum import Enum
+
+from vllm_mlx.chat.formats import ToolCallFormat
+from vllm_mlx.tool_parsers.arguments import (
+    GemmaArguments,
+    JsonArguments,
+    PythonArguments,
+    Status,
+    XmlArguments,
+)
+from vllm_mlx.tool_parsers.base import DeltaBuilder, ToolParser, new_call_id, parameter_schemas
+from vllm_mlx.tool_parsers.literal import (
+    MAX_NAME,
+    Match,
+    match_literal,
+    match_name,
+    partial_suffix,
+    skip_space,
+)
+
+_JSON_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"', re.DOTALL)
+_KIMI_INDEX = re.compile(r":\d+$")
+_MAX_HEADER = 4 * MAX_NAME
+
+
+class _State(Enum):
+    TEXT = "text"  # plain content, watching for a trigger
+    HEADER = "header"  # a trigger was seen; markers and name still undecided
+    ARGS = "args"
+    AFTER = "after"  # arguments complete; expecting the call's closing markers
+    BETWEEN = "between"  # inside a section, between calls
+
+
+class MarkedToolParser(ToolParser):
+    """Incremental parser for one `ToolCallFormat` (and its variants)."""
+
+    def __init__(self, fmt: ToolCallFormat, tools: list[dict] | None = None) -> None:
+        super().__init__(tools)
+        self.fmt = fmt
+        self._variants = (fmt, *fmt.variants)
+        self._properties = parameter_schemas(self.tools)
+        self._triggers = sorted({_trigger(v) for v in self._variants if not _at_start_only(v)})
+        self._start_triggers = sorted({_trigger(v) for v in self._variants if _at_start_only(v)})
+        self._state = _State.TEXT
+        self._buf = ""
+        self._seen_text = False
+        self._pending_ws = ""
+        self._skip_ws = False
+        self._index = 0
+        self._active = fmt
+        self._args: JsonArguments | XmlArguments | PythonArguments | GemmaArguments | None = None
+        self._call: tuple[str, str] | None = None  # (id, name) not yet reported
+        self._call_raw: list[str] = []  # raw text of a call not yet reported
+
+    def feed(self, text: str, out: DeltaBuilder) -> None:
+        self._buf += text
+        self._run(out, final=False)
+
+    def finish(self, out: DeltaBuilder) -> None:
+        self._run(out, final=True)
+        if self._state in (_State.HEADER, _State.ARGS) and self._call_raw:
+            self._release("".join(self._call_raw) + self._buf, out)
+        elif self._buf:
+            self._content(self._buf, out)
+        self._buf = ""
+        if not self._skip_ws:
+            out.content(self._pending_ws)
+        self._pending_ws = ""
+
+    def _run(self, out: DeltaBuilder, final: bool) -> None:
+        while True:
+            before = (self._state, len(self._buf))
+            step = {
+                _State.TEXT: self._text,
+                _State.HEADER: self._header,
+                _State.ARGS: self._arguments,
+                _State.AFTER: self._after,
+                _State.BETWEEN: self._between,
+            }[self._state]
+            step(out, final)
+            if (self._state, len(self._buf)) == before:
+                return
+
+    def _text(self, out: DeltaBuilder, final: bool) -> None:
+        buf = self._buf
+        if not self._seen_text and self._start_triggers:
+            at = skip_space(buf, 0)
+            rest = buf[at:]
+            if any(rest.startswith(t) for t in self._start_triggers):
+                self._pending_ws, self._buf, self._state = "", rest, _State.HEADER
+                return
+            if not final and any(t.startswith(rest) for t in self._start_triggers):
+                return
+        found = [(buf.find(t), t) for t in self._triggers]
+        hits = [at for at, _ in found if at >= 0]
+        if hits:
+            at = min(hits)
+            self._content(buf[:at], out)
+            self._buf, self._state = buf[at:], _State.HEADER
+            return
+        keep = 0 if final else partial_suffix(buf, self._triggers)
+        self._content(buf[: len(buf) - keep], out)
+        self._buf = buf[len(buf) - keep :]
+
+    def _header(self, out: DeltaBuilder, final: bool) -> None:
+        prefix_of = self._section_start
+        self._try_calls(out, final, [(v, prefix_of(v)) for v in self._variants], self._abandon)
+
+    def _between(self, out: DeltaBuilder, final: bool) -> None:
+        v = self._active
+        if v.section_end:
+            state, end = match_literal(self._buf, 0, v.section_end, final)
+            if state is Match.MATCH:
+                self._buf, self._state, self._skip_ws = self._buf[end:], _State.TEXT, True
+                return
+            if state is Match.PARTIAL:
+                return
+        options = [(v, v.separator), (v, "")] if v.separator else [(v, "")]
+        self._try_calls(out, final, options, self._leave_section)
+
+    def _try_calls(self, out, final, options, on_fail) -> None:
+        """Match a call header for each (variant, leading literal); commit the first match."""
+        partial = False
+        for variant, lead in options:
+            state, end, name = _match_header(variant, lead, self._buf, final)
+            if state is Match.MATCH:
+                self._commit(variant, name, end, out)
+                return
+            partial |= state is Match.PARTIAL
+        if not partial or len(self._buf) > _MAX_HEADER:
+            on_fail(out)
+
+    def _commit(self, variant: ToolCallFormat, raw_name: str, end: int, out) -> None:
+        name, call_id = raw_name, new_call_id()
+        if variant.name_prefix:
+            call_id = raw_name
+            name = _KIMI_INDEX.sub("", raw_name.removeprefix(variant.name_prefix))
+        self._active, self._pending_ws = variant, ""
+        self._args = _arguments_reader(variant, self._properties.get(name, {}))
+        self._call_raw = [self._buf[:end]]
+        self._buf, self._state = self._buf[end:], _State.ARGS
+        if self._args.streams:
+            out.call_start(self._index, call_id, name)
+            self._call_raw = []
+        else:
+            self._call = (call_id, name)
+
+    def _arguments(self, out: DeltaBuilder, final: bool) -> None:
+        assert self._args is not None
+        text, used, status = self._args.feed(self._buf, final)
+        consumed, self._buf = self._buf[:used], self._buf[used:]
+        if self._args.streams:
+            out.arguments(self._index, text)
+        else:
+            self._call_raw.append(consumed)
+        if status is Status.DONE:
+            if self._call is not None:
+                out.call_start(self._index, *self._call)
+                out.arguments(self._index, text)
+            self._call, self._call_raw, self._state = None, [], _State.AFTER
+        elif status is Status.FAIL:
+            if self._call is not None:
+                self._call = None
+                self._release("".join(self._call_raw) + self._buf, out)
+            else:  # already reported: close the call, the rest is content
+                self._index += 1
+                self._state = _State.TEXT
+            self._call_raw = []
+
+    def _after(self, out: DeltaBuilder, final: bool) -> None:
+        v = self._active
+        closing = ("\n}" if v.dialect == "json_named" else "") + v.args_end + v.call_end
+        state, end = match_literal(self._buf, 0, closing, final)
+        if state is Match.PARTIAL:
+            return
+        self._index += 1
+        if state is Match.MATCH:
+            self._buf = self._buf[end:]
+        in_section = bool(v.section_start) and state is Match.MATCH
+        self._state = _State.BETWEEN if in_section else _State.TEXT
+        self._skip_ws = True
+
+    def _section_start(self, variant: ToolCallFormat) -> str:
+        return variant.section_start
+
+    def _abandon(self, out: DeltaBuilder) -> None:
+        """The held text is not a call: its first character is content; rescan the rest."""
+        self._content(self._buf[:1], out)
+        self._buf, self._state = self._buf[1:], _State.TEXT
+
+    def _leave_section(self, out: DeltaBuilder) -> None:
+        self._state = _State.TEXT
+
+    def _release(self, text: str, out: DeltaBuilder) -> None:
+        """A call that never completed: its text goes back to content, rescanned."""
+        self._buf, self._state = text, _State.TEXT
+        self._abandon(out)
+        self._run(out, final=True)
+
+    def _content(self, text: str, out: DeltaBuilder) -> None:
+        """Plain content. Whitespace right before or after a call is layout, not content."""
+        if self._skip_ws:
+            text = text.lstrip()
+            if not text:
+                return
+            self._skip_ws = False
+        body = text.rstrip()
+        if not body:
+            self._pending_ws += text
+            return
+        out.content(self._pending_ws + body)
+        self._pending_ws = text[len(body) :]
+        self._seen_text = True
+
+
+def _trigger(variant: ToolCallFormat) -> str:
+    """The first literal text of a call, which starts holding text back."""
+    opening = variant.section_start + variant.call_start
+    if variant.dialect == "json_named":
+        opening += "{"
+    return opening.split("\n", 1)[0]
+
+
+def _at_start_only(variant: ToolCallFormat) -> bool:
+    """Bare openings (``[`` or ``{``) count as calls only at the start of the output."""
+    return len(_trigger(variant)) == 1
+
+
+def _match_header(v: ToolCallFormat, lead: str, text: str, final: bool) -> tuple[Match, int, str]:
+    """Match ``lead``, the call's opening markers and its name at the start of ``text``."""
+    state, pos = match_literal(text, 0, lead + v.call_start, final)
+    if state is not Match.MATCH:
+        return state, pos, ""
+    if v.dialect == "json_named":
+        state, pos = match_literal(text, pos, '{\n"name"\n:\n', final)
+        if state is not Match.MATCH:
+            return state, pos, ""
+        m = _JSON_STRING.match(text, pos)
+        if m is None:
+            undecided = text[pos:] == "" or (text[pos] == '"' and len(text) - pos < MAX_NAME)
+            return (Match.PARTIAL if undecided and not final else Match.FAIL), pos, ""
+        name = json.loads(m.group(0))
+        for key in dict.fromkeys((v.arguments_key, "arguments", "parameters")):
+            state, end = match_literal(text, m.end(), f'\n,\n"{key}"\n:\n', final)
+            if state is not Match.FAIL:
+                break
+        if state is not Match.MATCH:
+            return state, end, ""
+        return _expect_object(text, end, final, name)
+    state, end = match_name(text, pos, final)
+    if state is not Match.MATCH:
+        return state, end, ""
+    name = text[pos:end]
+    state, end = match_literal(text, end, v.name_end, final)
+    if state is not Match.MATCH:
+        return state, end, ""
+    if v.dialect in ("json", "gemma"):
+        return _expect_object(text, end, final, name)
+    return Match.MATCH, end, name
+
+
+def _expect_object(text: str, pos: int, final: bool, name: str) -> tuple[Match, int, str]:
+    """A JSON-ish argument object must follow: decide the call only once ``{`` is seen."""
+    at = skip_space(text, pos)
+    if at == len(text):
+        return (Match.FAIL if final else Match.PARTIAL), at, ""
+    return (Match.MATCH if text[at] == "{" else Match.FAIL), pos, name
+
+
+def _arguments_reader(v: ToolCallFormat, properties: dict):
+    if v.dialect in ("json", "json_named"):
+        return JsonArguments()
+    if v.dialect == "xml":
+        assert v.xml is not None
+        return XmlArguments(v.xml, properties)
+    if v.dialect == "python":
+        return PythonArguments()
+    return GemmaArguments()
