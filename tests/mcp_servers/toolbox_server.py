@@ -12,8 +12,10 @@ import os
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.utilities.types import Image
 
 app = MCPServer("toolbox")
+_in_flight = {"now": 0, "peak": 0}
 
 
 @app.tool()
@@ -42,6 +44,30 @@ def crash() -> str:
 
 
 @app.tool()
+async def hold(seconds: float) -> str:
+    """Stay busy for a while, counting how many calls are in flight at once."""
+    _in_flight["now"] += 1
+    _in_flight["peak"] = max(_in_flight["peak"], _in_flight["now"])
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        _in_flight["now"] -= 1
+    return "held"
+
+
+@app.tool()
+def peak_concurrency() -> int:
+    """The largest number of hold calls that ever ran at the same time."""
+    return _in_flight["peak"]
+
+
+@app.tool()
+def picture() -> Image:
+    """A tiny PNG (the model can only be told about it)."""
+    return Image(data=b"\x89PNG\r\n\x1a\n" + bytes(24), format="png")
+
+
+@app.tool()
 def env_value(key: str) -> str:
     """Report one environment variable as the child process sees it."""
     return os.environ.get(key, "<unset>")
@@ -62,10 +88,13 @@ async def add_tool(name: str, ctx: Context) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--http", type=int, help="serve streamable HTTP on 127.0.0.1:PORT")
+    parser.add_argument("--sse", type=int, help="serve SSE on 127.0.0.1:PORT")
     args = parser.parse_args()
+    app.settings.log_level = "WARNING"
     if args.http:
-        app.settings.log_level = "WARNING"
         app.run("streamable-http", host="127.0.0.1", port=args.http)
+    elif args.sse:
+        app.run("sse", host="127.0.0.1", port=args.sse)
     else:
         app.run()
 
