@@ -16,7 +16,7 @@ from enum import Enum
 
 from vllm_mlx.chat.formats import GEMMA_QUOTE, XmlParameters
 from vllm_mlx.tool_parsers.literal import MAX_NAME, Match, match_literal, partial_suffix, skip_space
-from vllm_mlx.tool_parsers.value_types import typed_value
+from vllm_mlx.tool_parsers.value_types import declared_types, typed_value
 
 
 class Status(Enum):
@@ -174,7 +174,8 @@ class XmlArguments:
         return text[pos:at].strip(), end
 
     def _is_string(self, key: str) -> bool:
-        return typed_value("", self._properties.get(key)) == ""
+        types = declared_types(self._properties.get(key))
+        return not types or "string" in types
 
     def _value_text(self, segment: str, out: list[str]) -> None:
         if self._is_string(self._key):

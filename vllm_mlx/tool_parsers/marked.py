@@ -122,6 +122,9 @@ class MarkedToolParser(ToolParser):
 
     def _between(self, out: DeltaBuilder, final: bool) -> None:
         v = self._active
+        self._buf = self._buf.lstrip()  # whitespace between calls is layout
+        if not self._buf and not final:
+            return
         if v.section_end:
             state, end = match_literal(self._buf, 0, v.section_end, final)
             if state is Match.MATCH:
