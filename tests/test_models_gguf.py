@@ -146,6 +146,16 @@ def test_conversion_is_cached_under_xdg_cache_home(
     assert third != first and len(calls) == 2
 
 
+def test_conversion_shows_a_progress_bar_on_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_tiny_llama_gguf(tmp_path / "tiny.gguf")
+    resolve_model(str(tmp_path / "tiny.gguf"))
+    captured = capsys.readouterr()
+    assert "Converting tensors" in captured.err and "100%" in captured.err
+    assert captured.out == ""
+
+
 def test_interrupted_conversion_leaves_nothing_that_looks_complete(
     tmp_path: Path, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
