@@ -1,0 +1,172 @@
+"""Harmony (gpt-oss): reasoning and tool calls are both channels of one message stream.
+
+Each message is ``<|start|>ROLE HEADER<|message|>BODY`` ended by ``<|end|>``, ``<|call|>``
+or ``<|return|>``. The header names the channel (``<|channel|>analysis|commentary|final``)
+and maybe a recipient (`` to=functions.NAME``, before or after the channel), maybe followed
+by ``<|constrain|>json``. analysis is reasoning; a body addressed to ``functions.NAME`` is a
+tool call whose JSON arguments stream as they arrive; everything else is content. The prompt
+tail (``<|start|>assistant``) says generation begins inside a header.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+
+from vllm_mlx.tool_parsers.arguments import JsonArguments, Status
+from vllm_mlx.tool_parsers.base import DeltaBuilder, ToolParser, new_call_id
+from vllm_mlx.tool_parsers.literal import partial_suffix
+
+START, CHANNEL, MESSAGE = "<|start|>", "<|channel|>", "<|message|>"
+ENDS = ("<|end|>", "<|call|>", "<|return|>")
+_CHANNEL = re.compile(r"<\|channel\|>\s*(\w+)")
+_RECIPIENT = re.compile(r"\bto=([^\s<]+)")
+_MAX_HEADER = 512
+
+
+class _State(Enum):
+    OUTSIDE = "outside"
+    HEADER = "header"
+    BODY = "body"
+
+
+class _Route(Enum):
+    REASONING = "reasoning"
+    CONTENT = "content"
+    CALL = "call"
+
+
+class HarmonyParser(ToolParser):
+    """Splits a Harmony message stream into reasoning, content and tool calls."""
+
+    def __init__(
+        self,
+        tools: list[dict] | None = None,
+        *,
+        reasoning: bool,
+        tool_calls: bool,
+        prompt_tail: str = "",
+    ) -> None:
+        super().__init__(tools)
+        self._reasoning = reasoning
+        self._tool_calls = tool_calls
+        self._state = _State.OUTSIDE
+        self._buf = ""
+        self._header = ""
+        self._route = _Route.CONTENT
+        self._call_name: str | None = None  # a call whose arguments have not begun yet
+        self._args: JsonArguments | None = None
+        self._index = 0
+        at = prompt_tail.rfind(START)
+        if at >= 0 and not any(e in prompt_tail[at:] for e in ENDS):
+            self._state, self._buf = _State.HEADER, prompt_tail[at + len(START) :]
+            self._silent = len(self._buf)  # prompt text: decides the state, never emitted
+        else:
+            self._silent = 0
+
+    def feed(self, text: str, out: DeltaBuilder) -> None:
+        self._buf += text
+        self._run(out, final=False)
+
+    def finish(self, out: DeltaBuilder) -> None:
+        self._run(out, final=True)
+        if self._state is _State.HEADER:
+            out.content(self._header[self._silent :] + self._buf)
+        elif self._buf:
+            self._emit(self._buf, out)
+        self._buf = self._header = ""
+
+    def _run(self, out: DeltaBuilder, final: bool) -> None:
+        while True:
+            before = (self._state, len(self._buf))
+            if self._state is _State.OUTSIDE:
+                self._outside(out, final)
+            elif self._state is _State.HEADER:
+                self._in_header(out, final)
+            else:
+                self._body(out, final)
+            if (self._state, len(self._buf)) == before:
+                return
+
+    def _outside(self, out: DeltaBuilder, final: bool) -> None:
+        hits = [(self._buf.find(m), m) for m in (START, CHANNEL)]
+        found = [(at, m) for at, m in hits if at >= 0]
+        if not found:
+            keep = 0 if final else partial_suffix(self._buf, [START, CHANNEL])
+            out.content(self._buf[: len(self._buf) - keep])
+            self._buf = self._buf[len(self._buf) - keep :]
+            return
+        at, marker = min(found)
+        out.content(self._buf[:at])
+        skip = len(START) if marker == START else 0
+        self._buf, self._state, self._header = self._buf[at + skip :], _State.HEADER, ""
+        self._silent = 0
+
+    def _in_header(self, out: DeltaBuilder, final: bool) -> None:
+        at = self._buf.find(MESSAGE)
+        if at < 0:
+            if len(self._header) + len(self._buf) > _MAX_HEADER:
+                out.content(self._header[self._silent :] + self._buf)
+                self._buf, self._header, self._state = "", "", _State.OUTSIDE
+            return
+        self._header += self._buf[:at]
+        self._buf, self._state = self._buf[at + len(MESSAGE) :], _State.BODY
+        channel = _CHANNEL.search(self._header)
+        recipient = _RECIPIENT.search(self._header)
+        name = recipient.group(1) if recipient else ""
+        if self._tool_calls and name.startswith("functions.") and len(name) > 10:
+            self._route, self._call_name = _Route.CALL, name[len("functions.") :]
+        elif self._reasoning and channel and channel.group(1) == "analysis":
+            self._route = _Route.REASONING
+        else:
+            self._route = _Route.CONTENT
+        self._header, self._silent = "", 0
+
+    def _body(self, out: DeltaBuilder, final: bool) -> None:
+        hits = [at for at in (self._buf.find(e) for e in ENDS) if at >= 0]
+        if hits:
+            at = min(hits)
+            end = next(e for e in ENDS if self._buf.startswith(e, at))
+            body, self._buf = self._buf[:at], self._buf[at + len(end) :]
+            self._emit(body, out, final=True)
+            self._state = _State.OUTSIDE
+            self._end_message(out)
+            return
+        cut = len(self._buf) - (0 if final else partial_suffix(self._buf, list(ENDS)))
+        body, self._buf = self._buf[:cut], self._buf[cut:]
+        self._emit(body, out, final=final)
+
+    def _emit(self, text: str, out: DeltaBuilder, final: bool = True) -> None:
+        if self._route is _Route.REASONING:
+            out.reasoning(text)
+        elif self._route is _Route.CONTENT:
+            out.content(text)
+        else:
+            self._call_text(text, out, final)
+
+    def _call_text(self, text: str, out: DeltaBuilder, final: bool) -> None:
+        if self._call_name is not None:
+            stripped = text.lstrip()
+            if not stripped:
+                return
+            if not stripped.startswith("{"):
+                self._route, self._call_name = _Route.CONTENT, None
+                out.content(text)
+                return
+            out.call_start(self._index, new_call_id(), self._call_name)
+            self._call_name, self._args, text = None, JsonArguments(), stripped
+        assert self._args is not None
+        args, used, status = self._args.feed(text, final)
+        out.arguments(self._index, args)
+        rest = text[used:]
+        if status is not Status.MORE:
+            self._index += 1
+            self._route, self._args = _Route.CONTENT, None
+            out.content(rest.strip() if status is Status.DONE else rest)
+        elif rest:
+            self._buf = rest + self._buf  # a number or literal still undecided
+
+    def _end_message(self, out: DeltaBuilder) -> None:
+        if self._args is not None:  # the call ended before its JSON closed
+            self._index += 1
+        self._args, self._call_name, self._route = None, None, _Route.CONTENT
