@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from .chat.message import MessageDelta, ParsedMessage
 from .chat.stream import OutputStream, make_output_stream
 from .chat.template import encode_prompt, render_chat
+from .constrained import ConstraintError, build_logits_processors
 from .engine.engine import Engine
 from .engine.sampling import SamplingParams
 from .engine.types import GenerationChunk, GenerationRequest, TokenLogprob
@@ -36,6 +37,8 @@ class ChatRequest:
     response_format: dict | None = None
     template_kwargs: dict = field(default_factory=dict)
     max_tokens_given: bool = False
+    thinking_budget: int | None = None
+    parallel_tool_calls: bool = True
 
 
 @dataclass
@@ -88,8 +91,10 @@ class Pipeline:
         default_max_tokens: int,
         reasoning_parser: str | None = None,
         tool_parser: str | None = None,
+        structured_backend: str = "auto",
     ):
         self.engine = engine
+        self.structured_backend = structured_backend
         self.tokenizer = engine.tokenizer
         self.context_length = context_length
         self.default_max_tokens = default_max_tokens
@@ -107,13 +112,30 @@ class Pipeline:
         params = self._fit_max_tokens(
             request.params, len(prompt.token_ids), request.max_tokens_given
         )
+        tool_parser = self.tool_parser if calls_allowed else None
+        try:
+            processors = build_logits_processors(
+                self.tokenizer,
+                response_format=request.response_format,
+                tool_choice=request.tool_choice if calls_allowed else None,
+                tools=tools,
+                tool_parser=tool_parser,
+                reasoning_parser=self.reasoning_parser,
+                prompt_tail=prompt.tail,
+                thinking_budget=request.thinking_budget,
+                backend=self.structured_backend,
+                parallel_tool_calls=request.parallel_tool_calls,
+            )
+        except ConstraintError as exc:
+            raise RequestError(str(exc), "response_format") from None
         output = make_output_stream(
             reasoning_parser=self.reasoning_parser,
-            tool_parser=self.tool_parser if calls_allowed else None,
+            tool_parser=tool_parser,
             tools=tools,
             prompt_tail=prompt.tail,
         )
-        return Prepared(GenerationRequest(prompt.token_ids, params), output, prompt.text)
+        generation = GenerationRequest(prompt.token_ids, params, processors)
+        return Prepared(generation, output, prompt.text)
 
     def prepare_completion(
         self, prompt: str | list[int], params: SamplingParams, max_tokens_given: bool

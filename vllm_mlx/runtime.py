@@ -10,12 +10,15 @@ import logging
 import sys
 from dataclasses import dataclass
 
+from .chat.tool_prompt import FALLBACK_TOOL_PARSER
 from .engine.cpu import openblas_preloaded
 from .engine.engine import Engine
 from .engine.sources import ModelTokenSource, ReplayTokenSource
 from .models.loader import CpuWeights, LoadedModel, context_length, load_model, served_name
 from .models.resolve import resolve_model
 from .pipeline import Pipeline
+from .reasoning import ReasoningParserManager
+from .tool_parsers import ToolParserManager
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +43,14 @@ def build_runtime(
     reasoning_parser: str | None = None,
     tool_parser: str | None = None,
     max_queue: int = 256,
+    structured_backend: str = "auto",
     progress: bool = True,
 ) -> Runtime:
     if cpu_weights == "auto" and sys.platform.startswith("linux") and not openblas_preloaded():
         # float32 pays off only when OpenBLAS does the matmuls (engine/cpu.py)
         cpu_weights = "quantized"
     loaded = load_model(model, cpu_weights=cpu_weights, progress=progress)
+    reasoning_parser, tool_parser = select_parsers(loaded, reasoning_parser, tool_parser)
     engine = Engine(ModelTokenSource(loaded.model), loaded.tokenizer, max_queue=max_queue)
     pipeline = Pipeline(
         engine,
@@ -53,6 +58,7 @@ def build_runtime(
         default_max_tokens=default_max_tokens,
         reasoning_parser=reasoning_parser,
         tool_parser=tool_parser,
+        structured_backend=structured_backend,
     )
     log.info("loaded %s (%s weights) from %s", loaded.name, loaded.weights, loaded.path)
     return Runtime(loaded, engine, pipeline)
@@ -70,6 +76,7 @@ def build_replay_runtime(
     model's real tokenizer, at no model cost: for measuring the server's own per-token cost
     and for exercising clients and parsers with a chosen output."""
     loaded = _load_tokenizer_only(model)
+    reasoning_parser, tool_parser = select_parsers(loaded, reasoning_parser, tool_parser)
     token_ids = loaded.tokenizer.encode(text, add_special_tokens=False)
     source = ReplayTokenSource([*token_ids, loaded.tokenizer.eos_token_id])
     engine = Engine(source, loaded.tokenizer)
@@ -98,3 +105,25 @@ def _load_tokenizer_only(spec: str | None) -> LoadedModel:
         context_length=context_length(config),
         weights="quantized",
     )
+
+
+def select_parsers(
+    loaded: LoadedModel, reasoning: str | None, tool: str | None
+) -> tuple[str | None, str | None]:
+    """Parser names in order of precedence: given (validated; an unknown name is a
+    ValueError listing the valid ones), detected from the template and special tokens, and
+    for tool calls the Hermes fallback used with templates that cannot render tools."""
+    tokenizer = loaded.tokenizer
+    specials = set(getattr(tokenizer, "all_special_tokens", []) or [])
+    specials |= set(tokenizer.get_added_vocab()) if hasattr(tokenizer, "get_added_vocab") else set()
+    template = loaded.chat_template
+    if reasoning is not None:
+        reasoning = ReasoningParserManager.resolve(reasoning)
+    else:
+        reasoning = ReasoningParserManager.detect(loaded.name, template, specials)
+    if tool is not None:
+        tool = ToolParserManager.resolve(tool)
+    else:
+        tool = ToolParserManager.detect(loaded.name, template, specials) or FALLBACK_TOOL_PARSER
+    log.info("reasoning parser: %s; tool-call parser: %s", reasoning, tool)
+    return reasoning, tool

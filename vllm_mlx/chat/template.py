@@ -6,6 +6,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from .tool_prompt import template_renders_tools, with_tool_system_prompt
+
 # How much of the rendered prompt the parsers and the thinking processor get to see: enough
 # to hold any opening marker a template leaves open (`<think>\n`, `<|channel|>analysis…`).
 PROMPT_TAIL_CHARS = 256
@@ -33,11 +35,15 @@ def render_chat(
     template_kwargs: dict | None = None,
 ) -> RenderedPrompt:
     """Render OpenAI-style messages. Tool-call arguments arrive as JSON text and are handed
-    to the template as objects, which is what templates (Qwen, Llama, Mistral…) iterate."""
-    if getattr(tokenizer, "chat_template", None) is None:
+    to the template as objects, which is what templates (Qwen, Llama, Mistral…) iterate.
+    A template that cannot render tools gets them in a system message (tool_prompt.py)."""
+    template = getattr(tokenizer, "chat_template", None)
+    if template is None:
         raise ChatTemplateError(
             "this model has no chat template; use /v1/completions with a raw prompt"
         )
+    if tools and not template_renders_tools(template):
+        messages, tools = with_tool_system_prompt(messages, tools), None
     try:
         text = tokenizer.apply_chat_template(
             [_for_template(m) for m in messages],

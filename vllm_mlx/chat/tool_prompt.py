@@ -1,0 +1,37 @@
+"""Tools for chat templates that cannot render them.
+
+Many small models' templates (SmolLM2's ChatML among them) ignore ``tools``. Rather than let
+the model never hear of them, such requests get the tools described in a system message in
+the Hermes format (Qwen2.5's wording), and replies are parsed with the hermes parser.
+"""
+
+from __future__ import annotations
+
+import json
+
+FALLBACK_TOOL_PARSER = "hermes"
+
+_INTRO = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+)
+_OUTRO = (
+    "\n</tools>\n\nFor each function call, return a json object with function name and "
+    "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+)
+
+
+def template_renders_tools(chat_template: str | None) -> bool:
+    return bool(chat_template) and "tools" in chat_template
+
+
+def with_tool_system_prompt(messages: list[dict], tools: list[dict]) -> list[dict]:
+    """The messages with the tools described in the (first) system message."""
+    listing = "".join("\n" + json.dumps(tool, ensure_ascii=False) for tool in tools)
+    block = _INTRO + listing + _OUTRO
+    if messages and messages[0].get("role") == "system":
+        first = dict(messages[0])
+        first["content"] = f"{first.get('content') or ''}\n\n{block}".lstrip()
+        return [first, *messages[1:]]
+    return [{"role": "system", "content": block}, *messages]
