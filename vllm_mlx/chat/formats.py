@@ -231,6 +231,15 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
             arguments_key="parameters",
             stop_markers=("<|eom_id|>",),
             aliases=("llama3", "llama3_1", "llama3.1", "llama3.2", "llama"),
+            variants=(
+                ToolCallFormat(
+                    "llama3_json",
+                    "json_named",
+                    call_start="",
+                    separator="; ",
+                    arguments_key="parameters",
+                ),
+            ),
         ),
         ToolCallFormat(
             "pythonic",
@@ -261,7 +270,17 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
             call_start="",
             separator=", ",
             aliases=("magistral", "devstral", "mistral_small"),
-            variants=(_MISTRAL_NAMED,),
+            variants=(
+                _MISTRAL_NAMED,
+                ToolCallFormat(
+                    "mistral",
+                    "json_named",
+                    section_start="[TOOL_CALLS] [",
+                    section_end="]",
+                    call_start="",
+                    separator=", ",
+                ),
+            ),
         ),
         ToolCallFormat(
             "deepseek_v3",

@@ -54,8 +54,8 @@ def match_name(text: str, pos: int, final: bool) -> tuple[Match, int]:
         return (Match.PARTIAL if pos == len(text) and not final else Match.FAIL), pos
     if m.end() - pos > MAX_NAME:
         return Match.FAIL, pos
-    if m.end() == len(text) and not final:
-        return Match.PARTIAL, m.end()
+    if m.end() == len(text):  # the name may still continue, or was cut off
+        return (Match.FAIL if final else Match.PARTIAL), m.end()
     return Match.MATCH, m.end()
 
 

@@ -193,7 +193,7 @@ class MarkedToolParser(ToolParser):
         self._index += 1
         if state is Match.MATCH:
             self._buf = self._buf[end:]
-        in_section = bool(v.section_start) and state is Match.MATCH
+        in_section = bool(v.section_start or v.separator) and state is Match.MATCH
         self._state = _State.BETWEEN if in_section else _State.TEXT
         self._skip_ws = True
 

@@ -1,0 +1,251 @@
+"""Every tool-call family: round trips through its own format, real model outputs, malformed
+and truncated calls, in both modes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from parser_cases import (
+    WEATHER_TOOLS,
+    assert_same_in_every_mode,
+    calls_of,
+    parse,
+    shape,
+    stream,
+)
+
+from vllm_mlx.chat.formats import TOOL_CALL_FORMATS
+
+MARKED = [n for n in TOOL_CALL_FORMATS if n != "harmony"]
+TRICKY = {
+    "city": 'São "Paulo" \\ <b>&amp; 東京\nline2',
+    "days": 3,
+    "opts": {"nested": {"deep": [1, 2.5, None, True]}, "s": "}{]["},
+    "tags": ["a", "b"],
+}
+CALLS = [("get_weather", TRICKY), ("noop", {})]
+
+
+def _variants(name):
+    fmt = TOOL_CALL_FORMATS[name]
+    return [fmt, *fmt.variants]
+
+
+@pytest.mark.parametrize("name", MARKED)
+def test_plain_content_passes_through(name):
+    text = "The answer is 42. Nothing to call here, {braces} and [brackets] too."
+    msg = assert_same_in_every_mode(text, name, tools=WEATHER_TOOLS)
+    assert msg.content == text and msg.tool_calls == []
+
+
+@pytest.mark.parametrize("name", MARKED)
+def test_one_call_then_several_calls_round_trip(name):
+    for fmt in _variants(name):
+        one = assert_same_in_every_mode(fmt.render_calls(CALLS[:1]), name, tools=WEATHER_TOOLS)
+        assert calls_of(one) == CALLS[:1] and one.content is None
+        both = assert_same_in_every_mode(fmt.render_calls(CALLS), name, tools=WEATHER_TOOLS)
+        assert calls_of(both) == CALLS
+        assert len({c.id for c in both.tool_calls}) == 2
+
+
+@pytest.mark.parametrize("name", MARKED)
+def test_content_before_a_call(name):
+    for fmt in _variants(name):
+        if len(fmt.section_start + fmt.call_start) <= 1:
+            continue  # bare `[`/`{` openings count only at the start of the output
+        text = "Let me check.\n\n" + fmt.render_calls(CALLS[:1])
+        msg = assert_same_in_every_mode(text, name, tools=WEATHER_TOOLS)
+        assert msg.content == "Let me check."
+        assert calls_of(msg) == CALLS[:1]
+
+
+@pytest.mark.parametrize("name", MARKED)
+def test_truncated_before_the_arguments_stays_content(name):
+    for fmt in _variants(name):
+        full = fmt.render_calls(CALLS[:1])
+        opening = fmt.section_start + fmt.call_start
+        cut = full[: len(opening) + 5]
+        msg = assert_same_in_every_mode("Hi " + cut, name, tools=WEATHER_TOOLS)
+        assert msg.tool_calls == []
+        assert msg.content == ("Hi " + cut).rstrip()
+
+
+@pytest.mark.parametrize("name", MARKED)
+def test_partial_marker_is_held_then_released(name):
+    trigger = (TOOL_CALL_FORMATS[name].section_start + TOOL_CALL_FORMATS[name].call_start)[:4]
+    text = "abc " + trigger
+    joined, _, deltas = stream(text, [1], name)
+    assert joined.content == text.rstrip()
+    streamed_before_finish = "".join(d.content for d in deltas[:-1])
+    assert not streamed_before_finish.endswith(trigger[:2]) or len(trigger) < 2
+
+
+def test_hermes_real_qwen3_output_and_argument_streaming():
+    text = (
+        "I'll look that up.\n<tool_call>\n"
+        '{"name": "get_weather", "arguments": {"city": "Paris", "days": 12}}\n'
+        "</tool_call>\n<tool_call>\n"
+        '{"name": "noop", "arguments": {}}\n</tool_call>'
+    )
+    msg = assert_same_in_every_mode(text, "hermes")
+    assert msg.content == "I'll look that up."
+    assert [c.arguments for c in msg.tool_calls] == ['{"city": "Paris", "days": 12}', "{}"]
+    _, _, deltas = stream(text, [1], "hermes")
+    pieces = [tc.arguments for d in deltas for tc in d.tool_calls if tc.arguments]
+    assert len(pieces) > 10  # arguments stream character by character, not as one chunk
+    assert "1" not in pieces and "12" in "".join(pieces)  # a number is held until it ends
+
+
+def test_hermes_malformed_json_after_commit_keeps_the_rest_as_content():
+    text = '<tool_call>\n{"name": "f", "arguments": {"a": 1]}\n</tool_call>'
+    msg = assert_same_in_every_mode(text, "hermes")
+    assert [c.name for c in msg.tool_calls] == ["f"]
+    assert "</tool_call>" in msg.content
+
+
+def test_hermes_not_json_stays_content():
+    text = "<tool_call>\nnot json at all\n</tool_call>"
+    msg = assert_same_in_every_mode(text, "hermes")
+    assert msg.tool_calls == [] and msg.content == text
+
+
+def test_hermes_truncated_inside_arguments_keeps_the_call():
+    text = '<tool_call>\n{"name": "f", "arguments": {"city": "Par'
+    msg = assert_same_in_every_mode(text, "hermes")
+    assert [(c.name, c.arguments) for c in msg.tool_calls] == [("f", '{"city": "Par')]
+
+
+def test_qwen3_coder_typed_values_and_verbatim_strings():
+    text = (
+        "<tool_call>\n<function=get_weather>\n"
+        '<parameter=city>\n  01234 &amp; {"x": 1}\n</parameter>\n'
+        "<parameter=zip>\n007\n</parameter>\n"
+        "<parameter=days>\n7\n</parameter>\n<parameter=scale>\n1.5\n</parameter>\n"
+        '<parameter=metric>\nTrue\n</parameter>\n<parameter=tags>\n[1, "x"]\n</parameter>\n'
+        "<parameter=opts>\nnot json\n</parameter>\n<parameter=extra>\n5\n</parameter>\n"
+        "</function>\n</tool_call>"
+    )
+    msg = assert_same_in_every_mode(text, "qwen3_coder", tools=WEATHER_TOOLS)
+    assert calls_of(msg) == [
+        (
+            "get_weather",
+            {
+                "city": '  01234 &amp; {"x": 1}',
+                "zip": "007",
+                "days": 7,
+                "scale": 1.5,
+                "metric": True,
+                "tags": [1, "x"],
+                "opts": "not json",
+                "extra": "5",
+            },
+        )
+    ]
+
+
+def test_glm45_and_glm47_layouts():
+    for text in (
+        "<tool_call>get_weather\n<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n</tool_call>",
+        "<tool_call>get_weather<arg_key>days</arg_key><arg_value>2</arg_value></tool_call>",
+    ):
+        msg = assert_same_in_every_mode(text, "glm45", tools=WEATHER_TOOLS)
+        assert calls_of(msg) == [("get_weather", {"days": 2})]
+
+
+def test_kimi_k2_keeps_dotted_hyphenated_names_and_raw_ids():
+    text = (
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.mcp.git-status:3"
+        '<|tool_call_argument_begin|>{"repo": "."}<|tool_call_end|><|tool_calls_section_end|>'
+    )
+    msg = assert_same_in_every_mode(text, "kimi_k2")
+    assert msg.tool_calls[0].name == "mcp.git-status"
+    assert msg.tool_calls[0].id == "functions.mcp.git-status:3"
+
+
+def test_mistral_both_syntaxes_are_inferred_from_the_text():
+    old = '[TOOL_CALLS] [{"name": "noop", "arguments": {}}]'
+    new = '[TOOL_CALLS]noop[ARGS]{}[TOOL_CALLS]get_weather[ARGS]{"days": 1}'
+    assert calls_of(assert_same_in_every_mode(old, "mistral")) == [("noop", {})]
+    assert calls_of(assert_same_in_every_mode(new, "mistral")) == [
+        ("noop", {}),
+        ("get_weather", {"days": 1}),
+    ]
+
+
+def test_llama3_json_bare_and_tagged():
+    bare = '{"name": "noop", "parameters": {}}; {"name": "get_weather", "parameters": {"a": 1}}'
+    assert [n for n, _ in calls_of(assert_same_in_every_mode(bare, "llama3_json"))] == [
+        "noop",
+        "get_weather",
+    ]
+    prose = 'Use {"name": "x"} like this.'
+    assert assert_same_in_every_mode(prose, "llama3_json").content == prose
+
+
+def test_pythonic_literals_and_malformed():
+    ok = '[get_weather(city="Paris", days=2, opts={"a": None}), noop()]'
+    assert calls_of(assert_same_in_every_mode(ok, "pythonic")) == [
+        ("get_weather", {"city": "Paris", "days": 2, "opts": {"a": None}}),
+        ("noop", {}),
+    ]
+    bad = "[get_weather(city=Paris)]"
+    msg = assert_same_in_every_mode(bad, "pythonic")
+    assert msg.tool_calls == [] and msg.content == bad
+
+
+def test_gemma4_strings_may_contain_syntax():
+    text = '<|tool_call>call:get_weather{city:<|"|>a, b: {c}<|"|>,days:2}<tool_call|>'
+    msg = assert_same_in_every_mode(text, "gemma4")
+    assert calls_of(msg) == [("get_weather", {"city": "a, b: {c}", "days": 2})]
+
+
+def test_deepseek_v3_real_output():
+    text = (
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+        '```json\n{"city": "Hangzhou"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>'
+    )
+    assert calls_of(assert_same_in_every_mode(text, "deepseek_v3")) == [
+        ("get_weather", {"city": "Hangzhou"})
+    ]
+
+
+def test_minimax_m2_typed():
+    text = (
+        '<minimax:tool_call>\n<invoke name="get_weather">\n'
+        '<parameter name="days">4</parameter>\n<parameter name="zip">04</parameter>\n'
+        "</invoke>\n</minimax:tool_call>"
+    )
+    msg = assert_same_in_every_mode(text, "minimax_m2", tools=WEATHER_TOOLS)
+    assert calls_of(msg) == [("get_weather", {"days": 4, "zip": "04"})]
+
+
+def test_harmony_calls_with_recipient_in_channel_or_header():
+    for header in (
+        "<|channel|>commentary to=functions.get_weather <|constrain|>json",
+        " to=functions.get_weather<|channel|>commentary json",
+        "<|channel|>commentary to=functions.get_weather",
+    ):
+        text = (
+            "<|channel|>analysis<|message|>Think.<|end|>"
+            f'<|start|>assistant{header}<|message|>{{"city": "Oslo"}}<|call|>'
+        )
+        msg = assert_same_in_every_mode(
+            text, "harmony", "harmony", prompt_tail="<|start|>assistant"
+        )
+        assert msg.reasoning_content == "Think."
+        assert calls_of(msg) == [("get_weather", {"city": "Oslo"})]
+
+
+def test_harmony_final_channel_is_content():
+    text = "<|channel|>analysis<|message|>hm<|end|><|start|>assistant<|channel|>final<|message|>Hi!"
+    msg = assert_same_in_every_mode(text, "harmony", "harmony", prompt_tail="<|start|>assistant")
+    assert shape(msg) == ("hm", "Hi!", [])
+
+
+def test_arguments_are_json_objects_when_complete():
+    for name in MARKED:
+        fmt = TOOL_CALL_FORMATS[name]
+        msg = parse(fmt.render_calls(CALLS), name, tools=WEATHER_TOOLS)
+        for call in msg.tool_calls:
+            assert isinstance(json.loads(call.arguments), dict)
