@@ -7,12 +7,14 @@ import os
 import zipfile
 from pathlib import Path
 
+import gguf
 import mlx.core as mx
 import mlx.nn as nn
 import pytest
 from conftest_models import SPECIAL_TOKENS, write_tiny_llama_gguf
 
 from vllm_mlx.models import ModelLoadError, default_model, load_model, resolve, resolve_model
+from vllm_mlx.models.gguf_header import read_gguf_header
 from vllm_mlx.models.loader import choose_weights, served_name
 
 PROMPT_IDS = mx.array([[1, 5, 9, 40, 77, 200, 259, 260, 2]])
@@ -113,6 +115,21 @@ def test_a_file_that_is_not_gguf_is_refused(tmp_path: Path) -> None:
     (tmp_path / "weights.bin").write_bytes(b"\0" * 16)
     with pytest.raises(ModelLoadError, match=r"not a \.gguf file"):
         resolve_model(str(tmp_path / "weights.bin"), progress=False)
+
+
+def test_header_reader_agrees_with_gguf_package(tmp_path: Path) -> None:
+    path = tmp_path / "tiny.gguf"
+    write_tiny_llama_gguf(path, tied=False, tensor_types={"attn_v": "Q4_1", "token_embd": "Q8_0"})
+    header = read_gguf_header(path)
+    reader = gguf.GGUFReader(path)
+    assert header.architecture == "llama"
+    assert header.tensor_types == {t.name: t.tensor_type.name for t in reader.tensors}
+    assert header.tensor_types["blk.1.attn_v.weight"] == "Q4_1"
+
+    data = path.read_bytes()
+    (tmp_path / "cut.gguf").write_bytes(data[:2000])  # header cut inside the vocabulary
+    with pytest.raises(ModelLoadError, match="not a readable GGUF file"):
+        read_gguf_header(tmp_path / "cut.gguf")
 
 
 def count_conversions(monkeypatch: pytest.MonkeyPatch) -> list[Path]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import mlx.core as mx
 from tqdm import tqdm
 
 from vllm_mlx.models.errors import ModelLoadError
+from vllm_mlx.models.gguf_header import GGUFHeader, read_gguf_header
 from vllm_mlx.models.gguf_tokenizer import write_tokenizer_files
 
 # GGUF tensor type -> (bits, group size) of the MLX affine layout it loads as; None = float.
@@ -51,37 +51,21 @@ _LAYER_TENSORS = {
 _PARAMETER_SUFFIXES = ("weight", "scales", "biases", "bias")
 
 
-@dataclass(frozen=True)
-class GGUFHeader:
-    """What the importer needs to know before reading any tensor data."""
-
-    architecture: str
-    tensor_types: dict[str, str]
-
-
 def read_header(path: Path) -> GGUFHeader:
     """Read architecture and tensor types, refusing what the importer cannot convert."""
-    from gguf import GGUFReader  # heavy-ish import, only needed when converting
-
-    try:
-        reader = GGUFReader(path)
-    except (ValueError, OSError, KeyError, IndexError) as error:
-        raise ModelLoadError(f"{path} is not a readable GGUF file: {error}") from error
-    arch_field = reader.get_field("general.architecture")
-    architecture = arch_field.contents() if arch_field is not None else None
-    if architecture not in SUPPORTED_ARCHITECTURES:
+    header = read_gguf_header(path)
+    if header.architecture not in SUPPORTED_ARCHITECTURES:
         raise ModelLoadError(
-            f"GGUF file {path.name} has architecture {architecture!r}, which vllm-mlx cannot "
-            f"import; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
+            f"GGUF file {path.name} has architecture {header.architecture!r}, which vllm-mlx "
+            f"cannot import; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
         )
-    tensor_types = {tensor.name: tensor.tensor_type.name for tensor in reader.tensors}
-    for name, kind in tensor_types.items():
+    for name, kind in header.tensor_types.items():
         if kind not in TENSOR_TYPES:
             raise ModelLoadError(
                 f"GGUF tensor {name} has type {kind}, which vllm-mlx cannot import; "
                 f"supported: {', '.join(TENSOR_TYPES)}"
             )
-    return GGUFHeader(architecture=architecture, tensor_types=tensor_types)
+    return header
 
 
 def _scalar(metadata: dict[str, Any], key: str, default: Any = None) -> Any:
