@@ -1,0 +1,127 @@
+"""Parser registries (names, aliases, detection) and the `vllm-mlx parse` command."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from vllm_mlx.chat.formats import UnknownParserError
+from vllm_mlx.cli import main
+from vllm_mlx.reasoning import ReasoningParserManager
+from vllm_mlx.tool_parsers import ToolParserManager
+
+HERMES_OUTPUT = (
+    "<think>plan</think>\n\nSure.\n<tool_call>\n"
+    '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+)
+
+
+def test_names_and_aliases():
+    assert {"qwen3", "deepseek_r1", "glm45", "mistral", "gemma4", "harmony", "seed_oss"} == set(
+        ReasoningParserManager.names()
+    )
+    assert len(ToolParserManager.names()) == 13
+    assert ReasoningParserManager.resolve("GPT-OSS") == "harmony"
+    assert ReasoningParserManager.resolve("glm4") == "glm45"
+    assert ToolParserManager.resolve("gpt_oss") == "harmony"
+    assert ToolParserManager.resolve("qwen") == "hermes"
+
+
+def test_unknown_name_lists_valid_names():
+    with pytest.raises(UnknownParserError) as err:
+        ToolParserManager.resolve("nope")
+    assert isinstance(err.value, ValueError) and "hermes" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("model", "template", "tokens", "tool", "reasoning"),
+    [
+        ("Qwen/Qwen3-8B", "{{ '<tool_call>' }} <think>", ["<think>"], "hermes", "qwen3"),
+        ("Qwen3-Coder-30B", "<function=x><parameter=y>", [], "qwen3_coder", None),
+        ("openai/gpt-oss-20b", None, ["<|channel|>", "<|call|>"], "harmony", "harmony"),
+        ("moonshotai/Kimi-K2", None, ["<|tool_calls_section_begin|>"], "kimi_k2", None),
+        ("zai/GLM-4.5-Air", "<arg_key>", ["<think>"], "glm45", "glm45"),
+        ("DeepSeek-R1", "function<｜tool▁sep｜>", ["<｜tool▁calls▁begin｜>"], "deepseek_v3", None),
+        ("mystery-model", None, [], None, None),
+    ],
+)
+def test_detection(model, template, tokens, tool, reasoning):
+    assert ToolParserManager.detect(model, template, tokens) == tool
+    if reasoning:
+        assert ReasoningParserManager.detect(model, template, tokens) == reasoning
+
+
+def _run(args, stdin):
+    return CliRunner().invoke(main, ["parse", *args], input=stdin)
+
+
+def test_parse_single_input_streaming_equals_whole():
+    args = ["--tool-call-parser", "hermes", "--reasoning-parser", "qwen3"]
+    whole = _run(args, HERMES_OUTPUT)
+    chunked = _run([*args, "--chunk-size", "3"], HERMES_OUTPUT)
+    assert whole.exit_code == 0 and chunked.exit_code == 0, whole.output
+    a, b = json.loads(whole.output), json.loads(chunked.output)
+    assert a["reasoning_content"] == "plan" and a["content"] == "Sure."
+    assert a["tool_calls"][0]["function"] == {
+        "name": "get_weather",
+        "arguments": '{"city": "Paris"}',
+    }
+    assert a["tool_calls"][0]["id"].startswith("call_")
+    for m in (a, b):
+        for call in m["tool_calls"]:
+            call.pop("id")
+    assert a == b
+
+
+def test_parse_tools_file_and_prompt_tail(tmp_path):
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "f",
+                "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}},
+            },
+        }
+    ]
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps(tools))
+    text = "x</think><tool_call>\n<function=f>\n<parameter=n>\n5\n</parameter>\n</function>\n</tool_call>"
+    result = _run(
+        [
+            "--tool-call-parser",
+            "qwen3_coder",
+            "--reasoning-parser",
+            "qwen3",
+            "--tools",
+            str(path),
+            "--prompt-tail",
+            "<think>\n",
+        ],
+        text,
+    )
+    out = json.loads(result.output)
+    assert out["reasoning_content"] == "x"
+    assert out["tool_calls"][0]["function"]["arguments"] == '{"n": 5}'
+
+
+def test_parse_unknown_parser_is_an_error_listing_names():
+    result = _run(["--tool-call-parser", "bogus"], "hi")
+    assert result.exit_code != 0 and "hermes" in result.output
+
+
+def test_parse_jsonl_reports_per_line_errors():
+    lines = [
+        {"text": HERMES_OUTPUT, "tool_call_parser": "hermes", "reasoning_parser": "qwen3"},
+        {"text": "plain"},
+        {"text": "x", "reasoning_parser": "bogus"},
+        {"no_text": 1},
+    ]
+    stdin = "\n".join(json.dumps(x) for x in lines) + "\n"
+    result = _run(["--jsonl", "--chunk-size", "2"], stdin)
+    outs = [json.loads(line) for line in result.output.splitlines()]
+    assert outs[0]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert outs[1] == {"reasoning_content": None, "content": "plain", "tool_calls": []}
+    assert "error" in outs[2] and "qwen3" in outs[2]["error"]
+    assert "error" in outs[3]
