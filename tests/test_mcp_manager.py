@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from mcp_servers.harness import time_server_stdio, toolbox_http, toolbox_stdio
+from mcp_servers.harness import free_port, time_server_stdio, toolbox_http, toolbox_stdio
 
 from vllm_mlx.mcp.config import parse_config
 from vllm_mlx.mcp.manager import MCPManager
@@ -25,27 +26,64 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture(scope="module")
-def http_port() -> int:
+def http_port() -> Iterator[int]:
     with toolbox_http("--http") as port:
         yield port
 
 
 @pytest.fixture(scope="module")
-async def manager(http_port: int) -> AsyncIterator[MCPManager]:
+def sse_port() -> Iterator[int]:
+    with toolbox_http("--sse") as port:
+        yield port
+
+
+SECRETS = {"VLLM_MLX_API_KEY": "server-secret", "OPENAI_API_KEY": "sk-secret"}
+
+
+@pytest.fixture(scope="module")
+async def manager(http_port: int, sse_port: int) -> AsyncIterator[MCPManager]:
+    """One manager over every kind of server, started with secrets in our environment."""
     config = parse_config(
         {
             "mcpServers": {
-                "box": toolbox_stdio(timeout=3, blocked_tools=["env_value"]),
-                "web": {"url": f"http://127.0.0.1:{http_port}/mcp", "timeout": 3},
+                "box": toolbox_stdio(timeout=3, env={"TOOL_TOKEN": "given"}),
+                "web": {
+                    "url": f"http://127.0.0.1:{http_port}/mcp",
+                    "timeout": 3,
+                    "blocked_tools": ["crash"],
+                },
+                "old": {
+                    "url": f"http://127.0.0.1:{sse_port}/sse",
+                    "type": "sse",
+                    "allowed_tools": ["echo"],
+                },
                 "time": time_server_stdio(),
                 "broken": {"command": "/nonexistent/mcp-server"},
+                "gone": {"url": f"http://127.0.0.1:{free_port()}/mcp"},
                 "off": toolbox_stdio(enabled=False),
             },
             "max_output_bytes": 2000,
+            "max_parallel_calls": 2,
             "connect_timeout": 20,
         }
     )
-    async with MCPManager(config) as running:
+    saved = {key: os.environ.get(key) for key in SECRETS}
+    os.environ.update(SECRETS)
+    try:
+        async with MCPManager(config) as running:
+            yield running
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@pytest.fixture(scope="module")
+async def restartable() -> AsyncIterator[MCPManager]:
+    """A separate stdio server for tests that crash it or change its tool list."""
+    async with MCPManager(parse_config({"mcpServers": {"box": toolbox_stdio()}})) as running:
         yield running
 
 
@@ -66,19 +104,21 @@ async def test_status_reports_each_server(manager):
     assert status["box"]["state"] == "connected"
     assert status["web"]["state"] == "connected"
     assert status["web"]["transport"] == "streamable_http"
+    assert (status["old"]["state"], status["old"]["transport"]) == ("connected", "sse")
     assert status["time"]["state"] == "connected" and status["time"]["tools"] == 2
     assert status["broken"]["state"] in {"failed", "connecting"}
     assert "No such file" in status["broken"]["last_error"]
+    assert status["gone"]["state"] in {"failed", "connecting"} and status["gone"]["last_error"]
     assert status["off"]["state"] == "disabled"
 
 
 async def test_clashing_names_are_namespaced_and_unique_ones_are_not(manager):
     offered = names(manager)
-    assert {"box__echo", "web__echo", "box__sleep", "web__sleep"} <= offered
-    assert "echo" not in offered
+    assert {"box__echo", "web__echo", "old__echo", "box__sleep", "web__sleep"} <= offered
+    assert "echo" not in offered and "old__sleep" not in offered  # old allows only echo
     assert {"get_current_time", "convert_time"} <= offered
-    # blocked on box, so the web server's env_value is the only one and keeps its plain name
-    assert "env_value" in offered and "box__env_value" not in offered
+    # blocked on web, so box's crash is the only one offered and keeps its plain name
+    assert "crash" in offered and "web__crash" not in offered
 
 
 async def test_tools_are_in_openai_format(manager):
@@ -93,7 +133,7 @@ async def test_tools_are_in_openai_format(manager):
     }
 
 
-@pytest.mark.parametrize("tool", ["box__echo", "web__echo"])
+@pytest.mark.parametrize("tool", ["box__echo", "web__echo", "old__echo"])
 async def test_echo_over_stdio_and_http(manager, tool):
     result = await manager.call_tool(tool, '{"text": "héllo"}')
     assert (result.text, result.is_error) == ("héllo", False)
@@ -154,8 +194,9 @@ async def test_unknown_tool_lists_the_available_ones(manager):
 
 
 async def test_blocked_tool_says_why(manager):
-    result = await manager.call_tool("box__env_value", {"key": "HOME"})
+    result = await manager.call_tool("web__crash", {})
     assert result.is_error and "blocked_tools" in result.text
+    assert manager.status()["web"]["state"] == "connected"
 
 
 async def test_image_result_is_described_for_the_model(manager):
@@ -164,15 +205,11 @@ async def test_image_result_is_described_for_the_model(manager):
     assert result.content[0]["type"] == "image"
 
 
-async def test_our_secrets_do_not_reach_child_processes(monkeypatch):
-    monkeypatch.setenv("VLLM_MLX_API_KEY", "server-secret")
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
-    config = parse_config({"mcpServers": {"box": toolbox_stdio(env={"TOOL_TOKEN": "given"})}})
-    async with MCPManager(config) as manager:
-        seen = {
-            key: (await manager.call_tool("env_value", {"key": key})).text
-            for key in ("VLLM_MLX_API_KEY", "OPENAI_API_KEY", "TOOL_TOKEN")
-        }
+async def test_our_secrets_do_not_reach_child_processes(manager):
+    seen = {
+        key: (await manager.call_tool("box__env_value", {"key": key})).text
+        for key in (*SECRETS, "TOOL_TOKEN")
+    }
     assert seen == {
         "VLLM_MLX_API_KEY": "<unset>",
         "OPENAI_API_KEY": "<unset>",
@@ -180,71 +217,39 @@ async def test_our_secrets_do_not_reach_child_processes(monkeypatch):
     }
 
 
-async def test_concurrency_is_limited_to_max_parallel_calls():
-    config = parse_config({"mcpServers": {"box": toolbox_stdio()}, "max_parallel_calls": 2})
-    async with MCPManager(config) as manager:
-        results = await asyncio.gather(
-            *(manager.call_tool("hold", {"seconds": 0.2}) for _ in range(6))
-        )
-        assert [r.text for r in results] == ["held"] * 6
-        assert (await manager.call_tool("peak_concurrency", {})).text == "2"
-
-
-async def test_crashed_stdio_server_is_an_error_result_then_restarted():
-    config = parse_config({"mcpServers": {"box": toolbox_stdio()}})
-    async with MCPManager(config) as manager:
-        crashed = await manager.call_tool("crash", {})
-        assert crashed.is_error and "closed the connection" in crashed.text
-        await wait_for_state(manager, "box", "connected")
-        assert manager.status()["box"]["restarts"] == 1
-        assert (await manager.call_tool("echo", {"text": "back"})).text == "back"
-
-
-async def test_tool_list_change_is_picked_up():
-    config = parse_config({"mcpServers": {"box": toolbox_stdio()}})
-    async with MCPManager(config) as manager:
-        assert "fresh_tool" not in names(manager)
-        await manager.call_tool("add_tool", {"name": "fresh_tool"})
-        for _ in range(200):
-            if "fresh_tool" in names(manager):
-                break
-            await asyncio.sleep(0.05)
-        assert (await manager.call_tool("fresh_tool", {})).text == "hello from fresh_tool"
-        # a high-risk name announced later is not offered unless allowed
-        await manager.call_tool("add_tool", {"name": "run_command"})
-        for _ in range(200):
-            if manager.is_mcp_tool("run_command"):
-                break
-            await asyncio.sleep(0.05)
-        assert "run_command" not in names(manager)
-        blocked = await manager.call_tool("run_command", {})
-        assert blocked.is_error and "allowed_high_risk_tools" in blocked.text
-
-
-async def test_sse_transport():
-    with toolbox_http("--sse") as port:
-        config = parse_config(
-            {"mcpServers": {"old": {"url": f"http://127.0.0.1:{port}/sse", "type": "sse"}}}
-        )
-        async with MCPManager(config) as manager:
-            assert manager.status()["old"]["state"] == "connected"
-            assert (await manager.call_tool("echo", {"text": "sse"})).text == "sse"
-
-
-async def test_unreachable_http_server_fails_without_blocking_others():
-    config = parse_config(
-        {
-            "mcpServers": {
-                "gone": {"url": "http://127.0.0.1:9/mcp"},
-                "box": toolbox_stdio(),
-            },
-            "connect_timeout": 10,
-        }
+async def test_concurrency_is_limited_to_max_parallel_calls(manager):
+    results = await asyncio.gather(
+        *(manager.call_tool("box__hold", {"seconds": 0.2}) for _ in range(6))
     )
-    async with MCPManager(config) as manager:
-        status = manager.status()
-        assert status["box"]["state"] == "connected"
-        assert status["gone"]["state"] in {"failed", "connecting"}
-        assert status["gone"]["last_error"]
-        result = await manager.call_tool("echo", {"text": "ok"})
-        assert result.text == "ok"
+    assert [r.text for r in results] == ["held"] * 6
+    assert (await manager.call_tool("box__peak_concurrency", {})).text == "2"
+
+
+async def test_crashed_stdio_server_is_an_error_result_then_restarted(restartable):
+    manager = restartable
+    crashed = await manager.call_tool("crash", {})
+    assert crashed.is_error and "closed the connection" in crashed.text
+    await wait_for_state(manager, "box", "connected")
+    assert manager.status()["box"]["restarts"] == 1
+    assert (await manager.call_tool("echo", {"text": "back"})).text == "back"
+
+
+async def test_tool_list_change_is_picked_up(restartable):
+    manager = restartable
+    await wait_for_state(manager, "box", "connected")
+    assert "fresh_tool" not in names(manager)
+    await manager.call_tool("add_tool", {"name": "fresh_tool"})
+    for _ in range(200):
+        if "fresh_tool" in names(manager):
+            break
+        await asyncio.sleep(0.05)
+    assert (await manager.call_tool("fresh_tool", {})).text == "hello from fresh_tool"
+    # a high-risk name announced later is not offered unless allowed
+    await manager.call_tool("add_tool", {"name": "run_command"})
+    for _ in range(200):
+        if manager.is_mcp_tool("run_command"):
+            break
+        await asyncio.sleep(0.05)
+    assert "run_command" not in names(manager)
+    blocked = await manager.call_tool("run_command", {})
+    assert blocked.is_error and "allowed_high_risk_tools" in blocked.text
