@@ -87,7 +87,10 @@ def test_parse_tools_file_and_prompt_tail(tmp_path):
     ]
     path = tmp_path / "tools.json"
     path.write_text(json.dumps(tools))
-    text = "x</think><tool_call>\n<function=f>\n<parameter=n>\n5\n</parameter>\n</function>\n</tool_call>"
+    text = (
+        "x</think><tool_call>\n<function=f>\n<parameter=n>\n5\n</parameter>\n"
+        "</function>\n</tool_call>"
+    )
     result = _run(
         [
             "--tool-call-parser",

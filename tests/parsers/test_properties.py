@@ -80,7 +80,9 @@ def _is_prefix(part, whole) -> bool:
         return False
     if len(p_calls) > len(w_calls):
         return False
-    return all(wn == pn and wa.startswith(pa) for (pn, pa), (wn, wa) in zip(p_calls, w_calls))
+    return all(
+        wn == pn and wa.startswith(pa) for (pn, pa), (wn, wa) in zip(p_calls, w_calls, strict=False)
+    )
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

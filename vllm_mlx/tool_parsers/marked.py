@@ -55,6 +55,14 @@ class MarkedToolParser(ToolParser):
         self._properties = parameter_schemas(self.tools)
         self._triggers = sorted({_trigger(v) for v in self._variants if not _at_start_only(v)})
         self._start_triggers = sorted({_trigger(v) for v in self._variants if _at_start_only(v)})
+        self._trigger_chars = {t[0] for t in (*self._triggers, *self._start_triggers)}
+        self._steps = {
+            _State.TEXT: self._text,
+            _State.HEADER: self._header,
+            _State.ARGS: self._arguments,
+            _State.AFTER: self._after,
+            _State.BETWEEN: self._between,
+        }
         self._state = _State.TEXT
         self._buf = ""
         self._seen_text = False
@@ -67,6 +75,14 @@ class MarkedToolParser(ToolParser):
         self._call_raw: list[str] = []  # raw text of a call not yet reported
 
     def feed(self, text: str, out: DeltaBuilder) -> None:
+        if (
+            self._state is _State.TEXT
+            and not self._buf
+            and (self._seen_text or not self._start_triggers)
+            and not any(c in text for c in self._trigger_chars)
+        ):
+            self._content(text, out)  # fast path: nothing here can begin a call
+            return
         self._buf += text
         self._run(out, final=False)
 
@@ -84,14 +100,7 @@ class MarkedToolParser(ToolParser):
     def _run(self, out: DeltaBuilder, final: bool) -> None:
         while True:
             before = (self._state, len(self._buf))
-            step = {
-                _State.TEXT: self._text,
-                _State.HEADER: self._header,
-                _State.ARGS: self._arguments,
-                _State.AFTER: self._after,
-                _State.BETWEEN: self._between,
-            }[self._state]
-            step(out, final)
+            self._steps[self._state](out, final)
             if (self._state, len(self._buf)) == before:
                 return
 
