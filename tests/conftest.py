@@ -24,5 +24,4 @@ def real_server(tmp_path_factory) -> str:
 def openai_client(real_server):
     import openai
 
-    return openai.OpenAI(base_url=f"{real_server}/v1", api_key="unused", max_retries=0,
-                         timeout=300)
+    return openai.OpenAI(base_url=f"{real_server}/v1", api_key="unused", max_retries=0, timeout=300)

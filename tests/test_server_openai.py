@@ -46,8 +46,11 @@ def test_chat_answers_and_counts_tokens(openai_client, tokenizer):
 def test_stream_equals_non_stream(openai_client):
     kwargs = dict(model="x", messages=FRANCE, temperature=0, max_tokens=12)
     whole = openai_client.chat.completions.create(**kwargs)
-    chunks = list(openai_client.chat.completions.create(
-        **kwargs, stream=True, stream_options={"include_usage": True}))
+    chunks = list(
+        openai_client.chat.completions.create(
+            **kwargs, stream=True, stream_options={"include_usage": True}
+        )
+    )
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == whole.choices[0].message.content
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
@@ -58,18 +61,25 @@ def test_stream_equals_non_stream(openai_client):
 
 def test_max_tokens_truncates_with_length(openai_client):
     reply = openai_client.chat.completions.create(
-        model="x", messages=FRANCE, temperature=0, max_tokens=3)
+        model="x", messages=FRANCE, temperature=0, max_tokens=3
+    )
     assert reply.choices[0].finish_reason == "length"
     assert reply.usage.completion_tokens == 3
 
 
 def test_stop_string_spanning_tokens_is_not_leaked(openai_client):
-    full = openai_client.chat.completions.create(
-        model="x", messages=FRANCE, temperature=0, max_tokens=12).choices[0].message.content
+    full = (
+        openai_client.chat.completions.create(
+            model="x", messages=FRANCE, temperature=0, max_tokens=12
+        )
+        .choices[0]
+        .message.content
+    )
     assert " is Paris" in full
     for stream in (False, True):
-        kwargs = dict(model="x", messages=FRANCE, temperature=0, max_tokens=12,
-                      stop=["is Pa"], stream=stream)
+        kwargs = dict(
+            model="x", messages=FRANCE, temperature=0, max_tokens=12, stop=["is Pa"], stream=stream
+        )
         if stream:
             chunks = list(openai_client.chat.completions.create(**kwargs))
             text = "".join(c.choices[0].delta.content or "" for c in chunks)
@@ -92,8 +102,8 @@ def test_completions_stream_and_non_stream(openai_client):
 
 def test_logprobs(openai_client):
     reply = openai_client.chat.completions.create(
-        model="x", messages=FRANCE, temperature=0, max_tokens=4, logprobs=True,
-        top_logprobs=3)
+        model="x", messages=FRANCE, temperature=0, max_tokens=4, logprobs=True, top_logprobs=3
+    )
     entries = reply.choices[0].logprobs.content
     assert len(entries) == 4
     for entry in entries:
@@ -114,7 +124,8 @@ def test_concurrent_clients_all_served(openai_client):
 
     def ask(i: int) -> None:
         reply = openai_client.chat.completions.create(
-            model="x", messages=FRANCE, temperature=0, max_tokens=8)
+            model="x", messages=FRANCE, temperature=0, max_tokens=8
+        )
         results[i] = reply.choices[0].message.content
 
     threads = [threading.Thread(target=ask, args=(i,)) for i in range(3)]
@@ -126,10 +137,17 @@ def test_concurrent_clients_all_served(openai_client):
 
 
 def test_disconnect_stops_generation(real_server, openai_client):
-    body = {"model": "x", "messages": FRANCE, "max_tokens": 2000, "temperature": 1.0,
-            "stream": True, "logit_bias": {"2": -100}}  # no EOS: it would run for minutes
-    with httpx.stream("POST", f"{real_server}/v1/chat/completions", json=body,
-                      timeout=60) as response:
+    body = {
+        "model": "x",
+        "messages": FRANCE,
+        "max_tokens": 2000,
+        "temperature": 1.0,
+        "stream": True,
+        "logit_bias": {"2": -100},
+    }  # no EOS: it would run for minutes
+    with httpx.stream(
+        "POST", f"{real_server}/v1/chat/completions", json=body, timeout=60
+    ) as response:
         lines = response.iter_lines()
         got = [next(lines) for _ in range(6)]
     assert any(line.startswith("data: ") for line in got)
@@ -138,7 +156,8 @@ def test_disconnect_stops_generation(real_server, openai_client):
         assert time.monotonic() < deadline, "generation kept running after the disconnect"
         time.sleep(0.2)
     reply = openai_client.chat.completions.create(
-        model="x", messages=FRANCE, temperature=0, max_tokens=4)
+        model="x", messages=FRANCE, temperature=0, max_tokens=4
+    )
     assert reply.choices[0].message.content
 
 
@@ -147,26 +166,44 @@ BAD_REQUESTS = [
     ("not an object", b"[1, 2]", 400, None),
     ("missing messages", {"model": "x"}, 400, "messages"),
     ("empty messages", {"messages": []}, 400, "messages"),
-    ("unknown role", {"messages": [{"role": "wizard", "content": "hi"}]}, 400,
-     "messages.0.role"),
+    ("unknown role", {"messages": [{"role": "wizard", "content": "hi"}]}, 400, "messages.0.role"),
     ("max_tokens zero", {"messages": FRANCE, "max_tokens": 0}, 400, "max_tokens"),
     ("max_tokens past context", {"messages": FRANCE, "max_tokens": 10**6}, 400, "max_tokens"),
     ("n > 1", {"messages": FRANCE, "n": 2}, 400, "n"),
-    ("temperature wrong type", {"messages": FRANCE, "temperature": "hot"}, 400,
-     "temperature"),
-    ("image to a text model", {"messages": [{"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}]}]}, 400,
-     "messages.0.content.0"),
-    ("tool_choice without tools", {"messages": FRANCE, "tool_choice": "required"}, 400,
-     "tool_choice"),
+    ("temperature wrong type", {"messages": FRANCE, "temperature": "hot"}, 400, "temperature"),
+    (
+        "image to a text model",
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}
+                    ],
+                }
+            ]
+        },
+        400,
+        "messages.0.content.0",
+    ),
+    (
+        "tool_choice without tools",
+        {"messages": FRANCE, "tool_choice": "required"},
+        400,
+        "tool_choice",
+    ),
 ]
 
 
 @pytest.mark.parametrize("name,body,status,param", BAD_REQUESTS, ids=[b[0] for b in BAD_REQUESTS])
 def test_bad_input_gets_openai_error_shape(real_server, name, body, status, param):
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    response = httpx.post(f"{real_server}/v1/chat/completions", content=content,
-                          headers={"content-type": "application/json"}, timeout=60)
+    response = httpx.post(
+        f"{real_server}/v1/chat/completions",
+        content=content,
+        headers={"content-type": "application/json"},
+        timeout=60,
+    )
     assert response.status_code == status
     error = response.json()["error"]
     assert set(error) == {"message", "type", "param", "code"}
