@@ -1,5 +1,5 @@
 """Lexical guard for JSON output: no raw control characters in strings, bounded digit runs,
-no exponent notation.
+no exponent notation, no trailing commas.
 
 Backends differ in what they let through: lm-format-enforcer accepts raw control characters
 inside strings (invalid JSON), and neither backend bounds how long a number's digit run can
@@ -27,11 +27,12 @@ class Lexical(NamedTuple):
     in_string: bool = False
     escaped: bool = False
     digit_run: int = 0
+    after_comma: bool = False  # last non-whitespace character outside strings was ","
 
 
 def advance(state: Lexical, text: str) -> Lexical:
     """The lexical state after appending ``text``."""
-    in_string, escaped, run = state
+    in_string, escaped, run, comma = state
     for ch in text:
         if in_string:
             if escaped:
@@ -40,13 +41,18 @@ def advance(state: Lexical, text: str) -> Lexical:
                 escaped = True
             elif ch == '"':
                 in_string = False
-        elif ch == '"':
+            continue
+        if ch in " \t\n\r":
+            run = 0
+            continue
+        comma = ch == ","
+        if ch == '"':
             in_string, run = True, 0
         elif ch.isdigit():
             run += 1
         else:
             run = 0
-    return Lexical(in_string, escaped, run)
+    return Lexical(in_string, escaped, run, comma)
 
 
 def _has_raw_control_in_string(text: str, escaped: bool) -> bool:
@@ -63,6 +69,7 @@ class GuardTables(NamedTuple):
     control_after_escape: np.ndarray  # same, when the previous token ended with a backslash
     starts_with_digit: np.ndarray
     starts_with_exponent: np.ndarray
+    closes_bracket: np.ndarray  # first non-whitespace character is "}" or "]"
 
 
 @per_tokenizer("json_guard")
@@ -74,6 +81,7 @@ def guard_tables(tokenizer: Any) -> GuardTables:
         np.array([_has_raw_control_in_string(t, True) for t in texts], dtype=bool),
         np.array([bool(t) and t[0].isdigit() for t in texts], dtype=bool),
         np.array([bool(t) and t[0] in "eE" for t in texts], dtype=bool),
+        np.array([t.lstrip(" \t\n\r")[:1] in ("}", "]") for t in texts], dtype=bool),
     )
 
 
@@ -110,6 +118,9 @@ class JsonLexicalGuard:
                 else self._tables.control_in_string
             )
             narrowed = allowed & ~table
+        elif state.after_comma:
+            # lm-format-enforcer accepts a trailing comma when only optional keys remain.
+            narrowed = allowed & ~self._tables.closes_bracket
         elif state.digit_run >= self._max_digit_run:
             narrowed = (
                 allowed & ~self._tables.starts_with_digit & ~self._tables.starts_with_exponent
