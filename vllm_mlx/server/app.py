@@ -12,9 +12,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..engine.engine import QueueFullError
+from .anthropic_messages import count_tokens, create_message
 from .errors import APIError, error_response
 from .info import health, list_models
 from .limits import BodySizeLimit
+from .metrics import metrics_endpoint
+from .middleware import operations_middleware
 from .openai_chat import chat_completions
 from .openai_completions import completions
 from .state import ServerState
@@ -44,13 +47,19 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 def create_app(state: ServerState) -> Starlette:
     routes = [
         Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/messages", create_message, methods=["POST"]),
+        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
     ]
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(BodySizeLimit, max_bytes=state.max_body_bytes)],
+        middleware=[
+            *operations_middleware(state),
+            Middleware(BodySizeLimit, max_bytes=state.max_body_bytes),
+        ],
         exception_handlers={
             APIError: _api_error,
             HTTPException: _http_error,
@@ -58,5 +67,6 @@ def create_app(state: ServerState) -> Starlette:
             Exception: _unexpected,
         },
     )
+    state.metrics.watch_queue(lambda: state.pipeline.engine.queue_depth)
     app.state.vllm = state
     return app

@@ -1,0 +1,160 @@
+"""The Anthropic Messages event stream.
+
+``message_start``, then content blocks (``thinking``, ``text``, ``tool_use``) opened and closed
+as the parsed deltas change kind, with tool input streamed as ``input_json_delta`` the moment
+the parser releases it; then ``message_delta`` with the real stop reason and usage, and
+``message_stop``. A failure ends the stream with an ``error`` event. ``ping`` events keep
+clients whose watchdog counts events (Claude Code) waiting through a long prompt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import TypeVar
+
+from ..chat.message import MessageDelta
+from ..pipeline import ChatEvent
+from .anthropic_convert import stop_reason, tool_use_id
+from .errors import APIError
+from .openai_common import generation_failed
+from .sse import sse_data
+
+T = TypeVar("T")
+
+PING_INTERVAL = 5.0
+
+
+def frame(body: dict) -> str:
+    return sse_data(body, event=body["type"])
+
+
+class MessageStream:
+    """Turns pipeline events into Anthropic SSE frames, tracking the open content block."""
+
+    def __init__(self, message_id: str, model: str, input_tokens: int):
+        self.message_id = message_id
+        self.model = model
+        self.input_tokens = input_tokens
+        self._next_index = 0
+        self._open: tuple[str, int | None] | None = None  # (block type, tool-call index)
+
+    def start(self) -> list[str]:
+        message = {
+            "id": self.message_id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": self.input_tokens, "output_tokens": 0},
+        }
+        return [frame({"type": "message_start", "message": message}), self.ping()]
+
+    @staticmethod
+    def ping() -> str:
+        return frame({"type": "ping"})
+
+    async def frames(self, events: AsyncIterator[ChatEvent]) -> AsyncIterator[str]:
+        """All frames after ``start()``; raises on a failed generation (see ``error``)."""
+        async for event in with_pings(events, PING_INTERVAL):
+            if event is None:
+                yield self.ping()
+                continue
+            if event.finish_reason == "error":
+                raise generation_failed(event.error)
+            for out in self.delta(event.delta):
+                yield out
+            if event.finish_reason is not None:
+                for out in self.finish(event):
+                    yield out
+                return
+
+    def delta(self, delta: MessageDelta) -> list[str]:
+        out: list[str] = []
+        if delta.reasoning_content:
+            out += self._ensure_open("thinking", None, {"thinking": "", "signature": ""})
+            out.append(self._delta({"type": "thinking_delta", "thinking": delta.reasoning_content}))
+        if delta.content:
+            out += self._ensure_open("text", None, {"text": ""})
+            out.append(self._delta({"type": "text_delta", "text": delta.content}))
+        for call in delta.tool_calls:
+            if call.id is not None:
+                start = {"id": tool_use_id(call.id), "name": call.name or "", "input": {}}
+                out += self._ensure_open("tool_use", call.index, start)
+            if call.arguments:
+                out.append(
+                    self._delta({"type": "input_json_delta", "partial_json": call.arguments})
+                )
+        return out
+
+    def finish(self, event: ChatEvent) -> list[str]:
+        out = self._close()
+        reason, sequence = stop_reason(event.finish_reason, event.stop_reason)
+        usage = event.usage
+        out.append(
+            frame(
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": reason, "stop_sequence": sequence},
+                    "usage": {
+                        "input_tokens": usage.prompt_tokens if usage else self.input_tokens,
+                        "output_tokens": usage.completion_tokens if usage else 0,
+                    },
+                }
+            )
+        )
+        out.append(frame({"type": "message_stop"}))
+        return out
+
+    @staticmethod
+    def error(exc: Exception) -> list[str]:
+        error = exc if isinstance(exc, APIError) else APIError(500, f"stream failed: {exc}")
+        return [frame(error.anthropic_body())]
+
+    def _ensure_open(self, kind: str, call: int | None, fields: dict) -> list[str]:
+        if self._open == (kind, call):
+            return []
+        out = self._close()
+        self._open = (kind, call)
+        block = {"type": kind, **fields}
+        index = self._next_index
+        out.append(frame({"type": "content_block_start", "index": index, "content_block": block}))
+        return out
+
+    def _close(self) -> list[str]:
+        if self._open is None:
+            return []
+        self._open = None
+        self._next_index += 1
+        return [frame({"type": "content_block_stop", "index": self._next_index - 1})]
+
+    def _delta(self, delta: dict) -> str:
+        return frame({"type": "content_block_delta", "index": self._next_index, "delta": delta})
+
+
+async def with_pings(events: AsyncIterator[T], interval: float) -> AsyncIterator[T | None]:
+    """``events``, with a ``None`` whenever ``interval`` seconds pass without one. Leaving
+    early cancels the pending wait, and so the generation behind it."""
+    iterator = aiter(events)
+    pending: asyncio.Future | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(iterator))
+            done, _ = await asyncio.wait({pending}, timeout=interval)
+            if not done:
+                yield None
+                continue
+            task, pending = pending, None
+            try:
+                item = task.result()
+            except StopAsyncIteration:
+                return
+            yield item
+    finally:
+        if pending is not None:
+            pending.cancel()
+        elif hasattr(iterator, "aclose"):
+            await iterator.aclose()
