@@ -43,6 +43,29 @@ import click
 )
 @click.option("--max-body-mb", default=16, show_default=True, type=click.IntRange(min=1))
 @click.option(
+    "--api-key",
+    envvar="VLLM_MLX_API_KEY",
+    help="Require this key on every route but /health (Bearer or x-api-key). "
+    "Env: VLLM_MLX_API_KEY.",
+)
+@click.option(
+    "--allowed-origins",
+    multiple=True,
+    help="Origins allowed by CORS (comma-separated or repeated; '*' for any). Default: none.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds a request may take; past it, generation stops with a 504 / error event.",
+)
+@click.option(
+    "--sse-keepalive",
+    default=15.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds of stream silence before a keep-alive comment (0: never).",
+)
+@click.option(
     "--log-level",
     default="info",
     show_default=True,
@@ -65,8 +88,11 @@ def serve(model: str | None, **opts) -> None:
         reexec_with_openblas(sys.argv[1:])
     logging.basicConfig(
         level=opts["log_level"].upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        format="%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s",
     )
+    from .middleware import install_request_id_logging
+
+    install_request_id_logging()
     import uvicorn
 
     from ..engine.sampling import SamplingParams
@@ -104,7 +130,16 @@ def serve(model: str | None, **opts) -> None:
         served_model_name=opts["served_model_name"] or runtime.loaded.name,
         defaults=defaults,
         max_body_bytes=opts["max_body_mb"] * 1024 * 1024,
+        api_key=opts["api_key"] or None,
+        allowed_origins=[
+            o.strip() for v in opts["allowed_origins"] for o in v.split(",") if o.strip()
+        ],
+        timeout=opts["timeout"],
+        sse_keepalive=opts["sse_keepalive"] or None,
     )
     host, port = opts["host"], opts["port"]
     click.echo(f"serving {state.served_model_name} on http://{host}:{port}/v1", err=True)
-    uvicorn.run(create_app(state), host=host, port=port, log_level=opts["log_level"])
+    # the request-context middleware writes the access log (with request ids)
+    uvicorn.run(
+        create_app(state), host=host, port=port, log_level=opts["log_level"], access_log=False
+    )

@@ -7,13 +7,16 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from typing import TypeVar
 
 from starlette.requests import Request
 
 from ..engine.types import TokenLogprob
-from ..pipeline import ChatEvent, Usage
+from ..pipeline import ChatEvent, ChatResult, Usage
 from .errors import APIError
+from .keepalive import OPENAI_KEEPALIVE, Idle, RequestTimeout
+from .middleware import current_request
 from .sse import sse_data
 
 T = TypeVar("T")
@@ -32,6 +35,7 @@ def usage_body(usage: Usage) -> dict:
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
         "total_tokens": usage.total_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
     }
 
 
@@ -69,28 +73,41 @@ async def openai_frames(
     chunk: Callable[[ChatEvent], dict | None],
     usage_chunk: Callable[[Usage], dict] | None,
 ) -> AsyncIterator[str]:
-    """SSE frames for a stream of events; the last event's chunk carries finish_reason."""
-    async for event in events:
-        if event.finish_reason == "error":
-            raise generation_failed(event.error)
-        body = chunk(event)
-        if body is not None:
-            yield sse_data(body)
-        if event.finish_reason is not None:
-            if usage_chunk is not None and event.usage is not None:
-                yield sse_data(usage_chunk(event.usage))
-            yield "data: [DONE]\n\n"
-            return
+    """SSE frames for a stream of events; the last event's chunk carries finish_reason.
+
+    Through the request's context: keep-alive comments while waiting, metrics, deadline."""
+    async with aclosing(current_request().watch(events)) as watched:
+        async for event in watched:
+            if isinstance(event, Idle):
+                yield OPENAI_KEEPALIVE
+                continue
+            if event.finish_reason == "error":
+                raise generation_failed(event.error)
+            body = chunk(event)
+            if body is not None:
+                yield sse_data(body)
+            if event.finish_reason is not None:
+                if usage_chunk is not None and event.usage is not None:
+                    yield sse_data(usage_chunk(event.usage))
+                yield "data: [DONE]\n\n"
+                return
 
 
 async def unless_disconnected(request: Request, work: Awaitable[T], poll: float = 0.25) -> T:
-    """Await ``work``, cancelling it (and so its generation) if the client goes away."""
+    """Await ``work``, cancelling it (and so its generation) if the client goes away or the
+    request's deadline passes; a ``ChatResult`` is counted in the metrics."""
+    context = current_request()
     task = asyncio.ensure_future(work)
     try:
         while True:
             done, _ = await asyncio.wait({task}, timeout=poll)
             if done:
-                return task.result()
+                result = task.result()
+                if isinstance(result, ChatResult):
+                    context.observe_result(result)
+                return result
+            if context.expired():
+                raise RequestTimeout(context.timeout or 0)
             if await request.is_disconnected():
                 task.cancel()
                 raise APIError(499, "client disconnected")

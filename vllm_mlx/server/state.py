@@ -8,6 +8,7 @@ from starlette.requests import Request
 
 from ..engine.sampling import SamplingParams
 from ..pipeline import Pipeline
+from .metrics import ServerMetrics
 
 
 @dataclass
@@ -16,6 +17,12 @@ class ServerState:
     served_model_name: str
     defaults: SamplingParams = field(default_factory=SamplingParams)
     max_body_bytes: int = 16 * 1024 * 1024
+    # operations (docs/operations.md)
+    api_key: str | None = None
+    allowed_origins: list[str] = field(default_factory=list)
+    timeout: float | None = None  # seconds per request
+    sse_keepalive: float | None = 15.0  # seconds of silence before a keep-alive
+    metrics: ServerMetrics = field(default_factory=ServerMetrics)
 
 
 def server_state(request: Request) -> ServerState:
