@@ -78,9 +78,7 @@ def compiled_grammars(tokenizer: Any) -> CompiledGrammars:
 
 def json_schema_grammar(schema: dict[str, Any]) -> str:
     """The llguidance grammar for a JSON schema, with bounded whitespace."""
-    return llguidance.LLMatcher.grammar_from_json_schema(
-        json.dumps(schema, sort_keys=True), overrides=JSON_OPTIONS
-    )
+    return llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema), overrides=JSON_OPTIONS)
 
 
 class LLGuidanceConstraint(ContentConstraint):

@@ -80,7 +80,7 @@ class _ParserCache:
         self._lock = threading.Lock()
 
     def parser(self, schema: dict[str, Any]) -> JsonSchemaParser:
-        key = json.dumps(schema, sort_keys=True)
+        key = json.dumps(schema)  # property order matters to the grammar: never sort
         with self._lock:
             parser = self._entries.get(key)
             if parser is not None:
