@@ -189,8 +189,17 @@ def test_interrupted_conversion_leaves_nothing_that_looks_complete(
 
     monkeypatch.undo()
     monkeypatch.setenv("XDG_CACHE_HOME", str(isolated_cache))
+    models_dir = isolated_cache / "vllm-mlx" / "models"
+    key = resolve.cache_key(tmp_path / "tiny.gguf")
+    killed = models_dir / f".tiny-{key}-killed"  # what a SIGKILLed conversion leaves
+    running = models_dir / f".tiny-{key}-running"
+    for leftover in (killed, running):
+        leftover.mkdir()
+        (leftover / "config.json").write_text("{}")
+    os.utime(killed, (1, 1))
     folder = resolve_model(str(tmp_path / "tiny.gguf"), progress=False)
     assert (folder / "model.safetensors").is_file()
+    assert not killed.exists() and running.exists()
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 from vllm_mlx.models.default_model import default_gguf, is_default_model_name
@@ -17,6 +18,8 @@ from vllm_mlx.models.gguf import convert_gguf
 # Bump when the converter's output changes, so stale cache folders are not reused.
 CONVERTER_VERSION = 1
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tiktoken.model")
+# A staging folder this old belongs to a conversion that was killed, not one still running.
+STALE_STAGING_SECONDS = 24 * 3600
 
 
 def cache_root() -> Path:
@@ -43,6 +46,7 @@ def converted_folder(gguf_path: Path, *, progress: bool = True) -> Path:
     if target.is_dir():
         return target
     models_dir.mkdir(parents=True, exist_ok=True)
+    remove_stale_staging(models_dir, target.name)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=models_dir))
     try:
         convert_gguf(gguf_path, staging, progress=progress)
@@ -53,6 +57,14 @@ def converted_folder(gguf_path: Path, *, progress: bool = True) -> Path:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def remove_stale_staging(models_dir: Path, name: str) -> None:
+    """Delete staging folders for ``name`` left behind by killed conversions."""
+    cutoff = time.time() - STALE_STAGING_SECONDS
+    for leftover in models_dir.glob(f".{name}-*"):
+        if leftover.is_dir() and leftover.stat().st_mtime < cutoff:
+            shutil.rmtree(leftover, ignore_errors=True)
 
 
 def validate_model_folder(folder: Path) -> Path:
