@@ -164,11 +164,11 @@ async def test_timeout_is_an_error_result_and_the_server_survives(manager, tool)
 
 @pytest.mark.parametrize("tool", ["box__big_output", "web__big_output"])
 async def test_megabytes_of_output_are_capped_with_a_note(manager, tool):
-    result = await manager.call_tool(tool, {"megabytes": 3})
+    result = await manager.call_tool(tool, {"megabytes": 2})
     assert not result.is_error and result.truncated
     head, note = result.text.rsplit("\n", 1)
     assert head == "x" * 2000
-    assert note == "[output truncated: 3145728 bytes total, first 2000 bytes shown]"
+    assert note == "[output truncated: 2097152 bytes total, first 2000 bytes shown]"
     assert "omitted" in result.content[0]["text"]
 
 
