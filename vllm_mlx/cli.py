@@ -11,6 +11,7 @@ import click
 _SUBCOMMANDS = {
     "serve": ("vllm_mlx.server.cli:serve", "Serve a model over the OpenAI and Anthropic APIs."),
     "parse": ("vllm_mlx.chat.parse_cli:parse", "Run the real parsers on a recorded output."),
+    "bench": ("vllm_mlx.bench:bench", "Measure a server's throughput and latency under load."),
 }
 
 
