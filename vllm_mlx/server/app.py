@@ -20,6 +20,7 @@ from .metrics import metrics_endpoint
 from .middleware import operations_middleware
 from .openai_chat import chat_completions
 from .openai_completions import completions
+from .responses_handler import create_response, get_response
 from .state import ServerState
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,8 @@ def create_app(state: ServerState) -> Starlette:
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/messages", create_message, methods=["POST"]),
         Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+        Route("/v1/responses", create_response, methods=["POST"]),
+        Route("/v1/responses/{response_id}", get_response, methods=["GET"]),
     ]
     app = Starlette(
         routes=routes,

@@ -1,0 +1,91 @@
+"""POST /v1/responses and GET /v1/responses/{id} (OpenAI Responses API).
+
+Any model id is accepted (Codex sends its own) and the served name is reported. Everything
+that can fail with 400/404 (bad items, unknown ``previous_response_id``, bad schema) fails
+before a stream starts; after that a stream always ends with its terminal event.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ..chat.template import ChatTemplateError
+from ..pipeline import RequestError
+from .errors import APIError, parse_body
+from .openai_common import generation_failed, unless_disconnected
+from .responses_convert import assistant_message, output_items, status_of, to_chat_request
+from .responses_object import ResponseObject
+from .responses_protocol import ResponsesRequest
+from .responses_store import ResponseStore, StoredResponse
+from .responses_stream import ResponseStream
+from .sse import sse_response
+from .state import server_state
+
+# Request fields whose errors the pipeline reports under chat-completions names.
+_PARAMS = {"response_format": "text.format", "messages": "input", "max_tokens": "max_output_tokens"}
+
+
+def response_store(request: Request) -> ResponseStore:
+    """The app's store, made on first use (one per app, so test servers do not share)."""
+    app_state = request.app.state
+    if not hasattr(app_state, "responses_store"):
+        app_state.responses_store = ResponseStore()
+    return app_state.responses_store
+
+
+async def create_response(request: Request) -> Response:
+    state = server_state(request)
+    store = response_store(request)
+    body = await parse_body(request, ResponsesRequest)
+    history: list[dict] = []
+    if body.previous_response_id is not None:
+        previous = store.get(body.previous_response_id)
+        if previous is None:
+            raise APIError(
+                404,
+                f"no stored response with id {body.previous_response_id!r}",
+                param="previous_response_id",
+            )
+        history = previous.conversation
+    chat, conversation = to_chat_request(body, history, state.defaults)
+    try:
+        prepared = state.pipeline.prepare_chat(chat)
+    except (RequestError, ChatTemplateError) as exc:
+        param = getattr(exc, "param", None)
+        raise APIError(400, str(exc), param=_PARAMS.get(param, param)) from None
+    response = ResponseObject(body, state.served_model_name)
+
+    def keep(final: dict) -> None:
+        if body.store and final["status"] in ("completed", "incomplete"):
+            turn = conversation + [assistant_message(final["output"])]
+            store.put(response.id, StoredResponse(final, turn))
+
+    if body.stream:
+        stream = ResponseStream(response)
+
+        async def frames():
+            for out in stream.start():
+                yield out
+            async for out in stream.frames(state.pipeline.stream(prepared)):
+                yield out
+            keep(stream.final)
+
+        return sse_response(frames(), stream.failed)
+
+    result = await unless_disconnected(request, state.pipeline.complete(prepared))
+    status, details = status_of(result.finish_reason)
+    if status == "failed":
+        raise generation_failed(result.error)
+    final = response.body(
+        status, output_items(result.message), result.usage, incomplete_details=details
+    )
+    keep(final)
+    return JSONResponse(final)
+
+
+async def get_response(request: Request) -> Response:
+    entry = response_store(request).get(request.path_params["response_id"])
+    if entry is None:
+        raise APIError(404, f"no stored response with id {request.path_params['response_id']!r}")
+    return JSONResponse(entry.body)
