@@ -152,7 +152,7 @@ def test_disconnect_stops_generation(real_server, openai_client):
         got = [next(lines) for _ in range(6)]
     assert any(line.startswith("data: ") for line in got)
     deadline = time.monotonic() + 60
-    while httpx.get(f"{real_server}/health").json()["running"] is not None:
+    while httpx.get(f"{real_server}/health").json()["running"]:
         assert time.monotonic() < deadline, "generation kept running after the disconnect"
         time.sleep(0.2)
     reply = openai_client.chat.completions.create(

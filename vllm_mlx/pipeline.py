@@ -45,6 +45,7 @@ class ChatRequest:
 class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0  # of the prompt tokens, those served from the prefix cache
 
     @property
     def total_tokens(self) -> int:
@@ -213,7 +214,7 @@ def _events(output: OutputStream, chunk: GenerationChunk) -> list[ChatEvent]:
     rest = output.finish()
     if reason == "stop" and output.message.tool_calls:
         reason = "tool_calls"
-    usage = Usage(chunk.prompt_tokens, chunk.completion_tokens)
+    usage = Usage(chunk.prompt_tokens, chunk.completion_tokens, chunk.cached_tokens)
     logprobs = [] if events else chunk.logprobs
     events.append(ChatEvent(rest, logprobs, reason, chunk.stop_reason, chunk.error, usage))
     return events

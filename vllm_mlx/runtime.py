@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from .chat.tool_prompt import FALLBACK_TOOL_PARSER
 from .engine.cpu import openblas_preloaded
 from .engine.engine import Engine
-from .engine.sources import ModelTokenSource, ReplayTokenSource
+from .engine.prefix_cache import PrefixCache
+from .engine.sources import ModelBatchSource, ReplayBatchSource
 from .models.loader import CpuWeights, LoadedModel, context_length, load_model, served_name
 from .models.resolve import resolve_model
 from .pipeline import Pipeline
@@ -43,6 +44,8 @@ def build_runtime(
     reasoning_parser: str | None = None,
     tool_parser: str | None = None,
     max_queue: int = 256,
+    max_num_seqs: int = 8,
+    prefix_cache_mb: int = 512,
     structured_backend: str = "auto",
     progress: bool = True,
 ) -> Runtime:
@@ -51,7 +54,9 @@ def build_runtime(
         cpu_weights = "quantized"
     loaded = load_model(model, cpu_weights=cpu_weights, progress=progress)
     reasoning_parser, tool_parser = select_parsers(loaded, reasoning_parser, tool_parser)
-    engine = Engine(ModelTokenSource(loaded.model), loaded.tokenizer, max_queue=max_queue)
+    cache = PrefixCache(prefix_cache_mb * 1024 * 1024) if prefix_cache_mb > 0 else None
+    source = ModelBatchSource(loaded.model, max_num_seqs=max_num_seqs, prefix_cache=cache)
+    engine = Engine(source, loaded.tokenizer, max_num_seqs=max_num_seqs, max_queue=max_queue)
     pipeline = Pipeline(
         engine,
         context_length=loaded.context_length or DEFAULT_CONTEXT_LENGTH,
@@ -78,7 +83,7 @@ def build_replay_runtime(
     loaded = _load_tokenizer_only(model)
     reasoning_parser, tool_parser = select_parsers(loaded, reasoning_parser, tool_parser)
     token_ids = loaded.tokenizer.encode(text, add_special_tokens=False)
-    source = ReplayTokenSource([*token_ids, loaded.tokenizer.eos_token_id])
+    source = ReplayBatchSource([*token_ids, loaded.tokenizer.eos_token_id])
     engine = Engine(source, loaded.tokenizer)
     pipeline = Pipeline(
         engine,

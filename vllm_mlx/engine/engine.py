@@ -1,8 +1,9 @@
-"""The engine: one worker thread turns requests into streams of text chunks.
+"""The engine: one worker thread runs every request through a continuously batched source.
 
-Requests queue and run one at a time (continuous batching is a later step behind the same
-interface). Clients consume chunks from asyncio or from plain threads; closing the consumer
-cancels the request, and the worker notices before its next token.
+Requests wait in a queue; up to ``max_num_seqs`` run at once, joining and leaving the batch
+between steps, each with its own sampler, logits processors and stop conditions. Clients
+consume chunks from asyncio or from plain threads; closing the consumer cancels the request,
+and the worker drops it from the batch before the next step.
 """
 
 from __future__ import annotations
@@ -12,14 +13,13 @@ import logging
 import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
-import mlx.core as mx
-
+from .decoder import RequestDecoder
 from .sampling import make_penalty_processors, make_sampler
 from .sources import TokenSource
-from .stops import StopMatcher
-from .types import GenerationChunk, GenerationRequest, TokenLogprob, TopLogprob
+from .types import GenerationChunk, GenerationRequest
 
 log = logging.getLogger(__name__)
 
@@ -38,14 +38,23 @@ class _Job:
         self.cancelled = threading.Event()
 
 
+@dataclass
+class _Running:
+    job: _Job
+    decoder: RequestDecoder
+
+
 class Engine:
-    def __init__(self, source: TokenSource, tokenizer: Any, *, max_queue: int = 256):
+    def __init__(
+        self, source: TokenSource, tokenizer: Any, *, max_num_seqs: int = 8, max_queue: int = 256
+    ):
         self.source = source
         self.tokenizer = tokenizer
+        self.max_num_seqs = max_num_seqs
         self.max_queue = max_queue
         self._jobs: queue.Queue = queue.Queue()
         self._eos = set(tokenizer.eos_token_ids)
-        self.running: str | None = None  # id of the request generating now, for /health
+        self._running: dict[int, _Running] = {}
         self._thread = threading.Thread(target=self._work, name="vllm-mlx-engine", daemon=True)
         self._thread.start()
 
@@ -81,9 +90,13 @@ class Engine:
     def queue_depth(self) -> int:
         return self._jobs.qsize()
 
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
     def close(self) -> None:
         self._jobs.put(_SHUTDOWN)
-        self._thread.join(timeout=5)
+        self._thread.join(timeout=10)
 
     def _submit(self, request: GenerationRequest, emit: Emit) -> _Job:
         if self._jobs.qsize() >= self.max_queue:
@@ -95,83 +108,69 @@ class Engine:
     # -- the worker ------------------------------------------------------------------------
 
     def _work(self) -> None:
-        while (job := self._jobs.get()) is not _SHUTDOWN:
-            if job.cancelled.is_set():
+        while self._admit():
+            self._drop_cancelled()
+            if not self._running:
                 continue
-            self.running = job.request.request_id
             try:
-                self._run(job)
-            except Exception as exc:  # the worker must survive any one request
-                log.exception("generation failed for request %s", job.request.request_id)
-                job.emit(GenerationChunk(finish_reason="error", error=str(exc)))
-            finally:
-                self.running = None
+                steps, ended = self.source.step()
+            except Exception as exc:  # a failed step fails its batch, not the server
+                log.exception("generation step failed")
+                self._fail_all(str(exc))
+                continue
+            for step in steps:
+                running = self._running.get(step.uid)
+                if running is None:
+                    continue
+                chunk = running.decoder.on_token(step.token, step.logprobs, step.at_limit)
+                if chunk.finish_reason is not None:
+                    del self._running[step.uid]
+                    if not step.at_limit:
+                        self.source.remove(step.uid)
+                running.job.emit(chunk)
+            for uid in ended:
+                running = self._running.pop(uid, None)
+                if running is not None:
+                    running.job.emit(running.decoder.on_end("stop"))
 
-    def _run(self, job: _Job) -> None:
-        req, params = job.request, job.request.params
-        detok = self.tokenizer.detokenizer
-        detok.reset()
-        stops = StopMatcher(params.stop)
-        stop_ids = self._eos | set(params.stop_token_ids)
-        processors = make_penalty_processors(params) + list(req.logits_processors)
-        usage = {"prompt_tokens": len(req.prompt_tokens), "completion_tokens": 0}
+    def _admit(self) -> bool:
+        """Move waiting jobs into the batch; block while idle. False on shutdown."""
+        while len(self._running) < self.max_num_seqs:
+            try:
+                job = self._jobs.get(block=not self._running)
+            except queue.Empty:
+                return True
+            if job is _SHUTDOWN:
+                return False
+            if not job.cancelled.is_set():
+                self._start(job)
+        return True
 
-        def finish(text: str, reason: str, stop_reason=None, **extra) -> None:
-            job.emit(
-                GenerationChunk(
-                    text=text, finish_reason=reason, stop_reason=stop_reason, **usage, **extra
-                )
+    def _start(self, job: _Job) -> None:
+        request, params = job.request, job.request.params
+        try:
+            uid, cached = self.source.insert(
+                request.prompt_tokens,
+                sampler=make_sampler(params),
+                processors=make_penalty_processors(params) + list(request.logits_processors),
+                max_tokens=params.max_tokens,
             )
+        except Exception as exc:
+            log.exception("could not start request %s", request.request_id)
+            job.emit(GenerationChunk(finish_reason="error", error=str(exc)))
+            return
+        decoder = RequestDecoder(request, self.tokenizer, self._eos, cached_tokens=cached)
+        self._running[uid] = _Running(job, decoder)
 
-        tokens = self.source.generate(
-            req.prompt_tokens,
-            sampler=make_sampler(params),
-            logits_processors=processors,
-            max_tokens=params.max_tokens,
-        )
-        for token, logprobs in tokens:
-            if job.cancelled.is_set():
-                return finish("", "cancelled")
-            usage["completion_tokens"] += 1
-            lp = self._logprob(token, logprobs, params.top_logprobs) if params.logprobs else None
-            if token in stop_ids:
-                detok.finalize()
-                tail, hit = stops.feed(detok.last_segment)
-                return finish(
-                    tail + ("" if hit else stops.flush()),
-                    "stop",
-                    hit or token,
-                    logprobs=[lp] if lp else [],
-                )
-            detok.add_token(token)
-            text, hit = stops.feed(detok.last_segment)
-            if hit is not None:
-                return finish(text, "stop", hit, token_ids=[token], logprobs=[lp] if lp else [])
-            job.emit(
-                GenerationChunk(text=text, token_ids=[token], logprobs=[lp] if lp else [], **usage)
-            )
-        detok.finalize()
-        tail, hit = stops.feed(detok.last_segment)
-        if hit is not None:
-            return finish(tail, "stop", hit)
-        ran_out = usage["completion_tokens"] >= params.max_tokens
-        finish(tail + stops.flush(), "length" if ran_out else "stop")
+    def _drop_cancelled(self) -> None:
+        for uid, running in list(self._running.items()):
+            if running.job.cancelled.is_set():
+                del self._running[uid]
+                self.source.remove(uid)
+                running.job.emit(running.decoder.on_end("cancelled"))
 
-    def _logprob(self, token: int, logprobs: mx.array | None, top: int) -> TokenLogprob | None:
-        if logprobs is None:
-            return None
-        logprobs = logprobs.astype(mx.float32)
-        entry = self._token_entry(token, logprobs[token].item())
-        if top > 0:
-            ids = mx.argpartition(-logprobs, kth=top - 1)[:top]
-            values = logprobs[ids].tolist()
-            best = sorted(zip(ids.tolist(), values, strict=True), key=lambda p: -p[1])
-            entry.top_logprobs = [
-                TopLogprob(e.token, e.logprob, e.bytes)
-                for e in (self._token_entry(i, v) for i, v in best)
-            ]
-        return entry
-
-    def _token_entry(self, token: int, logprob: float) -> TokenLogprob:
-        text = self.tokenizer.decode([token])
-        return TokenLogprob(token=text, logprob=logprob, bytes=list(text.encode()))
+    def _fail_all(self, message: str) -> None:
+        self.source.reset()
+        for running in self._running.values():
+            running.job.emit(running.decoder.on_end("error", error=message))
+        self._running.clear()

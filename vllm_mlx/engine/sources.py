@@ -1,55 +1,140 @@
-"""Token sources: where the engine's next token comes from.
+"""Token sources: where each running request's next token comes from.
 
-The engine owns decoding, stop handling and cancellation; a source only produces
-``(token_id, logprobs)`` pairs. ``ModelTokenSource`` runs mlx-lm; ``ReplayTokenSource``
-replays a fixed sequence at no model cost, to measure the server's own per-token cost and to
-drive parsers through the real server with a controlled output.
+The engine owns scheduling, decoding, stops and cancellation; a source runs a set of
+sequences and returns one step of tokens for them. ``ModelBatchSource`` is mlx-lm's
+continuous-batching generator with a prefix cache; ``ReplayBatchSource`` replays a fixed
+sequence at no model cost, to measure the server's own per-token cost and to drive parsers
+through the real server with a chosen output.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import mlx.core as mx
-from mlx_lm.generate import generate_step
+from mlx_lm.generate import BatchGenerator, StopSequences
 
+from .prefix_cache import PrefixCache
 from .sampling import LogitsProcessor, Sampler
 
 
+@dataclass
+class Step:
+    uid: int
+    token: int
+    logprobs: mx.array | None
+    at_limit: bool  # the last token max_tokens allows; the source has dropped the sequence
+
+
 class TokenSource(Protocol):
-    def generate(
+    def insert(
         self,
-        prompt_tokens: list[int],
+        prompt: list[int],
         *,
         sampler: Sampler,
-        logits_processors: list[LogitsProcessor],
+        processors: list[LogitsProcessor],
         max_tokens: int,
-    ) -> Iterator[tuple[int, mx.array | None]]: ...
+    ) -> tuple[int, int]:
+        """Start a sequence; returns (uid, prompt tokens served from a cache)."""
+
+    def remove(self, uid: int) -> None: ...
+
+    def step(self) -> tuple[list[Step], list[int]]:
+        """One step for every running sequence: tokens produced, and uids that ended
+        without a token (a replay that ran out)."""
+
+    def reset(self) -> None:
+        """Drop every sequence (after a failed step)."""
 
 
-class ModelTokenSource:
-    def __init__(self, model: Any, prefill_step_size: int = 512):
+class ModelBatchSource:
+    def __init__(
+        self,
+        model: Any,
+        *,
+        max_num_seqs: int = 8,
+        prefill_step_size: int = 256,
+        prefix_cache: PrefixCache | None = None,
+    ):
         self.model = model
+        self.max_num_seqs = max_num_seqs
         self.prefill_step_size = prefill_step_size
+        self.prefix_cache = prefix_cache
+        self._gen = self._new_generator()
 
-    def generate(self, prompt_tokens, *, sampler, logits_processors, max_tokens):
-        return generate_step(
-            mx.array(prompt_tokens),
+    def _new_generator(self) -> BatchGenerator:
+        return BatchGenerator(
             self.model,
-            max_tokens=max_tokens,
-            sampler=sampler,
-            logits_processors=logits_processors or None,
+            stop_tokens=None,  # the engine decides stops (stop ids, strings, constraints)
+            completion_batch_size=self.max_num_seqs,
+            prefill_batch_size=min(self.max_num_seqs, 8),
             prefill_step_size=self.prefill_step_size,
         )
 
+    def insert(self, prompt, *, sampler, processors, max_tokens):
+        cache, cached = self.prefix_cache.fetch(prompt) if self.prefix_cache else (None, 0)
+        (uid,) = self._gen.insert(
+            [prompt[cached:]],
+            max_tokens=[max_tokens],
+            caches=[cache] if cache is not None else None,
+            all_tokens=[list(prompt[:cached])],
+            samplers=[sampler],
+            logits_processors=[processors],
+            stop_sequences=[StopSequences(None)],
+        )
+        return uid, cached
 
-class ReplayTokenSource:
-    """Yields ``token_ids`` (then stops) whatever the prompt; no logprobs."""
+    def remove(self, uid: int) -> None:
+        caches = self._gen.remove([uid], return_prompt_caches=self.prefix_cache is not None)
+        if uid in caches:
+            cache, tokens = caches[uid]
+            self.prefix_cache.store(tokens, cache)
+
+    def step(self) -> tuple[list[Step], list[int]]:
+        _, responses = self._gen.next()
+        steps = []
+        for r in responses:
+            if r.finish_reason is not None and self.prefix_cache is not None:
+                self.prefix_cache.store(r.all_tokens, r.prompt_cache)
+            steps.append(Step(r.uid, r.token, r.logprobs, r.finish_reason is not None))
+        return steps, []
+
+    def reset(self) -> None:
+        self._gen.close()
+        self._gen = self._new_generator()
+
+
+class ReplayBatchSource:
+    """Every sequence yields ``token_ids`` in order whatever its prompt, then ends."""
 
     def __init__(self, token_ids: list[int]):
         self.token_ids = list(token_ids)
+        self._running: dict[int, list] = {}  # uid -> [position, max_tokens]
+        self._next_uid = 0
 
-    def generate(self, prompt_tokens, *, sampler, logits_processors, max_tokens):
-        for token in self.token_ids[:max_tokens]:
-            yield token, None
+    def insert(self, prompt, *, sampler, processors, max_tokens):
+        uid, self._next_uid = self._next_uid, self._next_uid + 1
+        self._running[uid] = [0, max_tokens]
+        return uid, 0
+
+    def remove(self, uid: int) -> None:
+        self._running.pop(uid, None)
+
+    def step(self) -> tuple[list[Step], list[int]]:
+        steps, ended = [], []
+        for uid, state in list(self._running.items()):
+            position, max_tokens = state
+            if position >= len(self.token_ids):
+                ended.append(uid)
+                del self._running[uid]
+                continue
+            state[0] += 1
+            at_limit = state[0] >= max_tokens
+            steps.append(Step(uid, self.token_ids[position], None, at_limit))
+            if at_limit:
+                del self._running[uid]
+        return steps, ended
+
+    def reset(self) -> None:
+        self._running.clear()

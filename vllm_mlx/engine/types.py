@@ -48,3 +48,4 @@ class GenerationChunk:
     error: str | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens served from the prefix cache

@@ -41,6 +41,20 @@ import click
     type=click.IntRange(min=1),
     help="Requests allowed to wait; beyond it the server answers 429.",
 )
+@click.option(
+    "--max-num-seqs",
+    default=8,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Requests generated together in one continuous batch.",
+)
+@click.option(
+    "--prefix-cache-mb",
+    default=512,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Memory for reusable KV caches of shared prompt prefixes (0 disables).",
+)
 @click.option("--max-body-mb", default=16, show_default=True, type=click.IntRange(min=1))
 @click.option(
     "--api-key",
@@ -113,6 +127,8 @@ def serve(model: str | None, **opts) -> None:
                 cpu_weights=opts["cpu_weights"],
                 default_max_tokens=opts["max_tokens"],
                 max_queue=opts["max_queue"],
+                max_num_seqs=opts["max_num_seqs"],
+                prefix_cache_mb=opts["prefix_cache_mb"],
                 **parsers,
             )
     except (ModelLoadError, ValueError) as exc:
