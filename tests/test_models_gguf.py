@@ -43,7 +43,8 @@ def test_float_gguf_gives_the_source_models_logits(tmp_path: Path, tied: bool) -
 
 def test_quantized_gguf_gives_the_source_models_logits(tmp_path: Path) -> None:
     types = {"token_embd": "Q8_0", "attn_q": "Q4_0", "attn_k": "Q4_1", "ffn_down": "Q4_0"}
-    types |= {name: "Q8_0" for name in ("attn_v", "attn_output", "ffn_gate", "ffn_up")}
+    types |= {name: "Q8_0" for name in ("attn_v", "attn_output", "ffn_up")}
+    types["ffn_gate"] = "F16"
     source = write_tiny_llama_gguf(tmp_path / "tiny-q.gguf", tensor_types=types)
     loaded = load_model(str(tmp_path / "tiny-q.gguf"), cpu_weights="quantized", progress=False)
 
@@ -57,12 +58,15 @@ def test_quantized_gguf_gives_the_source_models_logits(tmp_path: Path) -> None:
     assert layers[0].self_attn.k_proj.bits == 4
     assert isinstance(loaded.model.model.embed_tokens, nn.QuantizedEmbedding)
     assert layers[0].self_attn.q_proj.scales.dtype == mx.float32
+    assert type(layers[0].mlp.gate_proj) is nn.Linear
+    assert layers[0].mlp.gate_proj.weight.dtype == mx.float16
     assert mx.allclose(logits_of(loaded.model), logits_of(source), atol=1e-3).item()
 
 
 def test_float32_weights_dequantize_every_layer(tmp_path: Path) -> None:
     types = {name: "Q4_1" for name in ("attn_q", "attn_k", "attn_v", "ffn_up")}
-    write_tiny_llama_gguf(tmp_path / "tiny.gguf", tensor_types=types | {"token_embd": "Q8_0"})
+    types |= {"token_embd": "Q8_0", "ffn_down": "F16"}
+    write_tiny_llama_gguf(tmp_path / "tiny.gguf", tensor_types=types)
     quantized = load_model(str(tmp_path / "tiny.gguf"), cpu_weights="quantized", progress=False)
     dense = load_model(str(tmp_path / "tiny.gguf"), cpu_weights="float32", progress=False)
     assert dense.weights == "float32"
