@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from .chat.message import MessageDelta, ParsedMessage
 from .chat.stream import OutputStream, make_output_stream
 from .chat.template import encode_prompt, render_chat
+from .chat.thinking_switch import decide_thinking
 from .constrained import ConstraintError, build_logits_processors
 from .engine.engine import Engine
 from .engine.sampling import SamplingParams
@@ -37,7 +39,9 @@ class ChatRequest:
     response_format: dict | None = None
     template_kwargs: dict = field(default_factory=dict)
     max_tokens_given: bool = False
-    thinking_budget: int | None = None
+    thinking_budget: int | None = None  # explicit cap on reasoning tokens
+    reasoning_effort: str | None = None  # OpenAI: none | minimal | low | medium | high
+    thinking: Any = None  # Anthropic {"type": "enabled"|"disabled", "budget_tokens": N}
     parallel_tool_calls: bool = True
 
 
@@ -93,8 +97,10 @@ class Pipeline:
         reasoning_parser: str | None = None,
         tool_parser: str | None = None,
         structured_backend: str = "auto",
+        default_thinking_budget: int | None = None,
     ):
         self.engine = engine
+        self.default_thinking_budget = default_thinking_budget
         self.structured_backend = structured_backend
         self.tokenizer = engine.tokenizer
         self.context_length = context_length
@@ -107,8 +113,19 @@ class Pipeline:
     def prepare_chat(self, request: ChatRequest) -> Prepared:
         calls_allowed = bool(request.tools) and request.tool_choice != "none"
         tools = request.tools if calls_allowed else None
+        try:
+            thinking = decide_thinking(
+                getattr(self.tokenizer, "chat_template", None),
+                thinking=request.thinking,
+                reasoning_effort=request.reasoning_effort,
+                chat_template_kwargs=request.template_kwargs,
+                thinking_token_budget=request.thinking_budget,
+                default_budget=self.default_thinking_budget,
+            )
+        except ValueError as exc:
+            raise RequestError(str(exc), "reasoning_effort") from None
         prompt = render_chat(
-            self.tokenizer, request.messages, tools=tools, template_kwargs=request.template_kwargs
+            self.tokenizer, request.messages, tools=tools, template_kwargs=thinking.template_kwargs
         )
         params = self._fit_max_tokens(
             request.params, len(prompt.token_ids), request.max_tokens_given
@@ -123,7 +140,7 @@ class Pipeline:
                 tool_parser=tool_parser,
                 reasoning_parser=self.reasoning_parser,
                 prompt_tail=prompt.tail,
-                thinking_budget=request.thinking_budget,
+                thinking_budget=thinking.budget,
                 backend=self.structured_backend,
                 parallel_tool_calls=request.parallel_tool_calls,
             )

@@ -47,6 +47,7 @@ def build_runtime(
     max_num_seqs: int = 8,
     prefix_cache_mb: int = 512,
     structured_backend: str = "auto",
+    default_thinking_budget: int | None = None,
     progress: bool = True,
 ) -> Runtime:
     if cpu_weights == "auto" and sys.platform.startswith("linux") and not openblas_preloaded():
@@ -64,6 +65,7 @@ def build_runtime(
         reasoning_parser=reasoning_parser,
         tool_parser=tool_parser,
         structured_backend=structured_backend,
+        default_thinking_budget=default_thinking_budget,
     )
     log.info("loaded %s (%s weights) from %s", loaded.name, loaded.weights, loaded.path)
     return Runtime(loaded, engine, pipeline)

@@ -8,9 +8,9 @@ from typing import Any
 
 from .tool_prompt import template_renders_tools, with_tool_system_prompt
 
-# How much of the rendered prompt the parsers and the thinking processor get to see: enough
-# to hold any opening marker a template leaves open (`<think>\n`, `<|channel|>analysis…`).
-PROMPT_TAIL_CHARS = 256
+# The tail used when the generation prompt cannot be isolated: enough to hold any opening
+# marker a template leaves open (`<think>\n`, `<|channel|>analysis…`).
+FALLBACK_TAIL_CHARS = 256
 
 
 class ChatTemplateError(ValueError):
@@ -21,10 +21,10 @@ class ChatTemplateError(ValueError):
 class RenderedPrompt:
     text: str
     token_ids: list[int]
-
-    @property
-    def tail(self) -> str:
-        return self.text[-PROMPT_TAIL_CHARS:]
+    # The generation prompt the template appended after the last message (e.g.
+    # `<|im_start|>assistant\n<think>\n`): parsers and the thinking processor start from it.
+    # Earlier turns' closed reasoning blocks are not part of it.
+    tail: str
 
 
 def render_chat(
@@ -44,19 +44,17 @@ def render_chat(
         )
     if tools and not template_renders_tools(template):
         messages, tools = with_tool_system_prompt(messages, tools), None
+    rendered = [_for_template(m) for m in messages]
+    kwargs = {"tools": tools or None, "tokenize": False, **(template_kwargs or {})}
     try:
-        text = tokenizer.apply_chat_template(
-            [_for_template(m) for m in messages],
-            tools=tools or None,
-            add_generation_prompt=True,
-            tokenize=False,
-            **(template_kwargs or {}),
-        )
+        text = tokenizer.apply_chat_template(rendered, add_generation_prompt=True, **kwargs)
+        history = tokenizer.apply_chat_template(rendered, add_generation_prompt=False, **kwargs)
     except Exception as exc:  # jinja raises TemplateError / TypeError / exceptions it defines
         raise ChatTemplateError(
             f"the chat template could not render these messages: {exc}"
         ) from None
-    return RenderedPrompt(text=text, token_ids=encode_prompt(tokenizer, text))
+    tail = text[len(history) :] if text.startswith(history) else text[-FALLBACK_TAIL_CHARS:]
+    return RenderedPrompt(text=text, token_ids=encode_prompt(tokenizer, text), tail=tail)
 
 
 def encode_prompt(tokenizer: Any, text: str) -> list[int]:

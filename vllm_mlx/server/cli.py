@@ -55,6 +55,11 @@ import click
     type=click.IntRange(min=0),
     help="Memory for reusable KV caches of shared prompt prefixes (0 disables).",
 )
+@click.option(
+    "--default-thinking-token-budget",
+    type=click.IntRange(min=0),
+    help="Cap on reasoning tokens when a request sets none (default: no cap).",
+)
 @click.option("--max-body-mb", default=16, show_default=True, type=click.IntRange(min=1))
 @click.option(
     "--api-key",
@@ -129,6 +134,7 @@ def serve(model: str | None, **opts) -> None:
                 max_queue=opts["max_queue"],
                 max_num_seqs=opts["max_num_seqs"],
                 prefix_cache_mb=opts["prefix_cache_mb"],
+                default_thinking_budget=opts["default_thinking_token_budget"],
                 **parsers,
             )
     except (ModelLoadError, ValueError) as exc:

@@ -108,6 +108,9 @@ def to_chat_request(body: ChatCompletionRequest, defaults) -> ChatRequest:
         tool_choice=body.tool_choice,
         response_format=body.response_format,
         template_kwargs=dict(body.chat_template_kwargs or {}),
+        reasoning_effort=body.reasoning_effort,
+        thinking_budget=body.thinking_token_budget,
+        parallel_tool_calls=body.parallel_tool_calls is not False,
         max_tokens_given=body.max_tokens is not None or body.max_completion_tokens is not None,
     )
 

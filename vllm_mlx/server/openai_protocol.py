@@ -121,7 +121,8 @@ class ChatCompletionRequest(SamplingFields):
     parallel_tool_calls: bool | None = None
     response_format: dict[str, Any] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
-    reasoning_effort: str | None = None
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    thinking_token_budget: int | None = Field(default=None, ge=0)
 
 
 class CompletionRequest(SamplingFields):
