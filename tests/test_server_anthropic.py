@@ -1,0 +1,443 @@
+"""/v1/messages and /v1/messages/count_tokens through real HTTP with the official anthropic SDK:
+the real default model for answers, truncation, stop sequences and errors; the replay runtime
+for controlled tool-call and reasoning output and for a fault injected mid-stream; a tiny
+think-token model for thinking budgets."""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+
+import anthropic
+import httpx
+import pytest
+from servers import thread_server
+
+from vllm_mlx.engine.engine import Engine
+from vllm_mlx.engine.sources import ModelBatchSource
+from vllm_mlx.pipeline import Pipeline
+from vllm_mlx.runtime import build_replay_runtime
+from vllm_mlx.server.app import create_app
+from vllm_mlx.server.state import ServerState
+
+# anthropic 2.x dropped sampling arguments from messages.create; the API still has them
+GREEDY = {"temperature": 0}
+FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
+WEATHER_TOOL = {
+    "name": "get_weather",
+    "description": "Current weather for a city",
+    "input_schema": {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+        "required": ["city"],
+    },
+}
+TOOL_REPLY = (
+    "Let me check.<tool_call>\n"
+    '{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n</tool_call>'
+)
+
+
+@pytest.fixture(scope="module")
+def anthropic_client(real_server):
+    return anthropic.Anthropic(base_url=real_server, api_key="unused", max_retries=0, timeout=300)
+
+
+def comparable(message) -> dict:
+    """A message without the fields that differ between two runs (ids)."""
+    body = message.model_dump(exclude_none=True)
+    body.pop("id")
+    for block in body["content"]:
+        block.pop("id", None)
+        block.pop("parsed_output", None)
+    return body
+
+
+def create_and_stream(client, **kwargs):
+    whole = client.messages.create(**kwargs)
+    with client.messages.stream(**kwargs) as stream:
+        events = list(stream)
+        final = stream.get_final_message()
+    return whole, events, final
+
+
+@contextmanager
+def replay_client(text: str, **parsers):
+    runtime = build_replay_runtime(text, **parsers)
+    try:
+        with thread_server(create_app(ServerState(runtime.pipeline, "replay"))) as base:
+            yield anthropic.Anthropic(base_url=base, api_key="k", max_retries=0), runtime
+    finally:
+        runtime.close()
+
+
+# -- the real default model --------------------------------------------------------------
+
+slow = pytest.mark.slow  # the real default model
+
+
+@slow
+def test_create_answers_with_served_name_and_usage(anthropic_client):
+    reply = anthropic_client.messages.create(
+        model="claude-sonnet-4-5", max_tokens=12, extra_body=GREEDY, messages=FRANCE
+    )
+    assert reply.model == "smollm2" and reply.role == "assistant"
+    assert [b.type for b in reply.content] == ["text"]
+    assert "Paris" in reply.content[0].text
+    assert reply.stop_reason == "end_turn" and reply.stop_sequence is None
+    counted = anthropic_client.messages.count_tokens(model="claude-sonnet-4-5", messages=FRANCE)
+    assert reply.usage.input_tokens == counted.input_tokens > 5
+    assert reply.usage.output_tokens > 0
+
+
+@slow
+def test_stream_accumulates_to_the_non_streamed_message(anthropic_client):
+    whole, events, final = create_and_stream(
+        anthropic_client, model="m", max_tokens=12, extra_body=GREEDY, messages=FRANCE
+    )
+    assert comparable(final) == comparable(whole)
+    types = [e.type for e in events]
+    assert types[0] == "message_start" and types[-1] == "message_stop"
+    assert types[-2] == "message_delta"
+    assert types.count("content_block_start") == types.count("content_block_stop") == 1
+
+
+@slow
+def test_max_tokens_truncation_in_both_modes(anthropic_client):
+    whole, events, final = create_and_stream(
+        anthropic_client, model="m", max_tokens=3, extra_body=GREEDY, messages=FRANCE
+    )
+    for message in (whole, final):
+        assert message.stop_reason == "max_tokens"
+        assert message.usage.output_tokens == 3
+    delta = next(e for e in events if e.type == "message_delta")
+    assert delta.delta.stop_reason == "max_tokens"
+
+
+@slow
+def test_stop_sequence_in_both_modes(anthropic_client):
+    whole, _, final = create_and_stream(
+        anthropic_client,
+        model="m",
+        max_tokens=12,
+        extra_body=GREEDY,
+        messages=FRANCE,
+        stop_sequences=["is Pa"],
+    )
+    for message in (whole, final):
+        assert message.stop_reason == "stop_sequence"
+        assert message.stop_sequence == "is Pa"
+        assert message.content[0].text.endswith("France ")
+    assert comparable(final) == comparable(whole)
+
+
+@slow
+def test_claude_code_request_shape_is_accepted(real_server, anthropic_client):
+    """Query string, beta headers, billing-header system block, cache_control, metadata,
+    context_management and a thinking budget for a model that cannot think."""
+    system = [
+        {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1; cch=123;"},
+        {"type": "text", "text": "Answer briefly.", "cache_control": {"type": "ephemeral"}},
+    ]
+    body = {
+        "model": "claude-opus-4-1",
+        "max_tokens": 32000,
+        "system": system,
+        "messages": FRANCE,
+        "metadata": {"user_id": "u"},
+        "context_management": {"edits": []},
+        "thinking": {"type": "enabled", "budget_tokens": 31999},
+        "temperature": 0,
+        "stop_sequences": ["."],
+    }
+    headers = {"x-api-key": "k", "anthropic-version": "2023-06-01", "anthropic-beta": "x"}
+    reply = httpx.post(
+        f"{real_server}/v1/messages?beta=true", json=body, headers=headers, timeout=300
+    )
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["stop_reason"] == "stop_sequence"
+    # the billing header stays out of the prompt
+    plain = anthropic_client.messages.count_tokens(
+        model="m", system="Answer briefly.", messages=FRANCE
+    )
+    counted = httpx.post(
+        f"{real_server}/v1/messages/count_tokens?beta=true", json=body, headers=headers
+    )
+    assert counted.json() == {"input_tokens": plain.input_tokens}
+
+
+BAD_REQUESTS = [
+    ("bad role", {"messages": [{"role": "system", "content": "hi"}]}),
+    ("no messages", {"messages": []}),
+    ("max_tokens missing", {"max_tokens": None}),
+    (
+        "image to a text model",
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "image",
+                            "source": {"type": "base64", "media_type": "image/png", "data": "AA=="},
+                        }
+                    ],
+                }
+            ]
+        },
+    ),
+    (
+        "tool_choice names an unknown tool",
+        {"tools": [WEATHER_TOOL], "tool_choice": {"type": "tool", "name": "nope"}},
+    ),
+    ("temperature out of range", {"temperature": 1.5}),
+]
+
+
+@slow
+@pytest.mark.parametrize("name,change", BAD_REQUESTS, ids=[b[0] for b in BAD_REQUESTS])
+def test_bad_requests_get_anthropic_error_shape(real_server, name, change):
+    body = {"model": "m", "max_tokens": 5, "messages": FRANCE, **change}
+    body = {k: v for k, v in body.items() if v is not None}
+    reply = httpx.post(f"{real_server}/v1/messages", json=body, timeout=60)
+    assert reply.status_code == 400
+    payload = reply.json()
+    assert payload["type"] == "error"
+    assert payload["error"]["type"] == "invalid_request_error" and payload["error"]["message"]
+    if name == "image to a text model":
+        assert "text only" in payload["error"]["message"]
+
+
+@slow
+def test_sdk_raises_bad_request(anthropic_client):
+    with pytest.raises(anthropic.BadRequestError):
+        anthropic_client.messages.create(
+            model="m", max_tokens=5, messages=[{"role": "tool", "content": "x"}]
+        )
+
+
+@slow
+def test_forced_tool_use_on_the_real_model(anthropic_client):
+    from vllm_mlx.constrained.tool_calls import forced_tool_call_constraint
+
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    if (
+        forced_tool_call_constraint(
+            None,
+            tool_choice="required",
+            tools=tools,
+            tool_parser="hermes",
+            parallel_tool_calls=True,
+            content_schema=None,
+        )
+        is None
+    ):
+        pytest.skip("forced tool calls (vllm_mlx/constrained/tool_calls.py) have not landed")
+    kwargs = dict(
+        model="m",
+        max_tokens=60,
+        extra_body=GREEDY,
+        messages=[{"role": "user", "content": "Weather in Paris?"}],
+        tools=[WEATHER_TOOL],
+        tool_choice={"type": "tool", "name": "get_weather"},
+    )
+    whole, _, final = create_and_stream(anthropic_client, **kwargs)
+    assert whole.stop_reason == "tool_use"
+    call = whole.content[-1]
+    assert call.type == "tool_use" and call.name == "get_weather" and call.id.startswith("toolu_")
+    assert isinstance(call.input.get("city"), str)
+    assert comparable(final) == comparable(whole)
+
+
+# -- controlled output (replay) ----------------------------------------------------------
+
+
+def test_tool_use_streams_input_incrementally_and_matches_non_stream():
+    with replay_client(TOOL_REPLY, tool_parser="hermes") as (client, _):
+        kwargs = dict(
+            model="claude-sonnet-4-5", max_tokens=200, messages=FRANCE, tools=[WEATHER_TOOL]
+        )
+        whole, events, final = create_and_stream(client, **kwargs)
+    assert [b.type for b in whole.content] == ["text", "tool_use"]
+    call = whole.content[1]
+    assert call.id.startswith("toolu_") and call.name == "get_weather"
+    assert call.input == {"city": "Paris", "days": 3}
+    assert whole.stop_reason == "tool_use"
+    assert comparable(final) == comparable(whole)
+    pieces = [
+        e.delta.partial_json
+        for e in events
+        if e.type == "content_block_delta" and e.delta.type == "input_json_delta"
+    ]
+    assert len(pieces) > 3, "tool input must stream as it is parsed, not as one blob"
+    assert json.loads("".join(pieces)) == call.input
+    # each block is opened before its deltas and closed before the next opens
+    starts = [e.index for e in events if e.type == "content_block_start"]
+    stops = [e.index for e in events if e.type == "content_block_stop"]
+    assert starts == stops == [0, 1]
+
+
+def test_thinking_blocks_stream_and_replay():
+    reply_text = "<think>Paris is in France.</think>The capital is Paris."
+    with replay_client(reply_text, reasoning_parser="qwen3") as (client, runtime):
+        whole, events, final = create_and_stream(
+            client,
+            model="m",
+            max_tokens=100,
+            messages=FRANCE,
+            thinking={"type": "enabled", "budget_tokens": 1024},
+        )
+        assert [b.type for b in whole.content] == ["thinking", "text"]
+        assert whole.content[0].thinking == "Paris is in France."
+        assert whole.content[1].text == "The capital is Paris."
+        assert comparable(final) == comparable(whole)
+        assert any(
+            e.type == "content_block_delta" and e.delta.type == "thinking_delta" for e in events
+        )
+        # a thinking block sent back is replayed into the prompt (as reasoning_content)
+        follow_up = FRANCE + [
+            {
+                "role": "assistant",
+                "content": [b.model_dump(exclude_none=True) for b in whole.content],
+            },
+            {"role": "user", "content": "Sure?"},
+        ]
+        counted = client.messages.count_tokens(model="m", messages=follow_up)
+        without = client.messages.count_tokens(
+            model="m",
+            messages=FRANCE
+            + [
+                {"role": "assistant", "content": "The capital is Paris."},
+                {"role": "user", "content": "Sure?"},
+            ],
+        )
+    assert counted.input_tokens >= without.input_tokens
+
+
+def test_tool_result_round_trip_renders_into_the_prompt():
+    with replay_client("It is sunny.", tool_parser="hermes") as (client, _):
+        messages = [
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": [
+                    {
+                        "type": "tool_use",
+                        "id": "toolu_1",
+                        "name": "get_weather",
+                        "input": {"city": "Paris"},
+                    },
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_1",
+                        "content": [{"type": "text", "text": "sunny, 21C"}],
+                    },
+                    {"type": "text", "text": "Summarise."},
+                ],
+            },
+        ]
+        reply = client.messages.create(
+            model="m", max_tokens=50, messages=messages, tools=[WEATHER_TOOL]
+        )
+        base = client.messages.count_tokens(model="m", messages=messages[:1], tools=[WEATHER_TOOL])
+        full = client.messages.count_tokens(model="m", messages=messages, tools=[WEATHER_TOOL])
+    assert reply.content[0].text == "It is sunny." and reply.stop_reason == "end_turn"
+    assert full.input_tokens > base.input_tokens + 10
+
+
+class FailingSource:
+    """A token source whose step fails ``after`` steps into each request: a generation
+    dying midway."""
+
+    def __init__(self, inner, after: int):
+        self.inner, self.after, self.steps = inner, after, 0
+
+    def insert(self, prompt, **kwargs):
+        self.steps = 0
+        return self.inner.insert(prompt, **kwargs)
+
+    def remove(self, uid: int) -> None:
+        self.inner.remove(uid)
+
+    def reset(self) -> None:
+        self.inner.reset()
+
+    def step(self):
+        self.steps += 1
+        if self.steps > self.after:
+            raise RuntimeError("injected fault")
+        return self.inner.step()
+
+
+def test_mid_stream_failure_ends_with_an_error_event():
+    with replay_client("The capital of France is Paris, a large city.") as (client, runtime):
+        runtime.engine.source = FailingSource(runtime.engine.source, after=4)
+        seen = []
+        with pytest.raises(anthropic.APIStatusError) as failure:
+            with client.messages.stream(model="m", max_tokens=50, messages=FRANCE) as stream:
+                for event in stream:
+                    seen.append(event.type)
+        assert "injected fault" in str(failure.value)
+        assert "content_block_delta" in seen and "message_stop" not in seen
+        with httpx.stream(
+            "POST",
+            f"{client.base_url}/v1/messages",
+            json={"model": "m", "max_tokens": 50, "messages": FRANCE, "stream": True},
+        ) as raw:
+            lines = [line for line in raw.iter_lines() if line.startswith("event: ")]
+        assert lines[-1] == "event: error"
+        # a non-streaming request fails with a JSON error in Anthropic's shape
+        with pytest.raises(anthropic.InternalServerError) as failure:
+            client.messages.create(model="m", max_tokens=50, messages=FRANCE)
+        assert failure.value.body["type"] == "error"
+
+
+# -- thinking budget on a tiny model with think tokens -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_thinking_client():
+    from tiny_models import build_tiny_model, build_tiny_tokenizer
+
+    tokenizer = build_tiny_tokenizer()
+    engine = Engine(ModelBatchSource(build_tiny_model(tokenizer)), tokenizer)
+    pipeline = Pipeline(
+        engine,
+        context_length=2048,
+        default_max_tokens=64,
+        reasoning_parser="deepseek_r1",
+        tool_parser="hermes",
+    )
+    try:
+        with thread_server(create_app(ServerState(pipeline, "tiny"))) as base:
+            yield anthropic.Anthropic(base_url=base, api_key="k", max_retries=0), tokenizer
+    finally:
+        engine.close()
+
+
+def test_thinking_budget_bounds_the_thinking_block(tiny_thinking_client):
+    client, tokenizer = tiny_thinking_client
+    hello = [{"role": "user", "content": "Hello"}]
+    unbounded = client.messages.create(model="m", max_tokens=60, extra_body=GREEDY, messages=hello)
+    thought = unbounded.content[0]
+    assert thought.type == "thinking"
+    assert len(tokenizer.encode(thought.thinking, add_special_tokens=False)) > 13
+    for budget in (4, 12):
+        reply = client.messages.create(
+            model="m",
+            max_tokens=60,
+            extra_body=GREEDY,
+            messages=[{"role": "user", "content": "Hello"}],
+            thinking={"type": "enabled", "budget_tokens": budget},
+        )
+        thinking = [b for b in reply.content if b.type == "thinking"]
+        assert thinking, reply.content
+        used = len(tokenizer.encode(thinking[0].thinking, add_special_tokens=False))
+        assert used <= budget + 1  # the close marker may merge with the last reasoning token
+        assert reply.usage.output_tokens > used  # generation went on past the thinking
