@@ -1,8 +1,8 @@
-"""Helpers for the model tests: a tiny random llama written as a llama.cpp-style GGUF.
+"""Helpers for the model tests: a tiny random llama or qwen2 written as a llama.cpp GGUF.
 
 The GGUF uses llama.cpp's tensor names, its Q/K row permutation and real Q4_0/Q8_0 encodings
 (from the ``gguf`` package), so converting it exercises the same paths as a downloaded file.
-``write_tiny_llama_gguf`` returns the source mlx-lm model loaded with the exact values the GGUF
+``write_tiny_gguf`` returns the source mlx-lm model loaded with the exact values the GGUF
 stores (dequantized where quantized), so converted and source logits must agree.
 """
 
@@ -12,9 +12,10 @@ from pathlib import Path
 
 import gguf
 import mlx.core as mx
+import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_flatten
-from mlx_lm.models import llama
+from mlx_lm.models import llama, qwen2
 from tokenizers import pre_tokenizers
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -24,7 +25,6 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 TINY_ARGS = dict(
-    model_type="llama",
     hidden_size=64,
     num_hidden_layers=2,
     intermediate_size=128,
@@ -77,16 +77,20 @@ def permute_rope_rows(weights: np.ndarray, heads: int) -> np.ndarray:
     )
 
 
-def write_tiny_llama_gguf(
+def write_tiny_gguf(
     path: Path,
     *,
     seed: int = 0,
     tied: bool = True,
     tensor_types: dict[str, str] | None = None,
     architecture: str = "llama",
+    pre_tokenizer: str = "smollm",
     raw_tensor_types: dict[str, str] | None = None,
-) -> llama.Model:
-    """Write a tiny llama GGUF at ``path`` and return the float32 source model it encodes.
+) -> nn.Module:
+    """Write a tiny GGUF at ``path`` and return the float32 source model it encodes.
+
+    ``architecture`` ``qwen2`` writes a Qwen2 model (Q/K/V biases, no Q/K permutation); any
+    other name writes a llama model under that architecture name.
 
     ``tensor_types`` maps a GGUF base name (``token_embd``, ``ffn_down``…) to ``Q4_0``/``Q8_0``;
     ``raw_tensor_types`` stores random bytes of any GGML type (for unsupported-type tests).
@@ -95,8 +99,14 @@ def write_tiny_llama_gguf(
     raw_tensor_types = raw_tensor_types or {}
     tokens, merges, types = tiny_vocab()
     mx.random.seed(seed)
-    model = llama.Model(
-        llama.ModelArgs(vocab_size=len(tokens), tie_word_embeddings=tied, **TINY_ARGS)
+    family = qwen2 if architecture == "qwen2" else llama
+    model = family.Model(
+        family.ModelArgs(
+            model_type=family.__name__.rsplit(".", 1)[-1],
+            vocab_size=len(tokens),
+            tie_word_embeddings=tied,
+            **TINY_ARGS,
+        )
     )
     model.set_dtype(mx.float32)
     rng = np.random.default_rng(seed)
@@ -111,7 +121,7 @@ def write_tiny_llama_gguf(
     writer.add_rope_freq_base(TINY_ARGS["rope_theta"])
     writer.add_vocab_size(len(tokens))
     writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("smollm")
+    writer.add_tokenizer_pre(pre_tokenizer)
     writer.add_token_list(tokens)
     writer.add_token_merges(merges)
     writer.add_token_types(types)
@@ -130,10 +140,12 @@ def write_tiny_llama_gguf(
         target = gguf_name(name)
         base = target.rsplit(".", 2)[-2]
         stored = array
-        if base in ("attn_q", "attn_k"):
+        if base in ("attn_q", "attn_k") and family is llama:
             heads = TINY_ARGS["num_attention_heads" if base == "attn_q" else "num_key_value_heads"]
             stored = permute_rope_rows(array, heads)
-        if base in raw_tensor_types:
+        if array.ndim == 1:  # llama.cpp stores norms and biases as F32
+            writer.add_tensor(target, stored)
+        elif base in raw_tensor_types:
             kind = gguf.GGMLQuantizationType[raw_tensor_types[base]]
             block, type_size = gguf.GGML_QUANT_SIZES[kind]
             byte_shape = (stored.shape[0], max(1, stored.shape[1] // block) * type_size)

@@ -10,8 +10,9 @@ from pathlib import Path
 import gguf
 import mlx.core as mx
 import mlx.nn as nn
+import numpy as np
 import pytest
-from conftest_models import SPECIAL_TOKENS, write_tiny_llama_gguf
+from conftest_models import SPECIAL_TOKENS, write_tiny_gguf
 
 from vllm_mlx.models import ModelLoadError, default_model, load_model, resolve, resolve_model
 from vllm_mlx.models.gguf_header import read_gguf_header
@@ -33,7 +34,7 @@ def logits_of(model: nn.Module) -> mx.array:
 
 @pytest.mark.parametrize("tied", [True, False])
 def test_float_gguf_gives_the_source_models_logits(tmp_path: Path, tied: bool) -> None:
-    source = write_tiny_llama_gguf(tmp_path / "tiny.gguf", tied=tied)
+    source = write_tiny_gguf(tmp_path / "tiny.gguf", tied=tied)
     loaded = load_model(str(tmp_path / "tiny.gguf"), cpu_weights="quantized", progress=False)
     config = json.loads((loaded.path / "config.json").read_text())
     assert config["tie_word_embeddings"] is tied
@@ -45,7 +46,7 @@ def test_quantized_gguf_gives_the_source_models_logits(tmp_path: Path) -> None:
     types = {"token_embd": "Q8_0", "attn_q": "Q4_0", "attn_k": "Q4_1", "ffn_down": "Q4_0"}
     types |= {name: "Q8_0" for name in ("attn_v", "attn_output", "ffn_up")}
     types["ffn_gate"] = "F16"
-    source = write_tiny_llama_gguf(tmp_path / "tiny-q.gguf", tensor_types=types)
+    source = write_tiny_gguf(tmp_path / "tiny-q.gguf", tensor_types=types)
     loaded = load_model(str(tmp_path / "tiny-q.gguf"), cpu_weights="quantized", progress=False)
 
     quantization = json.loads((loaded.path / "config.json").read_text())["quantization"]
@@ -63,10 +64,46 @@ def test_quantized_gguf_gives_the_source_models_logits(tmp_path: Path) -> None:
     assert mx.allclose(logits_of(loaded.model), logits_of(source), atol=1e-3).item()
 
 
+def test_qwen2_gguf_keeps_biases_and_unpermuted_rows(tmp_path: Path) -> None:
+    types = {"attn_q": "Q8_0", "attn_k": "Q4_0", "token_embd": "Q8_0"}
+    path = tmp_path / "qwen.gguf"
+    source = write_tiny_gguf(path, architecture="qwen2", pre_tokenizer="qwen2", tensor_types=types)
+    loaded = load_model(str(path), cpu_weights="quantized", progress=False)
+    assert json.loads((loaded.path / "config.json").read_text())["model_type"] == "qwen2"
+    assert loaded.model.model.layers[0].self_attn.q_proj.bias.dtype == mx.float32
+    assert mx.allclose(logits_of(loaded.model), logits_of(source), atol=1e-3).item()
+    tokenizer = loaded.tokenizer
+    ids = tokenizer.encode(" the 2025", add_special_tokens=False)
+    assert [tokenizer.decode([i]) for i in ids] == [" the", " ", "2", "0", "2", "5"]
+    composed, decomposed = "caf\u00e9", "cafe\u0301"  # NFC makes both the same text
+    assert tokenizer.encode(decomposed, add_special_tokens=False) == tokenizer.encode(
+        composed, add_special_tokens=False
+    )
+
+
+def test_quantized_tensor_that_is_not_a_weight_is_refused(tmp_path: Path) -> None:
+    writer = gguf.GGUFWriter(str(tmp_path / "odd.gguf"), "llama")
+    kind = gguf.GGMLQuantizationType.Q8_0
+    bias = gguf.quants.quantize(np.ones((1, 64), dtype=np.float32), kind)
+    writer.add_tensor("blk.0.attn_q.bias", bias, raw_dtype=kind)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(ModelLoadError, match=r"attn_q.bias is quantized \(Q8_0\) but is not"):
+        resolve_model(str(tmp_path / "odd.gguf"), progress=False)
+
+
+def test_unknown_pre_tokenizer_is_named(tmp_path: Path) -> None:
+    write_tiny_gguf(tmp_path / "p.gguf", pre_tokenizer="mystery-pre")
+    with pytest.raises(ModelLoadError, match="pre-tokenizer 'mystery-pre' is not supported"):
+        resolve_model(str(tmp_path / "p.gguf"), progress=False)
+
+
 def test_float32_weights_dequantize_every_layer(tmp_path: Path) -> None:
     types = {name: "Q4_1" for name in ("attn_q", "attn_k", "attn_v", "ffn_up")}
     types |= {"token_embd": "Q8_0", "ffn_down": "F16"}
-    write_tiny_llama_gguf(tmp_path / "tiny.gguf", tensor_types=types)
+    write_tiny_gguf(tmp_path / "tiny.gguf", tensor_types=types)
     quantized = load_model(str(tmp_path / "tiny.gguf"), cpu_weights="quantized", progress=False)
     dense = load_model(str(tmp_path / "tiny.gguf"), cpu_weights="float32", progress=False)
     assert dense.weights == "float32"
@@ -77,7 +114,7 @@ def test_float32_weights_dequantize_every_layer(tmp_path: Path) -> None:
 
 
 def test_rebuilt_tokenizer_keeps_specials_digits_and_template(tmp_path: Path) -> None:
-    write_tiny_llama_gguf(tmp_path / "tiny.gguf")
+    write_tiny_gguf(tmp_path / "tiny.gguf")
     loaded = load_model(str(tmp_path / "tiny.gguf"), cpu_weights="quantized", progress=False)
     tokenizer = loaded.tokenizer
     for index, special in enumerate(SPECIAL_TOKENS):
@@ -97,7 +134,7 @@ def test_rebuilt_tokenizer_keeps_specials_digits_and_template(tmp_path: Path) ->
 
 
 def test_unsupported_tensor_type_is_named(tmp_path: Path) -> None:
-    write_tiny_llama_gguf(tmp_path / "k.gguf", raw_tensor_types={"ffn_down": "Q6_K"})
+    write_tiny_gguf(tmp_path / "k.gguf", raw_tensor_types={"ffn_down": "Q6_K"})
     with pytest.raises(ModelLoadError) as error:
         resolve_model(str(tmp_path / "k.gguf"), progress=False)
     assert str(error.value) == (
@@ -107,8 +144,8 @@ def test_unsupported_tensor_type_is_named(tmp_path: Path) -> None:
 
 
 def test_unsupported_architecture_is_named(tmp_path: Path) -> None:
-    write_tiny_llama_gguf(tmp_path / "g.gguf", architecture="gpt2")
-    with pytest.raises(ModelLoadError, match="architecture 'gpt2'.*supported: llama"):
+    write_tiny_gguf(tmp_path / "g.gguf", architecture="gpt2")
+    with pytest.raises(ModelLoadError, match="architecture 'gpt2'.*supported: llama, qwen2"):
         resolve_model(str(tmp_path / "g.gguf"), progress=False)
 
 
@@ -123,7 +160,7 @@ def test_a_file_that_is_not_gguf_is_refused(tmp_path: Path) -> None:
 
 def test_header_reader_agrees_with_gguf_package(tmp_path: Path) -> None:
     path = tmp_path / "tiny.gguf"
-    write_tiny_llama_gguf(path, tied=False, tensor_types={"attn_v": "Q4_1", "token_embd": "Q8_0"})
+    write_tiny_gguf(path, tied=False, tensor_types={"attn_v": "Q4_1", "token_embd": "Q8_0"})
     header = read_gguf_header(path)
     reader = gguf.GGUFReader(path)
     assert header.architecture == "llama"
@@ -151,7 +188,7 @@ def count_conversions(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
 def test_conversion_is_cached_under_xdg_cache_home(
     tmp_path: Path, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    write_tiny_llama_gguf(tmp_path / "tiny.gguf")
+    write_tiny_gguf(tmp_path / "tiny.gguf")
     calls = count_conversions(monkeypatch)
     first = resolve_model(str(tmp_path / "tiny.gguf"), progress=False)
     weights_mtime = (first / "model.safetensors").stat().st_mtime_ns
@@ -170,7 +207,7 @@ def test_conversion_is_cached_under_xdg_cache_home(
 def test_conversion_shows_a_progress_bar_on_stderr(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    write_tiny_llama_gguf(tmp_path / "tiny.gguf")
+    write_tiny_gguf(tmp_path / "tiny.gguf")
     resolve_model(str(tmp_path / "tiny.gguf"))
     captured = capsys.readouterr()
     assert "Converting tensors" in captured.err and "100%" in captured.err
@@ -180,7 +217,7 @@ def test_conversion_shows_a_progress_bar_on_stderr(
 def test_interrupted_conversion_leaves_nothing_that_looks_complete(
     tmp_path: Path, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    write_tiny_llama_gguf(tmp_path / "tiny.gguf")
+    write_tiny_gguf(tmp_path / "tiny.gguf")
 
     def dies_halfway(gguf_path: Path, out_dir: Path, **kwargs: object) -> dict:
         (out_dir / "config.json").write_text("{}")
@@ -209,7 +246,7 @@ def test_interrupted_conversion_leaves_nothing_that_looks_complete(
 @pytest.fixture
 def tiny_folder(tmp_path: Path) -> Path:
     """A valid MLX model folder copied out of the conversion cache, for breaking."""
-    write_tiny_llama_gguf(tmp_path / "tiny.gguf")
+    write_tiny_gguf(tmp_path / "tiny.gguf")
     converted = resolve_model(str(tmp_path / "tiny.gguf"), progress=False)
     folder = tmp_path / "model"
     folder.mkdir()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,21 @@ TENSOR_TYPES: dict[str, tuple[int, int] | None] = {
     "Q4_1": (4, 32),
     "Q8_0": (8, 32),
 }
-SUPPORTED_ARCHITECTURES = ("llama",)
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """How a GGUF ``general.architecture`` maps onto an mlx-lm model."""
+
+    model_type: str
+    hf_class: str
+    permuted_qk: bool  # llama.cpp interleaves Q/K rows only for its llama-family converter
+
+
+ARCHITECTURES = {
+    "llama": Architecture("llama", "LlamaForCausalLM", permuted_qk=True),
+    "qwen2": Architecture("qwen2", "Qwen2ForCausalLM", permuted_qk=False),
+}
 
 _GLOBAL_TENSORS = {
     "token_embd": "model.embed_tokens",
@@ -54,10 +69,10 @@ _PARAMETER_SUFFIXES = ("weight", "scales", "biases", "bias")
 def read_header(path: Path) -> GGUFHeader:
     """Read architecture and tensor types, refusing what the importer cannot convert."""
     header = read_gguf_header(path)
-    if header.architecture not in SUPPORTED_ARCHITECTURES:
+    if header.architecture not in ARCHITECTURES:
         raise ModelLoadError(
             f"GGUF file {path.name} has architecture {header.architecture!r}, which vllm-mlx "
-            f"cannot import; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
+            f"cannot import; supported: {', '.join(ARCHITECTURES)}"
         )
     for name, kind in header.tensor_types.items():
         if kind not in TENSOR_TYPES:
@@ -65,6 +80,9 @@ def read_header(path: Path) -> GGUFHeader:
                 f"GGUF tensor {name} has type {kind}, which vllm-mlx cannot import; "
                 f"supported: {', '.join(TENSOR_TYPES)}"
             )
+        if TENSOR_TYPES[kind] is not None and not name.endswith(".weight"):
+            # MLX names a quantized tensor's scales/biases after its ".weight" prefix.
+            raise ModelLoadError(f"GGUF tensor {name} is quantized ({kind}) but is not a weight")
     return header
 
 
@@ -82,9 +100,10 @@ def _required(metadata: dict[str, Any], key: str) -> Any:
     return value
 
 
-def llama_config(metadata: dict[str, Any], header: GGUFHeader) -> dict[str, Any]:
-    """Translate ``llama.*`` GGUF metadata into an mlx-lm llama config.json."""
+def model_config(metadata: dict[str, Any], header: GGUFHeader) -> dict[str, Any]:
+    """Translate ``<arch>.*`` GGUF metadata into an mlx-lm config.json."""
     arch = header.architecture
+    architecture = ARCHITECTURES[arch]
     if "rope_freqs.weight" in header.tensor_types:
         raise ModelLoadError(
             "GGUF file uses per-frequency rope factors (rope_freqs, Llama 3.1 style), "
@@ -94,8 +113,8 @@ def llama_config(metadata: dict[str, Any], header: GGUFHeader) -> dict[str, Any]
     heads = int(_required(metadata, f"{arch}.attention.head_count"))
     tokens = metadata.get("tokenizer.ggml.tokens") or []
     config: dict[str, Any] = {
-        "model_type": "llama",
-        "architectures": ["LlamaForCausalLM"],
+        "model_type": architecture.model_type,
+        "architectures": [architecture.hf_class],
         "hidden_size": hidden,
         "num_hidden_layers": int(_required(metadata, f"{arch}.block_count")),
         "intermediate_size": int(_required(metadata, f"{arch}.feed_forward_length")),
@@ -136,7 +155,7 @@ def _mlx_name(gguf_name: str) -> tuple[str, str]:
     parts = base.split(".")
     if len(parts) == 3 and parts[0] == "blk" and parts[2] in _LAYER_TENSORS:
         return f"model.layers.{parts[1]}.{_LAYER_TENSORS[parts[2]]}", parameter
-    raise ModelLoadError(f"GGUF tensor {gguf_name} has no counterpart in the llama model")
+    raise ModelLoadError(f"GGUF tensor {gguf_name} has no counterpart in the MLX model")
 
 
 def unpermute_rope_rows(array: mx.array, heads: int) -> mx.array:
@@ -160,10 +179,12 @@ def convert_weights(
     tensors: dict[str, mx.array], config: dict[str, Any], header: GGUFHeader, progress: bool
 ) -> tuple[dict[str, mx.array], dict[str, Any] | None]:
     """Rename and fix up tensors; return MLX weights and the quantization config (or None)."""
-    permute_heads = {
-        "self_attn.q_proj": config["num_attention_heads"],
-        "self_attn.k_proj": config["num_key_value_heads"],
-    }
+    permute_heads = {}
+    if ARCHITECTURES[header.architecture].permuted_qk:
+        permute_heads = {
+            "self_attn.q_proj": config["num_attention_heads"],
+            "self_attn.k_proj": config["num_key_value_heads"],
+        }
     weights: dict[str, mx.array] = {}
     layouts: dict[str, tuple[int, int]] = {}
     for gguf_name in tqdm(
@@ -207,7 +228,7 @@ def convert_gguf(gguf_path: Path, out_dir: Path, *, progress: bool = True) -> di
         tensors, metadata = mx.load(str(gguf_path), return_metadata=True)
     except (RuntimeError, ValueError) as error:
         raise ModelLoadError(f"MLX could not read GGUF file {gguf_path}: {error}") from error
-    config = llama_config(metadata, header)
+    config = model_config(metadata, header)
     weights, quantization = convert_weights(tensors, config, header, progress)
     if quantization is not None:
         config["quantization"] = quantization

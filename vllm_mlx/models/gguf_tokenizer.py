@@ -13,7 +13,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+from tokenizers import (
+    AddedToken,
+    Regex,
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+)
 
 from vllm_mlx.models.errors import ModelLoadError
 
@@ -26,6 +35,10 @@ _LLAMA3_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
+
+
+# Qwen2's split pattern (llama.cpp pre-tokenizer "qwen2"): like Llama 3 but single digits.
+_QWEN2_PATTERN = _LLAMA3_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}")
 
 
 def _gpt2_pre_tokenizer() -> pre_tokenizers.PreTokenizer:
@@ -42,13 +55,16 @@ def _individual_digits_pre_tokenizer() -> pre_tokenizers.PreTokenizer:
     )
 
 
-def _llama3_pre_tokenizer() -> pre_tokenizers.PreTokenizer:
-    return pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(_LLAMA3_PATTERN), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
+def _split_then_bytes(pattern: str) -> Callable[[], pre_tokenizers.PreTokenizer]:
+    def build() -> pre_tokenizers.PreTokenizer:
+        return pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+
+    return build
 
 
 PRE_TOKENIZERS: dict[str, Callable[[], pre_tokenizers.PreTokenizer]] = {
@@ -57,9 +73,12 @@ PRE_TOKENIZERS: dict[str, Callable[[], pre_tokenizers.PreTokenizer]] = {
     "smollm": _individual_digits_pre_tokenizer,
     "starcoder": _individual_digits_pre_tokenizer,
     "refact": _individual_digits_pre_tokenizer,
-    "llama-bpe": _llama3_pre_tokenizer,
-    "llama3": _llama3_pre_tokenizer,
+    "llama-bpe": _split_then_bytes(_LLAMA3_PATTERN),
+    "llama3": _split_then_bytes(_LLAMA3_PATTERN),
+    "qwen2": _split_then_bytes(_QWEN2_PATTERN),
 }
+# Pre-tokenizers whose original tokenizer.json also NFC-normalizes the input.
+NFC_NORMALIZED = frozenset({"qwen2"})
 
 
 def _metadata_int(metadata: dict[str, Any], key: str) -> int | None:
@@ -109,6 +128,8 @@ def build_tokenizer(metadata: dict[str, Any]) -> Tokenizer:
     merge_pairs = [tuple(merge.split(" ", 1)) for merge in merges]
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merge_pairs, fuse_unk=False))
     tokenizer.pre_tokenizer = PRE_TOKENIZERS[pre_name]()
+    if pre_name in NFC_NORMALIZED:
+        tokenizer.normalizer = normalizers.NFC()
     tokenizer.decoder = decoders.ByteLevel()
 
     types = _token_types(metadata, len(tokens))
