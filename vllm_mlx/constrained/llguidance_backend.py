@@ -97,6 +97,15 @@ class LLGuidanceConstraint(ContentConstraint):
             raise ConstraintError(f"invalid JSON schema: {exc}") from exc
         return cls(tokenizer, grammar, "json_schema/llguidance")
 
+    @classmethod
+    def for_lark(cls, tokenizer: Any, lark: str, description: str) -> LLGuidanceConstraint:
+        """A constraint for a Lark grammar (llguidance dialect); ConstraintError if invalid."""
+        try:
+            grammar = llguidance.LLMatcher.grammar_from_lark(lark)
+        except ValueError as exc:
+            raise ConstraintError(f"invalid grammar: {exc}") from exc
+        return cls(tokenizer, grammar, description)
+
     def _rollback(self, count: int) -> None:
         if not self._matcher.rollback(count):
             self.give_up(f"rollback of {count} tokens refused: {self._matcher.get_error()}")
