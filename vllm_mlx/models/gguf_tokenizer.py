@@ -3,7 +3,8 @@
 llama.cpp stores a byte-level BPE tokenizer as its token strings, merges and token types plus a
 pre-tokenizer name; the split rules behind that name live in llama.cpp's C++ code. This module
 maps the names we support to the equivalent ``tokenizers`` pipeline, so the rebuilt tokenizer
-produces the same ids the model was trained on.
+produces the same ids the model was trained on. SentencePiece vocabularies (tokenizer model
+``llama``) are rebuilt as a byte-fallback BPE whose merges come from the token scores.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from tokenizers import (
 from vllm_mlx.models.errors import ModelLoadError
 
 # llama.cpp token types (llama_token_type).
+TOKEN_TYPE_NORMAL = 1
 TOKEN_TYPE_CONTROL = 3
 TOKEN_TYPE_USER_DEFINED = 4
 
@@ -105,25 +107,17 @@ def _token_types(metadata: dict[str, Any], vocab_size: int) -> list[int]:
     return [int(t) for t in types]
 
 
-def build_tokenizer(metadata: dict[str, Any]) -> Tokenizer:
-    """Return the byte-level BPE tokenizer the GGUF metadata describes."""
-    model_name = metadata.get("tokenizer.ggml.model")
-    if model_name != "gpt2":
-        raise ModelLoadError(
-            f"GGUF tokenizer model {model_name!r} is not supported by vllm-mlx's importer; "
-            "supported: 'gpt2' (byte-level BPE)"
-        )
+def _byte_level_bpe(metadata: dict[str, Any], tokens: Sequence[str]) -> Tokenizer:
+    """GGUF tokenizer model ``gpt2``: byte-level BPE with a named pre-tokenizer."""
     pre_name = metadata.get("tokenizer.ggml.pre", "default")
     if pre_name not in PRE_TOKENIZERS:
         raise ModelLoadError(
             f"GGUF pre-tokenizer {pre_name!r} is not supported; "
             f"supported: {', '.join(sorted(PRE_TOKENIZERS))}"
         )
-    tokens: Sequence[str] = metadata.get("tokenizer.ggml.tokens") or []
     merges: Sequence[str] = metadata.get("tokenizer.ggml.merges") or []
-    if not tokens or not merges:
-        raise ModelLoadError("GGUF file has no tokenizer.ggml.tokens or tokenizer.ggml.merges")
-
+    if not merges:
+        raise ModelLoadError("GGUF file has a gpt2 tokenizer without tokenizer.ggml.merges")
     vocab = {token: index for index, token in enumerate(tokens)}
     merge_pairs = [tuple(merge.split(" ", 1)) for merge in merges]
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merge_pairs, fuse_unk=False))
@@ -131,6 +125,86 @@ def build_tokenizer(metadata: dict[str, Any]) -> Tokenizer:
     if pre_name in NFC_NORMALIZED:
         tokenizer.normalizer = normalizers.NFC()
     tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
+    return tokenizer
+
+
+def sentencepiece_merges(
+    tokens: Sequence[str], scores: Sequence[float], types: Sequence[int]
+) -> list[tuple[str, str]]:
+    """Derive BPE merges from SentencePiece scores, which GGUF stores instead of merges.
+
+    SentencePiece BPE merges the pair whose result has the highest score, so every split of a
+    normal piece into two known pieces is a merge ranked by the piece's score (the same rule
+    as transformers' SentencePiece and GGUF converters).
+    """
+    score = {token: value for token, value in zip(tokens, scores, strict=True)}
+    ranked: list[tuple[float, str, str]] = []
+    for piece, kind in zip(tokens, types, strict=True):
+        if kind != TOKEN_TYPE_NORMAL:
+            continue
+        splits = [
+            (piece[:cut], piece[cut:])
+            for cut in range(1, len(piece))
+            if piece[:cut] in score and piece[cut:] in score
+        ]
+        splits.sort(key=lambda pair: (score[pair[0]], score[pair[1]]), reverse=True)
+        ranked.extend((score[piece], left, right) for left, right in splits)
+    ranked.sort(key=lambda merge: merge[0], reverse=True)  # stable: keeps the split order
+    return [(left, right) for _, left, right in ranked]
+
+
+def _sentencepiece_bpe(metadata: dict[str, Any], tokens: Sequence[str]) -> Tokenizer:
+    """GGUF tokenizer model ``llama``: SentencePiece BPE with byte fallback (Llama 2, Mistral)."""
+    raw_scores = metadata.get("tokenizer.ggml.scores")
+    if raw_scores is None:
+        raise ModelLoadError("GGUF file has a SentencePiece tokenizer without token scores")
+    scores = raw_scores.tolist() if hasattr(raw_scores, "tolist") else list(raw_scores)
+    types = _token_types(metadata, len(tokens))
+    merges = metadata.get("tokenizer.ggml.merges")
+    merge_pairs = (
+        [tuple(merge.split(" ", 1)) for merge in merges]
+        if merges
+        else sentencepiece_merges(tokens, scores, types)
+    )
+    unk_id = _metadata_int(metadata, "tokenizer.ggml.unknown_token_id")
+    model = models.BPE(
+        vocab={token: index for index, token in enumerate(tokens)},
+        merges=merge_pairs,
+        unk_token=tokens[unk_id] if unk_id is not None else None,
+        fuse_unk=True,
+        byte_fallback=True,
+    )
+    tokenizer = Tokenizer(model)
+    add_prefix = _metadata_bool(metadata, "tokenizer.ggml.add_space_prefix", True)
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(
+        replacement="▁", prepend_scheme="first" if add_prefix else "never", split=False
+    )
+    steps = [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
+    if add_prefix:
+        steps.append(decoders.Strip(content=" ", left=1, right=0))
+    tokenizer.decoder = decoders.Sequence(steps)
+    return tokenizer
+
+
+TOKENIZER_MODELS: dict[str, Callable[[dict[str, Any], Sequence[str]], Tokenizer]] = {
+    "gpt2": _byte_level_bpe,
+    "llama": _sentencepiece_bpe,
+}
+
+
+def build_tokenizer(metadata: dict[str, Any]) -> Tokenizer:
+    """Return the tokenizer the GGUF metadata describes, special tokens and BOS rule included."""
+    model_name = metadata.get("tokenizer.ggml.model")
+    if model_name not in TOKENIZER_MODELS:
+        raise ModelLoadError(
+            f"GGUF tokenizer model {model_name!r} is not supported by vllm-mlx's importer; "
+            f"supported: {', '.join(TOKENIZER_MODELS)}"
+        )
+    tokens: Sequence[str] = metadata.get("tokenizer.ggml.tokens") or []
+    if not tokens:
+        raise ModelLoadError("GGUF file has no tokenizer.ggml.tokens")
+    tokenizer = TOKENIZER_MODELS[model_name](metadata, tokens)
 
     types = _token_types(metadata, len(tokens))
     added = [
@@ -140,22 +214,16 @@ def build_tokenizer(metadata: dict[str, Any]) -> Tokenizer:
     ]
     tokenizer.add_tokens(added)
 
-    byte_level = processors.ByteLevel(trim_offsets=False)
     bos_id = _metadata_int(metadata, "tokenizer.ggml.bos_token_id")
     if bos_id is not None and _metadata_bool(metadata, "tokenizer.ggml.add_bos_token", False):
         bos = tokens[bos_id]
-        tokenizer.post_processor = processors.Sequence(
-            [
-                byte_level,
-                processors.TemplateProcessing(
-                    single=f"{bos}:0 $A:0",
-                    pair=f"{bos}:0 $A:0 {bos}:1 $B:1",
-                    special_tokens=[(bos, bos_id)],
-                ),
-            ]
+        add_bos = processors.TemplateProcessing(
+            single=f"{bos}:0 $A:0",
+            pair=f"{bos}:0 $A:0 {bos}:1 $B:1",
+            special_tokens=[(bos, bos_id)],
         )
-    else:
-        tokenizer.post_processor = byte_level
+        steps = [tokenizer.post_processor] if tokenizer.post_processor else []
+        tokenizer.post_processor = processors.Sequence([*steps, add_bos])
     return tokenizer
 
 
