@@ -55,6 +55,7 @@ class Engine:
         self._jobs: queue.Queue = queue.Queue()
         self._eos = set(tokenizer.eos_token_ids)
         self._running: dict[int, _Running] = {}
+        self._closing = threading.Event()
         self._thread = threading.Thread(target=self._work, name="vllm-mlx-engine", daemon=True)
         self._thread.start()
 
@@ -95,6 +96,8 @@ class Engine:
         return len(self._running)
 
     def close(self) -> None:
+        """Stop: running and waiting requests end as cancelled, then the worker exits."""
+        self._closing.set()
         self._jobs.put(_SHUTDOWN)
         self._thread.join(timeout=10)
 
@@ -141,8 +144,12 @@ class Engine:
             except queue.Empty:
                 return True
             if job is _SHUTDOWN:
+                for running in self._running.values():
+                    running.job.emit(running.decoder.on_end("cancelled"))
                 return False
-            if not job.cancelled.is_set():
+            if self._closing.is_set():
+                job.emit(GenerationChunk(finish_reason="cancelled"))
+            elif not job.cancelled.is_set():
                 self._start(job)
         return True
 
@@ -164,7 +171,7 @@ class Engine:
 
     def _drop_cancelled(self) -> None:
         for uid, running in list(self._running.items()):
-            if running.job.cancelled.is_set():
+            if running.job.cancelled.is_set() or self._closing.is_set():
                 del self._running[uid]
                 self.source.remove(uid)
                 running.job.emit(running.decoder.on_end("cancelled"))
