@@ -128,6 +128,7 @@ class RequestContextMiddleware:
                 request_id,
                 client[0],
                 extra={
+                    "request_id": request_id,
                     "method": scope["method"],
                     "path": scope["path"],
                     "status": status,
