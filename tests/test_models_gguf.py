@@ -243,6 +243,16 @@ def test_interrupted_conversion_leaves_nothing_that_looks_complete(
     assert not killed.exists() and running.exists()
 
 
+def test_an_unwritable_cache_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_tiny_gguf(tmp_path / "tiny.gguf")
+    (tmp_path / "not-a-dir").write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "not-a-dir"))
+    with pytest.raises(ModelLoadError, match="cannot write the model cache"):
+        resolve_model(str(tmp_path / "tiny.gguf"), progress=False)
+
+
 @pytest.fixture
 def tiny_folder(tmp_path: Path) -> Path:
     """A valid MLX model folder copied out of the conversion cache, for breaking."""

@@ -45,15 +45,19 @@ def converted_folder(gguf_path: Path, *, progress: bool = True) -> Path:
     target = models_dir / f"{gguf_path.stem}-{cache_key(gguf_path)}"
     if target.is_dir():
         return target
-    models_dir.mkdir(parents=True, exist_ok=True)
-    remove_stale_staging(models_dir, target.name)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=models_dir))
+    try:
+        models_dir.mkdir(parents=True, exist_ok=True)
+        remove_stale_staging(models_dir, target.name)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=models_dir))
+    except OSError as error:
+        raise ModelLoadError(f"cannot write the model cache {models_dir}: {error}") from error
     try:
         convert_gguf(gguf_path, staging, progress=progress)
+        staging.chmod(0o755)  # mkdtemp's 0700 would hide the folder from other users
         os.replace(staging, target)
-    except OSError:
+    except OSError as error:
         if not target.is_dir():  # a concurrent conversion that won the rename is fine
-            raise
+            raise ModelLoadError(f"could not convert {gguf_path} into {target}: {error}") from error
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
