@@ -171,6 +171,7 @@ def test_metrics_show_in_flight_and_queued_requests(runtime, gate):
             samples = scrape(base)
             return (
                 value(samples, "vllm_mlx_queue_depth") == 1
+                and value(samples, "vllm_mlx_requests_running") == 1
                 and value(samples, "vllm_mlx_requests_in_flight") == 3  # 2 + this scrape
             )
 
@@ -181,6 +182,7 @@ def test_metrics_show_in_flight_and_queued_requests(runtime, gate):
         samples = scrape(base)
     assert [r.status_code for r in replies] == [200, 200]
     assert value(samples, "vllm_mlx_queue_depth") == 0
+    assert value(samples, "vllm_mlx_requests_running") == 0
     assert value(samples, "vllm_mlx_requests_in_flight") == 1
 
 
@@ -195,6 +197,36 @@ def test_metrics_registries_are_per_app_and_expose_the_hooks(runtime):
     assert value(a, "vllm_mlx_mcp_servers_up") == 3
     assert value(b, "vllm_mlx_prefix_cache_hits_total") == 0
     assert ("vllm_mlx_mcp_servers_up", ()) in b
+
+
+def test_prefix_cache_hits_counted_from_usage():
+    """A real batched model with a prefix cache (tiny random weights): the second identical
+    prompt is served from the cache, and the metrics count it."""
+    from tiny_models import build_tiny_model, build_tiny_tokenizer
+
+    from vllm_mlx.engine.engine import Engine
+    from vllm_mlx.engine.prefix_cache import PrefixCache
+    from vllm_mlx.engine.sources import ModelBatchSource
+    from vllm_mlx.pipeline import Pipeline
+
+    tokenizer = build_tiny_tokenizer()
+    source = ModelBatchSource(build_tiny_model(tokenizer), prefix_cache=PrefixCache(64 * 2**20))
+    engine = Engine(source, tokenizer)
+    pipeline = Pipeline(engine, context_length=4096, default_max_tokens=4)
+    prompt = "a shared system prompt that agents send on every turn " * 8
+    body = {"model": "m", "prompt": prompt, "max_tokens": 4, "temperature": 0}
+    try:
+        with thread_server(create_app(ServerState(pipeline, "tiny"))) as base:
+            first = httpx.post(f"{base}/v1/completions", json=body, timeout=60).json()
+            middle = scrape(base)
+            httpx.post(f"{base}/v1/completions", json=body, timeout=60).raise_for_status()
+            after = scrape(base)
+    finally:
+        engine.close()
+    prompt_tokens = first["usage"]["prompt_tokens"]
+    assert value(middle, "vllm_mlx_prefix_cache_hits_total") == 0
+    assert value(after, "vllm_mlx_prefix_cache_hits_total") == 1
+    assert value(after, "vllm_mlx_prefix_cache_hit_tokens_total") == prompt_tokens - 1
 
 
 # -- API key ---------------------------------------------------------------------------------

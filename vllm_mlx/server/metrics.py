@@ -33,8 +33,9 @@ ITL_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1,
 
 
 class ServerMetrics:
-    """All of one server's metrics; other parts increment them through these attributes
-    (e.g. the engine's prefix cache: ``metrics.cache_hits.inc()``)."""
+    """All of one server's metrics. Requests feed them through ``RequestMetrics`` (prefix-cache
+    hits come from each request's usage); other parts set theirs directly, e.g.
+    ``metrics.constraint_give_ups.inc()`` or ``metrics.mcp_servers_up.set(n)``."""
 
     def __init__(self, namespace: str = "vllm_mlx") -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -47,6 +48,12 @@ class ServerMetrics:
         )
         self.queue_depth = Gauge(
             "queue_depth", "Generation requests waiting for the engine", namespace=ns, registry=r
+        )
+        self.running = Gauge(
+            "requests_running",
+            "Generation requests in the running batch",
+            namespace=ns,
+            registry=r,
         )
         self.ttft = Histogram(
             "time_to_first_token_seconds",
@@ -97,9 +104,10 @@ class ServerMetrics:
             "mcp_servers_up", "Connected MCP servers", namespace=ns, registry=r
         )
 
-    def watch_queue(self, depth: Callable[[], float]) -> None:
-        """Read the queue depth at scrape time, so it is never stale."""
-        self.queue_depth.set_function(depth)
+    def watch_engine(self, queue_depth: Callable[[], float], running: Callable[[], float]) -> None:
+        """Read the engine's queue and batch sizes at scrape time, so they are never stale."""
+        self.queue_depth.set_function(queue_depth)
+        self.running.set_function(running)
 
     def request(self) -> RequestMetrics:
         """A tracker for one generation request, started now."""
@@ -155,6 +163,9 @@ class RequestMetrics:
         if usage is not None:
             self.metrics.prompt_tokens.inc(usage.prompt_tokens)
             self.metrics.completion_tokens.inc(usage.completion_tokens)
+            if usage.cached_tokens:
+                self.metrics.cache_hits.inc()
+                self.metrics.cached_tokens.inc(usage.cached_tokens)
 
 
 async def metrics_endpoint(request: Request) -> Response:
