@@ -11,7 +11,7 @@ import logging
 from typing import Protocol
 
 from vllm_mlx.chat.message import MessageDelta, ParsedMessage, ToolCall, ToolCallDelta
-from vllm_mlx.tool_parsers.base import DeltaBuilder, ToolParser
+from vllm_mlx.tool_parsers.base import CONTENT, REASONING, DeltaBuilder, Quick, ToolParser
 
 log = logging.getLogger(__name__)
 
@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 class _ReasoningStage(Protocol):
     def feed(self, text: str) -> list[tuple[bool, str]]: ...
     def finish(self) -> list[tuple[bool, str]]: ...
+    def quick(self, text: str) -> Quick: ...
 
 
 class _WholeParser(Protocol):
@@ -26,6 +27,7 @@ class _WholeParser(Protocol):
 
     def feed(self, text: str, out: DeltaBuilder) -> None: ...
     def finish(self, out: DeltaBuilder) -> None: ...
+    def quick(self, text: str) -> Quick: ...
 
 
 class OutputStream:
@@ -40,6 +42,7 @@ class OutputStream:
         self._reasoning = reasoning
         self._tools = tools
         self._whole = whole
+        self._out = DeltaBuilder()
         self._reasoning_text: list[str] = []
         self._content_text: list[str] = []
         self._calls: list[ToolCall] = []
@@ -50,20 +53,38 @@ class OutputStream:
         """Consume a piece of model output; return what it adds to the message."""
         if self._finished:
             raise RuntimeError("feed() after finish()")
-        out = DeltaBuilder()
+        # Fast path: most feeds only extend one field (see `tool_parsers.base`).
+        if self._whole is not None:
+            hit = self._whole.quick(text)
+        else:
+            hit = (CONTENT, text) if self._reasoning is None else self._reasoning.quick(text)
+            if hit is not None and hit[0] == CONTENT and self._tools is not None:
+                hit = self._tools.quick(text)
+        if hit is not None:
+            where, piece = hit
+            if not piece:
+                return MessageDelta("", "", [])
+            if where == CONTENT:
+                self._content_text.append(piece)
+                return MessageDelta("", piece, [])
+            if where == REASONING:
+                self._reasoning_text.append(piece)
+                return MessageDelta(piece, "", [])
+            return self._accept(MessageDelta("", "", [ToolCallDelta(where, None, None, piece)]))
+        out = self._out
         if self._whole is not None:
             self._whole.feed(text, out)
         elif self._reasoning is not None:
             self._route(self._reasoning.feed(text), out)
         else:
             self._route([(False, text)], out)
-        return self._accept(out.build())
+        return self._accept(out.take())
 
     def finish(self) -> MessageDelta:
         """The output has ended: release everything held back."""
         if self._finished:
             return MessageDelta()
-        out = DeltaBuilder()
+        out = self._out
         if self._whole is not None:
             self._whole.finish(out)
         else:
@@ -72,7 +93,7 @@ class OutputStream:
             if self._tools is not None:
                 self._tools.finish(out)
         self._finished = True
-        return self._accept(out.build())
+        return self._accept(out.take())
 
     @property
     def message(self) -> ParsedMessage:
@@ -99,8 +120,12 @@ class OutputStream:
     def _accept(self, delta: MessageDelta) -> MessageDelta:
         """Record a delta, dropping (and logging) any tool-call piece that would contradict
         what was already streamed: a parser bug must not reach a client as garbage."""
-        self._reasoning_text.append(delta.reasoning_content)
-        self._content_text.append(delta.content)
+        if delta.reasoning_content:
+            self._reasoning_text.append(delta.reasoning_content)
+        if delta.content:
+            self._content_text.append(delta.content)
+        if not delta.tool_calls:
+            return delta
         kept: list[ToolCallDelta] = []
         for piece in delta.tool_calls:
             if piece.name is not None:

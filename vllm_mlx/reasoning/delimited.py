@@ -12,6 +12,7 @@ from __future__ import annotations
 from enum import Enum
 
 from vllm_mlx.chat.formats import ReasoningFormat
+from vllm_mlx.tool_parsers.base import CONTENT, REASONING, Quick
 from vllm_mlx.tool_parsers.literal import split_held
 
 Pieces = list[tuple[bool, str]]  # (is_reasoning, text) in output order
@@ -43,6 +44,18 @@ class DelimitedReasoningParser:
         self.fmt = fmt
         self._phase = _Phase.OPENING if opened_by_prompt(fmt, prompt_tail) else _Phase.BEFORE
         self._held = ""
+        self._end_first = fmt.end[0]
+
+    def quick(self, text: str) -> Quick:
+        """The whole of ``text`` is content, or reasoning that cannot hold the end marker."""
+        if self._held:
+            return None
+        phase = self._phase
+        if phase is _Phase.CONTENT:
+            return CONTENT, text
+        if phase is _Phase.REASONING and self._end_first not in text:
+            return REASONING, text
+        return None
 
     def feed(self, text: str) -> Pieces:
         out: Pieces = []

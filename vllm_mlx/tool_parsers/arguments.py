@@ -13,6 +13,7 @@ import ast
 import json
 import re
 from enum import Enum
+from json.encoder import encode_basestring  # json.dumps(s, ensure_ascii=False) for a str
 
 from vllm_mlx.chat.formats import GEMMA_QUOTE, XmlParameters
 from vllm_mlx.tool_parsers.literal import MAX_NAME, Match, match_literal, partial_suffix, skip_space
@@ -39,6 +40,12 @@ class JsonArguments:
         self._stack: list[str] = []
         self._in_string = False
         self._escape = False
+
+    def quick(self, text: str) -> str | None:
+        """Text inside a string that neither ends nor escapes it passes through."""
+        if self._in_string and not self._escape and '"' not in text and "\\" not in text:
+            return text
+        return None
 
     def feed(self, text: str, final: bool) -> Step:
         i = start = 0
@@ -107,11 +114,23 @@ class XmlArguments:
         self._count = 0
         self._opened = False
         self._key = ""
+        self._string = True  # is the current key's value a string?
         self._pending = ""  # raw text of a held (non-string) value
         self._key_end = params.key_end.rstrip("\n")
         self._lead_newline = (params.value_start or params.key_end).endswith("\n")
         self._value_end = params.value_end.lstrip("\n")
         self._trail_newline = params.value_end.startswith("\n")
+
+    def quick(self, text: str) -> str | None:
+        """Value text that cannot hold the value's end (nor its layout newline)."""
+        if self._phase is not _XmlPhase.VALUE or self._value_end[0] in text:
+            return None
+        if self._trail_newline and text.endswith("\n"):
+            return None
+        if self._string:
+            return encode_basestring(text)[1:-1]
+        self._pending += text
+        return ""
 
     def feed(self, text: str, final: bool) -> Step:
         out: list[str] = []
@@ -136,9 +155,10 @@ class XmlArguments:
                         return "".join(out), pos, Status.FAIL
                     return "".join(out), pos, Status.MORE
                 key, pos = got
-                out.append((", " if self._count else "") + json.dumps(key, ensure_ascii=False))
-                out.append(": " + ('"' if self._is_string(key) else ""))
-                self._key, self._count, self._phase = key, self._count + 1, _XmlPhase.VALUE
+                self._key, self._string = key, self._is_string(key)
+                out.append((", " if self._count else "") + encode_basestring(key))
+                out.append(": " + ('"' if self._string else ""))
+                self._count, self._phase = self._count + 1, _XmlPhase.VALUE
             else:
                 at = text.find(self._value_end, pos)
                 if at < 0:
@@ -178,13 +198,13 @@ class XmlArguments:
         return not types or "string" in types
 
     def _value_text(self, segment: str, out: list[str]) -> None:
-        if self._is_string(self._key):
-            out.append(json.dumps(segment, ensure_ascii=False)[1:-1])
+        if self._string:
+            out.append(encode_basestring(segment)[1:-1])
         else:
             self._pending += segment
 
     def _close_value(self, out: list[str]) -> None:
-        if self._is_string(self._key):
+        if self._string:
             out.append('"')
         else:
             value = typed_value(self._pending, self._properties.get(self._key))

@@ -2,6 +2,11 @@
 
 A parser never returns snapshots: it reports content text, the start of a call and argument
 text as they become final, and `DeltaBuilder` folds those events into one `MessageDelta`.
+
+Streams are fed a few characters at a time, so most feeds change nothing but append text to
+one field. ``quick`` answers those feeds without the general machinery: it returns
+``(where, text)`` (`REASONING`, `CONTENT` or a call index for argument text) or None when the
+general ``feed`` must run. It only commits state when it answers.
 """
 
 from __future__ import annotations
@@ -11,6 +16,10 @@ from abc import ABC, abstractmethod
 
 from vllm_mlx.chat.message import MessageDelta, ToolCallDelta
 
+REASONING = -2  # `Quick` targets; a call index (>= 0) means argument text of that call
+CONTENT = -1
+Quick = tuple[int, str] | None
+
 
 def new_call_id() -> str:
     """An OpenAI-style tool-call id: ``call_`` + 24 random hex characters."""
@@ -18,7 +27,8 @@ def new_call_id() -> str:
 
 
 class DeltaBuilder:
-    """Collects the events of one feed/finish step into a `MessageDelta`."""
+    """Collects the events of one feed/finish step into a `MessageDelta`; `take` resets it, so
+    one builder serves a whole stream."""
 
     def __init__(self) -> None:
         self._reasoning: list[str] = []
@@ -44,12 +54,13 @@ class DeltaBuilder:
         else:
             self._calls.append(ToolCallDelta(index=index, arguments=text))
 
-    def build(self) -> MessageDelta:
-        return MessageDelta(
-            reasoning_content="".join(self._reasoning),
-            content="".join(self._content),
-            tool_calls=self._calls,
-        )
+    def take(self) -> MessageDelta:
+        """The delta collected since the last `take` (a fresh object every time)."""
+        delta = MessageDelta("".join(self._reasoning), "".join(self._content), self._calls)
+        self._reasoning.clear()
+        self._content.clear()
+        self._calls = []
+        return delta
 
 
 class ToolParser(ABC):
@@ -69,6 +80,10 @@ class ToolParser(ABC):
     @abstractmethod
     def finish(self, out: DeltaBuilder) -> None:
         """The text has ended: report everything still held back."""
+
+    def quick(self, text: str) -> Quick:
+        """Answer a feed that only extends one field, or None (see the module docstring)."""
+        return None
 
 
 def parameter_schemas(tools: list[dict]) -> dict[str, dict]:

@@ -14,7 +14,14 @@ import re
 from enum import Enum
 
 from vllm_mlx.tool_parsers.arguments import JsonArguments, Status
-from vllm_mlx.tool_parsers.base import DeltaBuilder, ToolParser, new_call_id
+from vllm_mlx.tool_parsers.base import (
+    CONTENT,
+    REASONING,
+    DeltaBuilder,
+    Quick,
+    ToolParser,
+    new_call_id,
+)
 from vllm_mlx.tool_parsers.literal import partial_suffix
 
 START, CHANNEL, MESSAGE = "<|start|>", "<|channel|>", "<|message|>"
@@ -63,6 +70,20 @@ class HarmonyParser(ToolParser):
             self._silent = len(self._buf)  # prompt text: decides the state, never emitted
         else:
             self._silent = 0
+
+    def quick(self, text: str) -> Quick:
+        """Text with no ``<`` outside a header cannot hold a marker: it extends the current
+        route (or argument text a JSON string passes through)."""
+        if self._buf or self._state is _State.HEADER or "<" in text:
+            return None
+        if self._state is _State.OUTSIDE or self._route is _Route.CONTENT:
+            return CONTENT, text
+        if self._route is _Route.REASONING:
+            return REASONING, text
+        if self._args is None:
+            return None
+        piece = self._args.quick(text)
+        return None if piece is None else (self._index, piece)
 
     def feed(self, text: str, out: DeltaBuilder) -> None:
         self._buf += text

@@ -22,7 +22,14 @@ from vllm_mlx.tool_parsers.arguments import (
     Status,
     XmlArguments,
 )
-from vllm_mlx.tool_parsers.base import DeltaBuilder, ToolParser, new_call_id, parameter_schemas
+from vllm_mlx.tool_parsers.base import (
+    CONTENT,
+    DeltaBuilder,
+    Quick,
+    ToolParser,
+    new_call_id,
+    parameter_schemas,
+)
 from vllm_mlx.tool_parsers.literal import (
     MAX_NAME,
     Match,
@@ -35,6 +42,7 @@ from vllm_mlx.tool_parsers.literal import (
 _JSON_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"', re.DOTALL)
 _KIMI_INDEX = re.compile(r":\d+$")
 _MAX_HEADER = 4 * MAX_NAME
+_RECHECK = 16  # characters an undecided header or closing may grow by before it is re-matched
 
 
 class _State(Enum):
@@ -55,7 +63,7 @@ class MarkedToolParser(ToolParser):
         self._properties = parameter_schemas(self.tools)
         self._triggers = sorted({_trigger(v) for v in self._variants if not _at_start_only(v)})
         self._start_triggers = sorted({_trigger(v) for v in self._variants if _at_start_only(v)})
-        self._trigger_chars = {t[0] for t in (*self._triggers, *self._start_triggers)}
+        self._trigger_chars = tuple({t[0] for t in self._triggers})
         self._steps = {
             _State.TEXT: self._text,
             _State.HEADER: self._header,
@@ -63,8 +71,10 @@ class MarkedToolParser(ToolParser):
             _State.AFTER: self._after,
             _State.BETWEEN: self._between,
         }
+        self._header_end = _last_chars(_header_end(v) for v in self._variants)
         self._state = _State.TEXT
         self._buf = ""
+        self._recheck_at = 0
         self._seen_text = False
         self._pending_ws = ""
         self._skip_ws = False
@@ -74,17 +84,54 @@ class MarkedToolParser(ToolParser):
         self._call: tuple[str, str] | None = None  # (id, name) not yet reported
         self._call_raw: list[str] = []  # raw text of a call not yet reported
 
+    def quick(self, text: str) -> Quick:
+        """Plain text that cannot begin a call, or argument text a streaming reader passes
+        through unchanged."""
+        if self._buf:
+            return None
+        state = self._state
+        if state is _State.TEXT:
+            if not self._seen_text and self._start_triggers:
+                return None
+            for c in self._trigger_chars:
+                if c in text:
+                    return None
+            return CONTENT, self._plain(text)
+        if state is _State.ARGS and self._call is None:
+            assert self._args is not None
+            piece = self._args.quick(text)
+            if piece is not None:
+                return self._index, piece
+        return None
+
     def feed(self, text: str, out: DeltaBuilder) -> None:
-        if (
-            self._state is _State.TEXT
-            and not self._buf
-            and (self._seen_text or not self._start_triggers)
-            and not any(c in text for c in self._trigger_chars)
-        ):
-            self._content(text, out)  # fast path: nothing here can begin a call
-            return
         self._buf += text
+        if len(self._buf) < self._recheck_at and not self._may_decide(text):
+            return
         self._run(out, final=False)
+        self._recheck_at = len(self._buf) + _RECHECK
+
+    def _may_decide(self, text: str) -> bool:
+        """Could ``text`` complete the header or closing being held?
+
+        Re-matching a held header on every feed costs as much as the rest of the stream, and
+        parsing does not depend on chunking, so a feed that cannot complete it is merged with
+        the next ones instead (at most `_RECHECK` characters: a false start is released a
+        little later, never differently).
+        """
+        state = self._state
+        if state is _State.HEADER:
+            ends = self._header_end
+        elif state is _State.AFTER:
+            ends = _last_chars([_closing(self._active)])
+        else:
+            return True
+        if ends is None:
+            return True
+        for c in ends:
+            if c in text:
+                return True
+        return False
 
     def finish(self, out: DeltaBuilder) -> None:
         self._run(out, final=True)
@@ -195,8 +242,7 @@ class MarkedToolParser(ToolParser):
 
     def _after(self, out: DeltaBuilder, final: bool) -> None:
         v = self._active
-        closing = ("\n}" if v.dialect == "json_named" else "") + v.args_end + v.call_end
-        state, end = match_literal(self._buf, 0, closing, final)
+        state, end = match_literal(self._buf, 0, _closing(v), final)
         if state is Match.PARTIAL:
             return
         self._index += 1
@@ -224,19 +270,23 @@ class MarkedToolParser(ToolParser):
         self._run(out, final=True)
 
     def _content(self, text: str, out: DeltaBuilder) -> None:
-        """Plain content. Whitespace right before or after a call is layout, not content."""
+        out.content(self._plain(text))
+
+    def _plain(self, text: str) -> str:
+        """What plain ``text`` adds to content. Whitespace right before or after a call is
+        layout, not content, so trailing whitespace waits for the next text."""
         if self._skip_ws:
             text = text.lstrip()
             if not text:
-                return
+                return ""
             self._skip_ws = False
         body = text.rstrip()
         if not body:
             self._pending_ws += text
-            return
-        out.content(self._pending_ws + body)
-        self._pending_ws = text[len(body) :]
+            return ""
+        released, self._pending_ws = self._pending_ws + body, text[len(body) :]
         self._seen_text = True
+        return released
 
 
 def _trigger(variant: ToolCallFormat) -> str:
@@ -245,6 +295,28 @@ def _trigger(variant: ToolCallFormat) -> str:
     if variant.dialect == "json_named":
         opening += "{"
     return opening.split("\n", 1)[0]
+
+
+def _closing(v: ToolCallFormat) -> str:
+    """The literal text after a call's arguments."""
+    return ("\n}" if v.dialect == "json_named" else "") + v.args_end + v.call_end
+
+
+def _header_end(v: ToolCallFormat) -> str:
+    """The literal text a call header ends with (a JSON object's ``{`` counts)."""
+    return "{" if v.dialect in ("json", "json_named", "gemma") else v.name_end
+
+
+def _last_chars(literals) -> str | None:
+    """The characters that can complete any of ``literals`` (each ends with its last
+    non-whitespace character); None when one may end anywhere (it is only whitespace)."""
+    chars = set()
+    for literal in literals:
+        body = literal.rstrip()
+        if not body:
+            return None
+        chars.add(body[-1])
+    return "".join(sorted(chars))
 
 
 def _at_start_only(variant: ToolCallFormat) -> bool:
