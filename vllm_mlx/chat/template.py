@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from .tool_prompt import template_renders_tools, with_tool_system_prompt
+from .tool_prompt import as_plain_chat, template_renders_tools, with_tool_system_prompt
 
 # The tail used when the generation prompt cannot be isolated: enough to hold any opening
 # marker a template leaves open (`<think>\n`, `<|channel|>analysis…`).
@@ -42,8 +42,10 @@ def render_chat(
         raise ChatTemplateError(
             "this model has no chat template; use /v1/completions with a raw prompt"
         )
-    if tools and not template_renders_tools(template):
-        messages, tools = with_tool_system_prompt(messages, tools), None
+    if not template_renders_tools(template):
+        messages = as_plain_chat(messages)
+        if tools:
+            messages, tools = with_tool_system_prompt(messages, tools), None
     rendered = [_for_template(m) for m in messages]
     kwargs = {"tools": tools or None, "tokenize": False, **(template_kwargs or {})}
     try:

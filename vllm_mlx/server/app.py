@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 from starlette.applications import Starlette
@@ -12,6 +13,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..engine.engine import QueueFullError
+from . import mcp_routes
 from .anthropic_messages import count_tokens, create_message
 from .errors import APIError, error_response
 from .info import health, list_models
@@ -45,6 +47,20 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     return error_response(request.url.path, APIError(500, f"internal error: {exc}"))
 
 
+@contextlib.asynccontextmanager
+async def _lifespan(app: Starlette):
+    """Connect the configured MCP servers while the app runs (failures are per server)."""
+    manager = app.state.vllm.mcp
+    if manager is None:
+        yield
+        return
+    await manager.start()
+    try:
+        yield
+    finally:
+        await manager.close()
+
+
 def create_app(state: ServerState) -> Starlette:
     routes = [
         Route("/health", health, methods=["GET"]),
@@ -56,9 +72,13 @@ def create_app(state: ServerState) -> Starlette:
         Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
         Route("/v1/responses", create_response, methods=["POST"]),
         Route("/v1/responses/{response_id}", get_response, methods=["GET"]),
+        Route("/v1/mcp/servers", mcp_routes.list_servers, methods=["GET"]),
+        Route("/v1/mcp/tools", mcp_routes.list_tools, methods=["GET"]),
+        Route("/v1/mcp/execute", mcp_routes.execute, methods=["POST"]),
     ]
     app = Starlette(
         routes=routes,
+        lifespan=_lifespan,
         middleware=[
             *operations_middleware(state),
             Middleware(BodySizeLimit, max_bytes=state.max_body_bytes),

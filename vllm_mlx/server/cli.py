@@ -60,6 +60,11 @@ import click
     type=click.IntRange(min=0),
     help="Cap on reasoning tokens when a request sets none (default: no cap).",
 )
+@click.option(
+    "--mcp-config",
+    type=click.Path(exists=True, dir_okay=False),
+    help="MCP servers to connect (Claude Desktop's JSON: mcpServers/servers); see docs/mcp.md.",
+)
 @click.option("--max-body-mb", default=16, show_default=True, type=click.IntRange(min=1))
 @click.option(
     "--api-key",
@@ -121,6 +126,7 @@ def serve(model: str | None, **opts) -> None:
     from .state import ServerState
 
     parsers = dict(reasoning_parser=opts["reasoning_parser"], tool_parser=opts["tool_call_parser"])
+    mcp = _mcp_manager(opts["mcp_config"]) if opts["mcp_config"] else None
     try:
         if replay_file is not None:
             runtime = build_replay_runtime(
@@ -158,6 +164,7 @@ def serve(model: str | None, **opts) -> None:
         ],
         timeout=opts["timeout"],
         sse_keepalive=opts["sse_keepalive"] or None,
+        mcp=mcp,
     )
     host, port = opts["host"], opts["port"]
     click.echo(f"serving {state.served_model_name} on http://{host}:{port}/v1", err=True)
@@ -165,3 +172,15 @@ def serve(model: str | None, **opts) -> None:
     uvicorn.run(
         create_app(state), host=host, port=port, log_level=opts["log_level"], access_log=False
     )
+
+
+def _mcp_manager(path: str):
+    """Validate the MCP config (nothing starts if it is unsafe) and build the manager."""
+    from ..mcp.config import ConfigError, load_config
+    from ..mcp.manager import MCPManager
+    from ..mcp.security import SecurityError
+
+    try:
+        return MCPManager(load_config(path))
+    except (ConfigError, SecurityError) as exc:
+        raise click.ClickException(f"--mcp-config {path}: {exc}") from None

@@ -38,5 +38,6 @@ async def health(request: Request) -> JSONResponse:
             "model": state.served_model_name,
             "queue_depth": state.pipeline.engine.queue_depth,
             "running": state.pipeline.engine.running,
+            "mcp": state.mcp.status() if state.mcp is not None else None,
         }
     )

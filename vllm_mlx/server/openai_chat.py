@@ -7,10 +7,11 @@ import json
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..chat.message import MessageDelta
+from ..chat.message import MessageDelta, ToolCallDelta
 from ..chat.template import ChatTemplateError
 from ..pipeline import ChatEvent, ChatRequest, ChatResult, RequestError
 from .errors import APIError, parse_body
+from .mcp_chat import mcp_options, run_mcp_chat
 from .openai_common import (
     chat_logprobs,
     error_frames,
@@ -52,6 +53,18 @@ async def chat_completions(request: Request) -> Response:
                 }
             ],
         }
+
+    mcp = mcp_options((body.model_extra or {}).get("mcp"))
+    if mcp is not None:
+        result, calls = await run_mcp_chat(state, chat, mcp)
+        if body.stream:
+            return sse_response(
+                _result_frames(result, response_id, created, model, body.include_usage),
+                lambda exc: error_frames(exc, lambda r: chunk({}, r)),
+            )
+        out = completion_body(result, response_id, created, model, body.logprobs)
+        out["mcp_calls"] = calls
+        return JSONResponse(out)
 
     if body.stream:
 
@@ -208,3 +221,37 @@ def completion_body(
         ],
         "usage": usage_body(result.usage),
     }
+
+
+async def _result_frames(
+    result: ChatResult, response_id: str, created: int, model: str, include_usage: bool
+):
+    """A finished result as a stream: role, the whole message as one delta, finish, usage."""
+    head = {
+        "id": response_id,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+    }
+    message = result.message
+    delta = MessageDelta(
+        message.reasoning_content or "",
+        message.content or "",
+        [ToolCallDelta(i, c.id, c.name, c.arguments) for i, c in enumerate(message.tool_calls)],
+    )
+    for fields, reason in (
+        ({"role": "assistant", "content": ""}, None),
+        (delta_body(delta), None),
+        ({}, result.finish_reason),
+    ):
+        yield sse_data(
+            {
+                **head,
+                "choices": [
+                    {"index": 0, "delta": fields, "logprobs": None, "finish_reason": reason}
+                ],
+            }
+        )
+    if include_usage:
+        yield sse_data({**head, "choices": [], "usage": usage_body(result.usage)})
+    yield "data: [DONE]\n\n"

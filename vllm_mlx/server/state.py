@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from starlette.requests import Request
 
@@ -23,6 +24,8 @@ class ServerState:
     timeout: float | None = None  # seconds per request
     sse_keepalive: float | None = 15.0  # seconds of silence before a keep-alive
     metrics: ServerMetrics = field(default_factory=ServerMetrics)
+    # MCP: the manager (started with the app) for --mcp-config, else None
+    mcp: Any = None
 
 
 def server_state(request: Request) -> ServerState:
