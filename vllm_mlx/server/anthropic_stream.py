@@ -4,25 +4,23 @@
 as the parsed deltas change kind, with tool input streamed as ``input_json_delta`` the moment
 the parser releases it; then ``message_delta`` with the real stop reason and usage, and
 ``message_stop``. A failure ends the stream with an ``error`` event. ``ping`` events keep
-clients whose watchdog counts events (Claude Code) waiting through a long prompt.
+clients whose watchdog counts events (Claude Code) waiting through a long prompt
+(every ``--sse-keepalive`` seconds of silence).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
-from typing import TypeVar
+from contextlib import aclosing
 
 from ..chat.message import MessageDelta
 from ..pipeline import ChatEvent
 from .anthropic_convert import stop_reason, tool_use_id
 from .errors import APIError
+from .keepalive import ANTHROPIC_PING, Idle
+from .middleware import current_request
 from .openai_common import generation_failed
 from .sse import sse_data
-
-T = TypeVar("T")
-
-PING_INTERVAL = 5.0
 
 
 def frame(body: dict) -> str:
@@ -50,26 +48,24 @@ class MessageStream:
             "stop_sequence": None,
             "usage": {"input_tokens": self.input_tokens, "output_tokens": 0},
         }
-        return [frame({"type": "message_start", "message": message}), self.ping()]
-
-    @staticmethod
-    def ping() -> str:
-        return frame({"type": "ping"})
+        return [frame({"type": "message_start", "message": message}), ANTHROPIC_PING]
 
     async def frames(self, events: AsyncIterator[ChatEvent]) -> AsyncIterator[str]:
-        """All frames after ``start()``; raises on a failed generation (see ``error``)."""
-        async for event in with_pings(events, PING_INTERVAL):
-            if event is None:
-                yield self.ping()
-                continue
-            if event.finish_reason == "error":
-                raise generation_failed(event.error)
-            for out in self.delta(event.delta):
-                yield out
-            if event.finish_reason is not None:
-                for out in self.finish(event):
+        """All frames after ``start()``; raises on a failed generation (see ``error``).
+        Through the request's context: pings while waiting, metrics, deadline."""
+        async with aclosing(current_request().watch(events)) as watched:
+            async for event in watched:
+                if isinstance(event, Idle):
+                    yield ANTHROPIC_PING
+                    continue
+                if event.finish_reason == "error":
+                    raise generation_failed(event.error)
+                for out in self.delta(event.delta):
                     yield out
-                return
+                if event.finish_reason is not None:
+                    for out in self.finish(event):
+                        yield out
+                    return
 
     def delta(self, delta: MessageDelta) -> list[str]:
         out: list[str] = []
@@ -132,29 +128,3 @@ class MessageStream:
 
     def _delta(self, delta: dict) -> str:
         return frame({"type": "content_block_delta", "index": self._next_index, "delta": delta})
-
-
-async def with_pings(events: AsyncIterator[T], interval: float) -> AsyncIterator[T | None]:
-    """``events``, with a ``None`` whenever ``interval`` seconds pass without one. Leaving
-    early cancels the pending wait, and so the generation behind it."""
-    iterator = aiter(events)
-    pending: asyncio.Future | None = None
-    try:
-        while True:
-            if pending is None:
-                pending = asyncio.ensure_future(anext(iterator))
-            done, _ = await asyncio.wait({pending}, timeout=interval)
-            if not done:
-                yield None
-                continue
-            task, pending = pending, None
-            try:
-                item = task.result()
-            except StopAsyncIteration:
-                return
-            yield item
-    finally:
-        if pending is not None:
-            pending.cancel()
-        elif hasattr(iterator, "aclose"):
-            await iterator.aclose()

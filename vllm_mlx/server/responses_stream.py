@@ -10,10 +10,13 @@ its content part, its deltas (``reasoning_text``, ``output_text``, or
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 
 from ..chat.message import MessageDelta
 from ..pipeline import ChatEvent
 from .errors import APIError
+from .keepalive import OPENAI_KEEPALIVE, Idle
+from .middleware import current_request
 from .openai_common import generation_failed
 from .responses_convert import (
     function_call_item,
@@ -67,16 +70,21 @@ class ResponseStream:
         ]
 
     async def frames(self, events: AsyncIterator[ChatEvent]) -> AsyncIterator[str]:
-        """All frames after ``start()``; raises on a failed generation (see ``failed``)."""
-        async for event in events:
-            if event.finish_reason == "error":
-                raise generation_failed(event.error)
-            for out in self.delta(event.delta):
-                yield out
-            if event.finish_reason is not None:
-                for out in self.finish(event):
+        """All frames after ``start()``; raises on a failed generation (see ``failed``).
+        Through the request's context: keep-alive comments while waiting, metrics, deadline."""
+        async with aclosing(current_request().watch(events)) as watched:
+            async for event in watched:
+                if isinstance(event, Idle):
+                    yield OPENAI_KEEPALIVE
+                    continue
+                if event.finish_reason == "error":
+                    raise generation_failed(event.error)
+                for out in self.delta(event.delta):
                     yield out
-                return
+                if event.finish_reason is not None:
+                    for out in self.finish(event):
+                        yield out
+                    return
 
     def delta(self, delta: MessageDelta) -> list[str]:
         out: list[str] = []
