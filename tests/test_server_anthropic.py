@@ -162,7 +162,10 @@ def test_claude_code_request_shape_is_accepted(real_server, anthropic_client):
         model="m", system="Answer briefly.", messages=FRANCE
     )
     counted = httpx.post(
-        f"{real_server}/v1/messages/count_tokens?beta=true", json=body, headers=headers
+        f"{real_server}/v1/messages/count_tokens?beta=true",
+        json=body,
+        headers=headers,
+        timeout=60,
     )
     assert counted.json() == {"input_tokens": plain.input_tokens}
 
