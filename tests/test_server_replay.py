@@ -124,3 +124,13 @@ def test_unfinished_or_malformed_call_stays_in_content(text):
 def test_unknown_parser_name_fails_start_up():
     with pytest.raises(ValueError, match="hermes"):
         build_replay_runtime("x", tool_parser="no-such-parser")
+
+
+def test_streamed_text_never_splits_a_character():
+    text = "Emoji 🎉🇫🇷, CJK 日本語, accents éàü, math ∑∫ — done."
+    with replay_client(text) as client:
+        whole, chunks = both_ways(client)
+    pieces = [ch.choices[0].delta.content or "" for ch in chunks]
+    assert "".join(pieces) == whole.choices[0].message.content == text
+    assert not any("\ufffd" in p for p in pieces)
+    assert len([p for p in pieces if p]) > 5  # it really streamed in pieces
