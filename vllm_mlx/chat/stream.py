@@ -8,6 +8,7 @@ the tool parser, so tool syntax inside reasoning is never a call. Non-streaming 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Protocol
 
 from vllm_mlx.chat.message import MessageDelta, ParsedMessage, ToolCall, ToolCallDelta
@@ -20,6 +21,8 @@ class _ReasoningStage(Protocol):
     def feed(self, text: str) -> list[tuple[bool, str]]: ...
     def finish(self) -> list[tuple[bool, str]]: ...
     def quick(self, text: str) -> Quick: ...
+    @property
+    def done(self) -> bool: ...
 
 
 class _WholeParser(Protocol):
@@ -48,37 +51,58 @@ class OutputStream:
         self._calls: list[ToolCall] = []
         self._arguments: list[list[str]] = []
         self._finished = False
+        self._quick = self._pick_quick()
 
     def feed(self, text: str) -> MessageDelta:
         """Consume a piece of model output; return what it adds to the message."""
         if self._finished:
             raise RuntimeError("feed() after finish()")
-        # Fast path: most feeds only extend one field (see `tool_parsers.base`).
+        hit = self._quick(text)  # most feeds only extend one field (see `tool_parsers.base`)
+        if hit is None:
+            out = self._out
+            if self._whole is not None:
+                self._whole.feed(text, out)
+            elif self._reasoning is not None:
+                self._route(self._reasoning.feed(text), out)
+                self._drop_finished_reasoning()
+            else:
+                assert self._tools is not None
+                self._tools.feed(text, out)
+            return self._accept(out.take())
+        where, piece = hit
+        if not piece:
+            return MessageDelta("", "", [])
+        if where == CONTENT:
+            self._content_text.append(piece)
+            return MessageDelta("", piece, [])
+        if where == REASONING:
+            self._reasoning_text.append(piece)
+            return MessageDelta(piece, "", [])
+        return self._accept(MessageDelta("", "", [ToolCallDelta(where, None, None, piece)]))
+
+    def _pick_quick(self) -> Callable[[str], Quick]:
+        """The cheapest fast path for the stages that still have work."""
         if self._whole is not None:
-            hit = self._whole.quick(text)
-        else:
-            hit = (CONTENT, text) if self._reasoning is None else self._reasoning.quick(text)
-            if hit is not None and hit[0] == CONTENT and self._tools is not None:
-                hit = self._tools.quick(text)
-        if hit is not None:
-            where, piece = hit
-            if not piece:
-                return MessageDelta("", "", [])
-            if where == CONTENT:
-                self._content_text.append(piece)
-                return MessageDelta("", piece, [])
-            if where == REASONING:
-                self._reasoning_text.append(piece)
-                return MessageDelta(piece, "", [])
-            return self._accept(MessageDelta("", "", [ToolCallDelta(where, None, None, piece)]))
-        out = self._out
-        if self._whole is not None:
-            self._whole.feed(text, out)
-        elif self._reasoning is not None:
-            self._route(self._reasoning.feed(text), out)
-        else:
-            self._route([(False, text)], out)
-        return self._accept(out.take())
+            return self._whole.quick
+        if self._reasoning is not None:
+            return self._staged_quick
+        if self._tools is not None:
+            return self._tools.quick
+        return _all_content
+
+    def _staged_quick(self, text: str) -> Quick:
+        assert self._reasoning is not None
+        hit = self._reasoning.quick(text)
+        if hit is None or hit[0] != CONTENT:
+            return hit
+        self._drop_finished_reasoning()
+        return hit if self._tools is None else self._tools.quick(text)
+
+    def _drop_finished_reasoning(self) -> None:
+        """Once only plain content can follow, the reasoning stage leaves the hot path."""
+        if self._reasoning is not None and self._reasoning.done:
+            self._reasoning = None
+            self._quick = self._pick_quick()
 
     def finish(self) -> MessageDelta:
         """The output has ended: release everything held back."""
@@ -141,6 +165,10 @@ class OutputStream:
             kept.append(piece)
         delta.tool_calls = kept
         return delta
+
+
+def _all_content(text: str) -> Quick:
+    return CONTENT, text
 
 
 def make_output_stream(

@@ -46,6 +46,11 @@ class DelimitedReasoningParser:
         self._held = ""
         self._end_first = fmt.end[0]
 
+    @property
+    def done(self) -> bool:
+        """Only plain content can follow: the parser has nothing left to do."""
+        return self._phase is _Phase.CONTENT and not self._held
+
     def quick(self, text: str) -> Quick:
         """The whole of ``text`` is content, or reasoning that cannot hold the end marker."""
         if self._held:

@@ -35,6 +35,7 @@ class JsonArguments:
     """Streams a JSON object verbatim; a number or literal is held until it ends."""
 
     streams = True
+    settles = None  # held text (a number or literal) may end on any character
 
     def __init__(self) -> None:
         self._stack: list[str] = []
@@ -120,6 +121,9 @@ class XmlArguments:
         self._lead_newline = (params.value_start or params.key_end).endswith("\n")
         self._value_end = params.value_end.lstrip("\n")
         self._trail_newline = params.value_end.startswith("\n")
+        # the characters that can complete held markup (see `MarkedToolParser._may_decide`)
+        literals = (params.key_start, params.key_end + params.value_start, params.value_end)
+        self.settles = "".join({lit.rstrip()[-1] for lit in literals})
 
     def quick(self, text: str) -> str | None:
         """Value text that cannot hold the value's end (nor its layout newline)."""
@@ -216,12 +220,20 @@ class PythonArguments:
     """Keyword arguments up to the closing parenthesis, read as Python literals."""
 
     streams = False
+    settles = None
 
     def __init__(self) -> None:
         self._raw: list[str] = []
         self._depth = 0
         self._quote = ""
         self._escape = False
+
+    def quick(self, text: str) -> str | None:
+        """Text inside a quoted string that neither ends nor escapes it is only kept."""
+        if self._quote and not self._escape and self._quote not in text and "\\" not in text:
+            self._raw.append(text)
+            return ""
+        return None
 
     def feed(self, text: str, final: bool) -> Step:
         for i, c in enumerate(text):
@@ -263,11 +275,19 @@ class GemmaArguments:
     """gemma4's ``{key:<|"|>text<|"|>,n:1}`` object, converted to JSON once complete."""
 
     streams = False
+    settles = None
 
     def __init__(self) -> None:
         self._raw: list[str] = []
         self._depth = 0
         self._in_string = False
+
+    def quick(self, text: str) -> str | None:
+        """Text inside a string that cannot hold its closing quote is only kept."""
+        if self._in_string and "<" not in text:
+            self._raw.append(text)
+            return ""
+        return None
 
     def feed(self, text: str, final: bool) -> Step:
         i = 0

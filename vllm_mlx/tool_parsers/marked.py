@@ -97,10 +97,12 @@ class MarkedToolParser(ToolParser):
                 if c in text:
                     return None
             return CONTENT, self._plain(text)
-        if state is _State.ARGS and self._call is None:
+        if state is _State.ARGS:
             assert self._args is not None
             piece = self._args.quick(text)
             if piece is not None:
+                if self._call is not None:  # not streamed: keep the raw call text
+                    self._call_raw.append(text)
                 return self._index, piece
         return None
 
@@ -112,11 +114,11 @@ class MarkedToolParser(ToolParser):
         self._recheck_at = len(self._buf) + _RECHECK
 
     def _may_decide(self, text: str) -> bool:
-        """Could ``text`` complete the header or closing being held?
+        """Could ``text`` settle the header, closing or argument markup being held?
 
-        Re-matching a held header on every feed costs as much as the rest of the stream, and
-        parsing does not depend on chunking, so a feed that cannot complete it is merged with
-        the next ones instead (at most `_RECHECK` characters: a false start is released a
+        Re-matching held markup on every feed costs as much as the rest of the stream, and
+        parsing does not depend on chunking, so a feed that cannot settle it is merged with
+        the next ones instead (at most `_RECHECK` characters: undecided text is released a
         little later, never differently).
         """
         state = self._state
@@ -124,6 +126,8 @@ class MarkedToolParser(ToolParser):
             ends = self._header_end
         elif state is _State.AFTER:
             ends = _last_chars([_closing(self._active)])
+        elif state is _State.ARGS and self._args is not None:
+            ends = self._args.settles
         else:
             return True
         if ends is None:
