@@ -17,7 +17,13 @@ from .content_constraint import ContentConstraint
 from .errors import ConstraintError
 from .llguidance_backend import JSON_OPTIONS, LLGuidanceConstraint, llguidance_tokenizer
 from .tokenizer_cache import hf_tokenizer, per_tokenizer
-from .tool_grammar import Function, LiteralWriter, ToolGrammarBuilder, functions_of
+from .tool_grammar import (
+    CALL_JSON_OPTIONS,
+    Function,
+    LiteralWriter,
+    ToolGrammarBuilder,
+    functions_of,
+)
 from .tool_grammar import special_markers as _special_markers
 
 
@@ -64,8 +70,10 @@ def tool_call_grammar(
     content_schema: dict | None = None,
 ) -> str:
     """The Lark grammar for calls of ``functions`` in ``fmt`` on this tokenizer."""
-    builder = ToolGrammarBuilder(fmt, LiteralWriter(special_markers(tokenizer)), JSON_OPTIONS)
-    return builder.grammar(functions, multiple=multiple, content_schema=content_schema)
+    builder = ToolGrammarBuilder(fmt, LiteralWriter(special_markers(tokenizer)), CALL_JSON_OPTIONS)
+    return builder.grammar(
+        functions, multiple=multiple, content_schema=content_schema, content_options=JSON_OPTIONS
+    )
 
 
 def forced_tool_call_constraint(

@@ -28,6 +28,13 @@ from vllm_mlx.tool_parsers.value_types import declared_types
 
 from .errors import ConstraintError
 
+# Arguments are written as json.dumps writes them: no whitespace run a parser could trip on
+# (several parsers do not skip whitespace before a call's opening brace), nothing to pad.
+CALL_JSON_OPTIONS: dict[str, Any] = {
+    "whitespace_flexible": False,
+    "item_separator": ", ",
+    "key_separator": ": ",
+}
 # Optional layout whitespace wherever a literal says "\n".
 WS_RULE = r"WS: /[ \t\r\n]{1,8}/"
 MAX_CALL_INDEX_DIGITS = 3
@@ -165,16 +172,18 @@ class ToolGrammarBuilder:
         *,
         multiple: bool,
         content_schema: dict[str, Any] | None = None,
+        content_options: dict[str, Any] | None = None,
     ) -> str:
         """The grammar: one call (or one or more with ``multiple``) of any of ``functions``;
-        with ``content_schema``, schema-valid JSON content is the other alternative."""
+        with ``content_schema``, schema-valid JSON content (``content_options``) is the other
+        alternative."""
         if not functions:
             raise ConstraintError("tool_choice needs at least one tool")
         variants = [self.fmt, *self.fmt.variants]
         names = [self._variant(v, k, functions, multiple) for k, v in enumerate(variants)]
         start = " | ".join(names)
         if content_schema is not None:
-            start += " | " + json_value(content_schema, self.json_options)
+            start += " | " + json_value(content_schema, content_options or self.json_options)
         return "\n".join(["start: " + start, *self._rules, WS_RULE, *self._lexemes.values()])
 
     # -- structure -------------------------------------------------------------------------
