@@ -78,7 +78,11 @@ class OutputStream:
         if where == REASONING:
             self._reasoning_text.append(piece)
             return MessageDelta(piece, "", [])
-        return self._accept(MessageDelta("", "", [ToolCallDelta(where, None, None, piece)]))
+        delta = MessageDelta("", "", [ToolCallDelta(where, None, None, piece)])
+        if where >= len(self._arguments):
+            return self._accept(delta)  # logs the parser bug and drops the piece
+        self._arguments[where].append(piece)
+        return delta
 
     def _pick_quick(self) -> Callable[[str], Quick]:
         """The cheapest fast path for the stages that still have work."""

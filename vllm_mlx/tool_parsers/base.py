@@ -11,7 +11,8 @@ general ``feed`` must run. It only commits state when it answers.
 
 from __future__ import annotations
 
-import secrets
+import os
+import random
 from abc import ABC, abstractmethod
 
 from vllm_mlx.chat.message import MessageDelta, ToolCallDelta
@@ -21,9 +22,15 @@ CONTENT = -1
 Quick = tuple[int, str] | None
 
 
+# Ids must be unique, not secret: one urandom-seeded generator (reseeded in forked children)
+# avoids a system call per tool call.
+_ids = random.Random()
+os.register_at_fork(after_in_child=_ids.seed)
+
+
 def new_call_id() -> str:
     """An OpenAI-style tool-call id: ``call_`` + 24 random hex characters."""
-    return "call_" + secrets.token_hex(12)
+    return f"call_{_ids.getrandbits(96):024x}"
 
 
 class DeltaBuilder:
