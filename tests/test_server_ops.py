@@ -39,6 +39,7 @@ class GatedSource:
         self.gate.set()
         self.waiting = threading.Event()  # set while a step is held at the gate
         self._fresh = False
+        self.produced = 0  # tokens stepped, to see whether a generation went on
 
     def insert(self, *args, **kwargs):
         self._fresh = True
@@ -56,7 +57,9 @@ class GatedSource:
             self.waiting.set()
             self.gate.wait(timeout=60)
             self.waiting.clear()
-        return self.inner.step()
+        steps, ended = self.inner.step()
+        self.produced += len(steps)
+        return steps, ended
 
 
 @pytest.fixture(scope="module")
@@ -443,6 +446,27 @@ def test_keepalive_comments_while_the_first_token_is_awaited(runtime, gate):
     assert seen.index(": keep-alive") < first_content
     assert seen[-1] == "data: [DONE]"
     assert json.loads(data[-1][6:])["choices"][0]["finish_reason"] == "length"
+
+
+def test_client_leaving_during_keepalives_cancels_the_generation(runtime, gate):
+    gate.gate.clear()
+    with serving(runtime, sse_keepalive=0.05) as (base, _, _):
+        body = {"model": "m", "messages": ASK, "stream": True, "max_tokens": 50}
+        with httpx.stream("POST", f"{base}/v1/chat/completions", json=body, timeout=60) as r:
+            lines = (line for line in r.iter_lines() if line)
+            while next(lines) != ": keep-alive":
+                pass
+        # the client is gone; once the engine can step again it drops the request
+        produced = gate.produced
+        gate.gate.set()
+        wait_until(
+            lambda: httpx.get(f"{base}/health").json()["running"] == 0,
+            "the abandoned generation leaving the engine",
+        )
+        samples = scrape(base)
+    assert gate.produced - produced <= 1  # the step held at the gate, then nothing more
+    assert len(runtime.engine.source.inner.token_ids) > 10  # (it would have gone on)
+    assert value(samples, "vllm_mlx_completion_tokens_total") == 0
 
 
 def test_keepalive_comments_do_not_disturb_the_sdk(runtime, gate):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import TypeVar
 
 from .errors import APIError
@@ -47,36 +48,64 @@ async def paced(
 
     ``deadline`` is an ``asyncio`` loop time; when it passes, ``source`` is closed (which
     cancels its generation) and ``RequestTimeout(timeout)`` is raised.
+
+    One task reads ``source`` into a queue and two timers watch the clock, so an item costs a
+    queue hand-off rather than a task and a timer of its own.
     """
+    if interval is None and deadline is None:  # nothing to watch for
+        async with aclosing(source) as items:
+            async for item in items:
+                yield item
+        return
     loop = asyncio.get_running_loop()
-    pending: asyncio.Future | None = None
+    inbox: asyncio.Queue[tuple[str, object]] = asyncio.Queue()
+    last = loop.time()  # of the latest item or IDLE
+
+    async def pump() -> None:
+        nonlocal last
+        try:
+            async for item in source:
+                last = loop.time()
+                inbox.put_nowait(("item", item))
+            inbox.put_nowait(("end", None))
+        except Exception as exc:  # handed to the consumer, raised there
+            inbox.put_nowait(("raise", exc))
+
+    def tick() -> None:
+        nonlocal last, ticker
+        now = loop.time()
+        if now - last >= interval * 0.999:
+            inbox.put_nowait(("idle", None))
+            last = now
+        ticker = loop.call_at(last + interval, tick)
+
+    reader = asyncio.ensure_future(pump())
+    ticker = loop.call_at(last + interval, tick) if interval else None
+    expiry = None
+    if deadline is not None:
+        expiry = loop.call_at(deadline, inbox.put_nowait, ("timeout", None))
     try:
         while True:
-            if pending is None:
-                pending = asyncio.ensure_future(anext(source))
-            left = None if deadline is None else deadline - loop.time()
-            wait = min((w for w in (interval, left) if w is not None), default=None)
-            if wait is not None and wait <= 0:
-                raise RequestTimeout(timeout or 0)
-            done, _ = await asyncio.wait({pending}, timeout=wait)
-            if not done:
-                if deadline is not None and loop.time() >= deadline:
-                    raise RequestTimeout(timeout or 0)
+            kind, value = await inbox.get()
+            if kind == "item":
+                yield value
+            elif kind == "idle":
                 yield IDLE
-                continue
-            try:
-                item = pending.result()
-            except StopAsyncIteration:
+            elif kind == "end":
                 return
-            pending = None
-            yield item
+            elif kind == "raise":
+                raise value
+            else:
+                raise RequestTimeout(timeout or 0)
     finally:
-        if pending is not None and not pending.done():
-            pending.cancel()
-            try:
-                await pending
-            except (asyncio.CancelledError, StopAsyncIteration):
-                pass
+        for handle in (ticker, expiry):
+            if handle is not None:
+                handle.cancel()
+        reader.cancel()  # cancels the source where it waits, which cancels its generation
+        try:
+            await reader
+        except asyncio.CancelledError:
+            pass
         aclose = getattr(source, "aclose", None)
         if aclose is not None:
             await aclose()
