@@ -132,44 +132,6 @@ def test_stop_sequence_in_both_modes(anthropic_client):
     assert comparable(final) == comparable(whole)
 
 
-@slow
-def test_claude_code_request_shape_is_accepted(real_server, anthropic_client):
-    """Query string, beta headers, billing-header system block, cache_control, metadata,
-    context_management and a thinking budget for a model that cannot think."""
-    system = [
-        {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1; cch=123;"},
-        {"type": "text", "text": "Answer briefly.", "cache_control": {"type": "ephemeral"}},
-    ]
-    body = {
-        "model": "claude-opus-4-1",
-        "max_tokens": 32000,
-        "system": system,
-        "messages": FRANCE,
-        "metadata": {"user_id": "u"},
-        "context_management": {"edits": []},
-        "thinking": {"type": "enabled", "budget_tokens": 31999},
-        "temperature": 0,
-        "stop_sequences": ["."],
-    }
-    headers = {"x-api-key": "k", "anthropic-version": "2023-06-01", "anthropic-beta": "x"}
-    reply = httpx.post(
-        f"{real_server}/v1/messages?beta=true", json=body, headers=headers, timeout=300
-    )
-    assert reply.status_code == 200, reply.text
-    assert reply.json()["stop_reason"] == "stop_sequence"
-    # the billing header stays out of the prompt
-    plain = anthropic_client.messages.count_tokens(
-        model="m", system="Answer briefly.", messages=FRANCE
-    )
-    counted = httpx.post(
-        f"{real_server}/v1/messages/count_tokens?beta=true",
-        json=body,
-        headers=headers,
-        timeout=60,
-    )
-    assert counted.json() == {"input_tokens": plain.input_tokens}
-
-
 BAD_REQUESTS = [
     ("bad role", {"messages": [{"role": "system", "content": "hi"}]}),
     ("no messages", {"messages": []}),
@@ -222,21 +184,6 @@ def test_sdk_raises_bad_request(anthropic_client):
 
 @slow
 def test_forced_tool_use_on_the_real_model(anthropic_client):
-    from vllm_mlx.constrained.tool_calls import forced_tool_call_constraint
-
-    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
-    if (
-        forced_tool_call_constraint(
-            None,
-            tool_choice="required",
-            tools=tools,
-            tool_parser="hermes",
-            parallel_tool_calls=True,
-            content_schema=None,
-        )
-        is None
-    ):
-        pytest.skip("forced tool calls (vllm_mlx/constrained/tool_calls.py) have not landed")
     kwargs = dict(
         model="m",
         max_tokens=60,
@@ -279,6 +226,40 @@ def test_tool_use_streams_input_incrementally_and_matches_non_stream():
     starts = [e.index for e in events if e.type == "content_block_start"]
     stops = [e.index for e in events if e.type == "content_block_stop"]
     assert starts == stops == [0, 1]
+
+
+def test_claude_code_request_shape_is_accepted():
+    """Query string, beta headers, billing-header system block, cache_control, metadata,
+    context_management, max_tokens past the context, and a thinking budget for a model that
+    cannot think."""
+    system = [
+        {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1; cch=123;"},
+        {"type": "text", "text": "Answer briefly.", "cache_control": {"type": "ephemeral"}},
+    ]
+    body = {
+        "model": "claude-opus-4-1",
+        "max_tokens": 32000,
+        "system": system,
+        "messages": FRANCE,
+        "metadata": {"user_id": "u"},
+        "context_management": {"edits": []},
+        "thinking": {"type": "enabled", "budget_tokens": 31999},
+        "stop_sequences": ["."],
+    }
+    headers = {"x-api-key": "k", "anthropic-version": "2023-06-01", "anthropic-beta": "x"}
+    with replay_client("Paris. It is large.") as (client, _):
+        base = str(client.base_url).rstrip("/")
+        reply = httpx.post(f"{base}/v1/messages?beta=true", json=body, headers=headers, timeout=60)
+        counted = httpx.post(
+            f"{base}/v1/messages/count_tokens?beta=true", json=body, headers=headers, timeout=60
+        )
+        plain = client.messages.count_tokens(model="m", system="Answer briefly.", messages=FRANCE)
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["model"] == "replay"
+    assert reply.json()["stop_reason"] == "stop_sequence"
+    assert reply.json()["content"] == [{"type": "text", "text": "Paris"}]
+    # the billing header stays out of the prompt
+    assert counted.json() == {"input_tokens": plain.input_tokens}
 
 
 def test_thinking_blocks_stream_and_replay():
