@@ -72,6 +72,10 @@ class MarkedToolParser(ToolParser):
             _State.BETWEEN: self._between,
         }
         self._header_end = _last_chars(_header_end(v) for v in self._variants)
+        # a proper prefix of one trigger never holds another, so it stays undecided
+        self._prefixes_undecided = not any(
+            a != b and a in b for a in self._triggers for b in self._triggers
+        )
         self._state = _State.TEXT
         self._buf = ""
         self._recheck_at = 0
@@ -87,9 +91,14 @@ class MarkedToolParser(ToolParser):
     def quick(self, text: str) -> Quick:
         """Plain text that cannot begin a call, or argument text a streaming reader passes
         through unchanged."""
-        if self._buf:
-            return None
         state = self._state
+        if self._buf:
+            if state is _State.TEXT:
+                return self._hold_trigger(text) if self._prefixes_undecided else None
+            if len(self._buf) + len(text) < self._recheck_at and not self._may_decide(text):
+                self._buf += text
+                return CONTENT, ""
+            return None
         if state is _State.TEXT:
             if not self._seen_text and self._start_triggers:
                 return None
@@ -106,10 +115,19 @@ class MarkedToolParser(ToolParser):
                 return self._index, piece
         return None
 
+    def _hold_trigger(self, text: str) -> Quick:
+        """Held text that is still a proper prefix of a trigger stays held."""
+        if self._start_triggers and not self._seen_text:
+            return None
+        held = self._buf + text
+        for trigger in self._triggers:
+            if len(held) < len(trigger) and trigger.startswith(held):
+                self._buf = held
+                return CONTENT, ""
+        return None
+
     def feed(self, text: str, out: DeltaBuilder) -> None:
         self._buf += text
-        if len(self._buf) < self._recheck_at and not self._may_decide(text):
-            return
         self._run(out, final=False)
         self._recheck_at = len(self._buf) + _RECHECK
 
@@ -128,6 +146,9 @@ class MarkedToolParser(ToolParser):
             ends = _last_chars([_closing(self._active)])
         elif state is _State.ARGS and self._args is not None:
             ends = self._args.settles
+        elif state is _State.BETWEEN:
+            v = self._active
+            ends = _last_chars([lit for lit in (v.section_end, _header_end(v)) if lit])
         else:
             return True
         if ends is None:
