@@ -51,16 +51,20 @@ def context_length(config: dict[str, Any]) -> int | None:
     return None
 
 
+def computes_on_cpu() -> bool:
+    """True when MLX's default device is the CPU (always on Linux, optional on macOS)."""
+    import mlx.core as mx
+
+    return mx.default_device().type == mx.DeviceType.cpu
+
+
 def choose_weights(cpu_weights: CpuWeights) -> Literal["quantized", "float32"]:
     """Resolve ``auto``: float32 on Linux when MLX computes on the CPU, else quantized."""
     if cpu_weights not in ("auto", "quantized", "float32"):
         raise ValueError(f"cpu_weights must be auto, quantized or float32, not {cpu_weights!r}")
     if cpu_weights != "auto":
         return cpu_weights
-    import mlx.core as mx
-
-    on_cpu = mx.default_device().type == mx.DeviceType.cpu
-    return "float32" if sys.platform.startswith("linux") and on_cpu else "quantized"
+    return "float32" if sys.platform.startswith("linux") and computes_on_cpu() else "quantized"
 
 
 def to_float32(model: Any) -> Any:
@@ -80,6 +84,7 @@ def load_model(
     """Resolve ``spec`` (see ``resolve_model``) and load it with mlx-lm."""
     weights = choose_weights(cpu_weights)
     path = resolve_model(spec, progress=progress)
+    import mlx.core as mx
     from mlx_lm.utils import load
 
     try:
@@ -90,6 +95,10 @@ def load_model(
         raise ModelLoadError(f"could not load model from {path}: {error}") from error
     if weights == "float32":
         model = to_float32(model)
+    elif computes_on_cpu():
+        # float16/bfloat16 scales or weights would make every activation half precision,
+        # ~28x slower on x86 CPUs; packed quantized weights are integers and stay as they are.
+        model.set_dtype(mx.float32)
     return LoadedModel(
         model=model,
         tokenizer=tokenizer,
