@@ -8,6 +8,7 @@ stores (dequantized where quantized), so converted and source logits must agree.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import gguf
@@ -86,6 +87,8 @@ def write_tiny_gguf(
     architecture: str = "llama",
     pre_tokenizer: str = "smollm",
     raw_tensor_types: dict[str, str] | None = None,
+    rope_scaling: dict | None = None,
+    rope_freqs: list[float] | None = None,
 ) -> nn.Module:
     """Write a tiny GGUF at ``path`` and return the float32 source model it encodes.
 
@@ -94,6 +97,8 @@ def write_tiny_gguf(
 
     ``tensor_types`` maps a GGUF base name (``token_embd``, ``ffn_down``…) to ``Q4_0``/``Q8_0``;
     ``raw_tensor_types`` stores random bytes of any GGML type (for unsupported-type tests).
+    ``rope_scaling`` configures the source model; ``rope_freqs`` is written as llama.cpp's
+    ``rope_freqs.weight`` tensor.
     """
     tensor_types = tensor_types or {}
     raw_tensor_types = raw_tensor_types or {}
@@ -105,6 +110,7 @@ def write_tiny_gguf(
             model_type=family.__name__.rsplit(".", 1)[-1],
             vocab_size=len(tokens),
             tie_word_embeddings=tied,
+            rope_scaling=rope_scaling,
             **TINY_ARGS,
         )
     )
@@ -129,6 +135,8 @@ def write_tiny_gguf(
     writer.add_eos_token_id(2)
     writer.add_add_bos_token(False)
     writer.add_chat_template(CHAT_TEMPLATE)
+    if rope_freqs is not None:
+        writer.add_tensor("rope_freqs.weight", np.array(rope_freqs, dtype=np.float32))
 
     effective: list[tuple[str, mx.array]] = []
     for name, value in tree_flatten(model.parameters()):
@@ -169,3 +177,21 @@ def write_tiny_gguf(
     writer.write_tensors_to_file()
     writer.close()
     return model
+
+
+def llama_cpp_rope_factors(scaling: dict, head_dim: int, base: float) -> list[float]:
+    """``rope_freqs`` as llama.cpp's convert_hf_to_gguf computes them for Llama 3 scaling."""
+    factor = scaling["factor"]
+    low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+    old_context = scaling["original_max_position_embeddings"]
+    factors = []
+    for index in range(0, head_dim, 2):
+        wavelen = 2 * math.pi * base ** (index / head_dim)
+        if wavelen < old_context / high:
+            factors.append(1.0)
+        elif wavelen > old_context / low:
+            factors.append(factor)
+        else:
+            smooth = (old_context / wavelen - low) / (high - low)
+            factors.append(1 / ((1 - smooth) / factor + smooth))
+    return factors

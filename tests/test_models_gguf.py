@@ -12,7 +12,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 import pytest
-from conftest_models import SPECIAL_TOKENS, write_tiny_gguf
+from conftest_models import SPECIAL_TOKENS, TINY_ARGS, llama_cpp_rope_factors, write_tiny_gguf
 
 from vllm_mlx.models import ModelLoadError, default_model, load_model, resolve, resolve_model
 from vllm_mlx.models.gguf_header import read_gguf_header
@@ -101,6 +101,34 @@ def test_unknown_pre_tokenizer_is_named(tmp_path: Path) -> None:
     write_tiny_gguf(tmp_path / "p.gguf", pre_tokenizer="mystery-pre")
     with pytest.raises(ModelLoadError, match="pre-tokenizer 'mystery-pre' is not supported"):
         resolve_model(str(tmp_path / "p.gguf"), progress=False)
+
+
+LLAMA3_SCALING = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
+
+
+def test_llama3_rope_freqs_become_rope_scaling(tmp_path: Path) -> None:
+    head_dim = TINY_ARGS["hidden_size"] // TINY_ARGS["num_attention_heads"]
+    factors = llama_cpp_rope_factors(LLAMA3_SCALING, head_dim, TINY_ARGS["rope_theta"])
+    assert 1.0 in factors and 8.0 in factors and len(set(factors)) > 2  # all three regimes
+    path = tmp_path / "llama3.gguf"
+    source = write_tiny_gguf(path, rope_scaling=LLAMA3_SCALING, rope_freqs=factors)
+    loaded = load_model(str(path), cpu_weights="quantized", progress=False)
+    config = json.loads((loaded.path / "config.json").read_text())
+    assert config["rope_scaling"] == LLAMA3_SCALING
+    long_prompt = mx.array([list(range(3, 200))])  # long enough for the scaling to matter
+    assert mx.allclose(loaded.model(long_prompt), source(long_prompt), atol=1e-4).item()
+
+
+def test_unrecognised_rope_freqs_are_refused(tmp_path: Path) -> None:
+    write_tiny_gguf(tmp_path / "odd.gguf", rope_freqs=[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 3.0])
+    with pytest.raises(ModelLoadError, match="rope_freqs do not match Llama 3 rope scaling"):
+        resolve_model(str(tmp_path / "odd.gguf"), progress=False)
 
 
 def test_float32_weights_dequantize_every_layer(tmp_path: Path) -> None:

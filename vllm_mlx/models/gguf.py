@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 from vllm_mlx.models.errors import ModelLoadError
 from vllm_mlx.models.gguf_header import GGUFHeader, read_gguf_header
+from vllm_mlx.models.gguf_rope import llama3_rope_scaling
 from vllm_mlx.models.gguf_tokenizer import write_tokenizer_files
 
 # GGUF tensor type -> (bits, group size) of the MLX affine layout it loads as; None = float.
@@ -100,15 +101,12 @@ def _required(metadata: dict[str, Any], key: str) -> Any:
     return value
 
 
-def model_config(metadata: dict[str, Any], header: GGUFHeader) -> dict[str, Any]:
-    """Translate ``<arch>.*`` GGUF metadata into an mlx-lm config.json."""
+def model_config(
+    metadata: dict[str, Any], header: GGUFHeader, rope_freqs: mx.array | None = None
+) -> dict[str, Any]:
+    """Translate ``<arch>.*`` GGUF metadata (and ``rope_freqs``) into an mlx-lm config.json."""
     arch = header.architecture
     architecture = ARCHITECTURES[arch]
-    if "rope_freqs.weight" in header.tensor_types:
-        raise ModelLoadError(
-            "GGUF file uses per-frequency rope factors (rope_freqs, Llama 3.1 style), "
-            "which vllm-mlx's importer does not support yet"
-        )
     hidden = int(_required(metadata, f"{arch}.embedding_length"))
     heads = int(_required(metadata, f"{arch}.attention.head_count"))
     tokens = metadata.get("tokenizer.ggml.tokens") or []
@@ -132,6 +130,10 @@ def model_config(metadata: dict[str, Any], header: GGUFHeader) -> dict[str, Any]
     context = _scalar(metadata, f"{arch}.context_length")
     if context is not None:
         config["max_position_embeddings"] = int(context)
+    if rope_freqs is not None:
+        config["rope_scaling"] = llama3_rope_scaling(
+            rope_freqs, config["head_dim"], config["rope_theta"]
+        )
     scaling = _scalar(metadata, f"{arch}.rope.scaling.type")
     if scaling not in (None, "none"):
         if scaling != "linear":
@@ -228,7 +230,8 @@ def convert_gguf(gguf_path: Path, out_dir: Path, *, progress: bool = True) -> di
         tensors, metadata = mx.load(str(gguf_path), return_metadata=True)
     except (RuntimeError, ValueError) as error:
         raise ModelLoadError(f"MLX could not read GGUF file {gguf_path}: {error}") from error
-    config = model_config(metadata, header)
+    rope_freqs = tensors.pop("rope_freqs.weight", None)  # folded into the config
+    config = model_config(metadata, header, rope_freqs)
     weights, quantization = convert_weights(tensors, config, header, progress)
     if quantization is not None:
         config["quantization"] = quantization
