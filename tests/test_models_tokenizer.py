@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from mlx_lm.tokenizer_utils import SPMStreamingDetokenizer
 from mlx_lm.utils import load_tokenizer
+from tokenizers import pre_tokenizers
 
 from vllm_mlx.models import ModelLoadError
 from vllm_mlx.models.gguf_tokenizer import sentencepiece_merges, write_tokenizer_files
@@ -70,3 +71,26 @@ def test_unknown_tokenizer_model_is_named(tmp_path: Path) -> None:
     metadata = spm_metadata() | {"tokenizer.ggml.model": "bert"}
     with pytest.raises(ModelLoadError, match="tokenizer model 'bert' is not supported.*gpt2"):
         write_tokenizer_files(metadata, tmp_path, context_length=None)
+
+
+@pytest.mark.parametrize(("pre", "whole"), [("llama-bpe", True), ("gpt-2", False)])
+def test_llama3_vocabularies_take_whole_words_before_merges(
+    tmp_path: Path, pre: str, whole: bool
+) -> None:
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    tokens = ["<|begin_of_text|>", *alphabet, "Ġc", "Ġcat"]  # no merge reaches "Ġcat"
+    metadata = {
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.pre": pre,
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.merges": ["Ġ c"],
+        "tokenizer.ggml.token_type": [3] + [1] * (len(tokens) - 1),
+        "tokenizer.ggml.bos_token_id": 0,
+        "tokenizer.ggml.add_bos_token": True,
+    }
+    write_tokenizer_files(metadata, tmp_path, context_length=None)
+    tokenizer = load_tokenizer(tmp_path)
+    ids = tokenizer.encode(" cat")
+    assert ids[0] == 0  # BOS
+    expected = [tokens.index("Ġcat")] if whole else [tokens.index(p) for p in ("Ġc", "a", "t")]
+    assert ids[1:] == expected

@@ -81,6 +81,9 @@ PRE_TOKENIZERS: dict[str, Callable[[], pre_tokenizers.PreTokenizer]] = {
 }
 # Pre-tokenizers whose original tokenizer.json also NFC-normalizes the input.
 NFC_NORMALIZED = frozenset({"qwen2"})
+# Vocabularies where a pre-token found whole in the vocabulary is not split by merges
+# (llama.cpp's ``ignore_merges``; ``ignore_merges: true`` in Llama 3's tokenizer.json).
+IGNORE_MERGES = frozenset({"llama-bpe", "llama3"})
 
 
 def _metadata_int(metadata: dict[str, Any], key: str) -> int | None:
@@ -120,7 +123,10 @@ def _byte_level_bpe(metadata: dict[str, Any], tokens: Sequence[str]) -> Tokenize
         raise ModelLoadError("GGUF file has a gpt2 tokenizer without tokenizer.ggml.merges")
     vocab = {token: index for index, token in enumerate(tokens)}
     merge_pairs = [tuple(merge.split(" ", 1)) for merge in merges]
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merge_pairs, fuse_unk=False))
+    model = models.BPE(
+        vocab=vocab, merges=merge_pairs, fuse_unk=False, ignore_merges=pre_name in IGNORE_MERGES
+    )
+    tokenizer = Tokenizer(model)
     tokenizer.pre_tokenizer = PRE_TOKENIZERS[pre_name]()
     if pre_name in NFC_NORMALIZED:
         tokenizer.normalizer = normalizers.NFC()
