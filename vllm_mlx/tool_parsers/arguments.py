@@ -43,9 +43,15 @@ class JsonArguments:
         self._escape = False
 
     def quick(self, text: str) -> str | None:
-        """Text inside a string that neither ends nor escapes it passes through."""
+        """The JSON text of a feed that neither ends the object nor holds a literal back
+        (the reader is left as it was otherwise)."""
         if self._in_string and not self._escape and '"' not in text and "\\" not in text:
-            return text
+            return text  # inside a string that neither ends nor escapes
+        saved = self._stack[:], self._in_string, self._escape
+        piece, used, status = self.feed(text, False)
+        if status is Status.MORE and used == len(text):
+            return piece
+        self._stack, self._in_string, self._escape = saved
         return None
 
     def feed(self, text: str, final: bool) -> Step:

@@ -173,6 +173,8 @@ class MarkedToolParser(ToolParser):
         while True:
             before = (self._state, len(self._buf))
             self._steps[self._state](out, final)
+            if not self._buf and not final:
+                return  # nothing left to decide until more text comes
             if (self._state, len(self._buf)) == before:
                 return
 
