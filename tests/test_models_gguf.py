@@ -339,6 +339,13 @@ def test_broken_folders_give_a_clear_error(tiny_folder: Path, damage, message: s
         load_model(str(tiny_folder), cpu_weights="quantized")
 
 
+def test_a_folder_holding_a_gguf_points_at_the_file(tmp_path: Path) -> None:
+    (tmp_path / "downloads").mkdir()
+    write_tiny_gguf(tmp_path / "downloads" / "tiny.gguf")
+    with pytest.raises(ModelLoadError, match="no config.json; to serve its GGUF, pass the file"):
+        resolve_model(str(tmp_path / "downloads"))
+
+
 def test_missing_path_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ModelLoadError, match="not found: expected a model folder, a .gguf"):
         load_model(str(tmp_path / "nowhere"))

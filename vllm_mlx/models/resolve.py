@@ -75,7 +75,9 @@ def validate_model_folder(folder: Path) -> Path:
     """Check that ``folder`` has what mlx-lm needs, with a message naming what is missing."""
     config_path = folder / "config.json"
     if not config_path.is_file():
-        raise ModelLoadError(f"model folder {folder} has no config.json")
+        ggufs = sorted(folder.glob("*.gguf"))
+        hint = f"; to serve its GGUF, pass the file: {ggufs[0]}" if ggufs else ""
+        raise ModelLoadError(f"model folder {folder} has no config.json{hint}")
     try:
         config = json.loads(config_path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
