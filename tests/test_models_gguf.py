@@ -241,7 +241,7 @@ def test_conversion_shows_a_progress_bar_on_stderr(
     write_tiny_gguf(tmp_path / "tiny.gguf")
     resolve_model(str(tmp_path / "tiny.gguf"))
     captured = capsys.readouterr()
-    assert "Converting tensors" in captured.err and "100%" in captured.err
+    assert "Converting tiny.gguf" in captured.err and "100%" in captured.err
     assert captured.out == ""
 
 

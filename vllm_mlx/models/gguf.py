@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -178,7 +179,10 @@ def _gguf_type_of(gguf_name: str, header: GGUFHeader) -> str:
 
 
 def convert_weights(
-    tensors: dict[str, mx.array], config: dict[str, Any], header: GGUFHeader, progress: bool
+    tensors: dict[str, mx.array],
+    config: dict[str, Any],
+    header: GGUFHeader,
+    on_tensor: Callable[[], object] = lambda: None,
 ) -> tuple[dict[str, mx.array], dict[str, Any] | None]:
     """Rename and fix up tensors; return MLX weights and the quantization config (or None)."""
     permute_heads = {}
@@ -189,9 +193,7 @@ def convert_weights(
         }
     weights: dict[str, mx.array] = {}
     layouts: dict[str, tuple[int, int]] = {}
-    for gguf_name in tqdm(
-        sorted(tensors), desc="Converting tensors", file=sys.stderr, disable=not progress
-    ):
+    for gguf_name in sorted(tensors):
         array = tensors[gguf_name]
         module, parameter = _mlx_name(gguf_name)
         for suffix, heads in permute_heads.items():
@@ -207,6 +209,7 @@ def convert_weights(
             layouts[module] = layout
         weights[f"{module}.{parameter}"] = array
         mx.eval(array)
+        on_tensor()
     return weights, _quantization_config(layouts)
 
 
@@ -224,21 +227,36 @@ def _quantization_config(layouts: dict[str, tuple[int, int]]) -> dict[str, Any] 
 
 def convert_gguf(gguf_path: Path, out_dir: Path, *, progress: bool = True) -> dict[str, Any]:
     """Write config.json, model.safetensors and tokenizer files for ``gguf_path`` into
-    ``out_dir`` (which must exist and be empty); return the written config."""
+    ``out_dir`` (which must exist and be empty); return the written config.
+
+    ``progress`` shows a bar on stderr: reading, each tensor, writing weights, tokenizer.
+    """
     header = read_header(gguf_path)
-    try:
-        tensors, metadata = mx.load(str(gguf_path), return_metadata=True)
-    except (RuntimeError, ValueError) as error:
-        raise ModelLoadError(f"MLX could not read GGUF file {gguf_path}: {error}") from error
-    rope_freqs = tensors.pop("rope_freqs.weight", None)  # folded into the config
-    config = model_config(metadata, header, rope_freqs)
-    weights, quantization = convert_weights(tensors, config, header, progress)
-    if quantization is not None:
-        config["quantization"] = quantization
-        config["quantization_config"] = quantization
-    mx.save_safetensors(str(out_dir / "model.safetensors"), weights, metadata={"format": "mlx"})
-    (out_dir / "config.json").write_text(json.dumps(config, indent=2))
-    generation = {k: config[k] for k in ("bos_token_id", "eos_token_id") if k in config}
-    (out_dir / "generation_config.json").write_text(json.dumps(generation, indent=2))
-    write_tokenizer_files(metadata, out_dir, config.get("max_position_embeddings"))
+    with tqdm(
+        total=len(header.tensor_types) + 3,  # corrected once MLX splits quantized tensors
+        desc=f"Converting {gguf_path.name}",
+        unit="step",
+        file=sys.stderr,
+        disable=not progress,
+    ) as bar:
+        try:
+            tensors, metadata = mx.load(str(gguf_path), return_metadata=True)
+        except (RuntimeError, ValueError) as error:
+            raise ModelLoadError(f"MLX could not read GGUF file {gguf_path}: {error}") from error
+        bar.total = len(tensors) + 3
+        bar.update()
+        rope_freqs = tensors.pop("rope_freqs.weight", None)  # folded into the config
+        config = model_config(metadata, header, rope_freqs)
+        bar.update(int(rope_freqs is not None))
+        weights, quantization = convert_weights(tensors, config, header, bar.update)
+        if quantization is not None:
+            config["quantization"] = quantization
+            config["quantization_config"] = quantization
+        mx.save_safetensors(str(out_dir / "model.safetensors"), weights, {"format": "mlx"})
+        bar.update()
+        (out_dir / "config.json").write_text(json.dumps(config, indent=2))
+        generation = {k: config[k] for k in ("bos_token_id", "eos_token_id") if k in config}
+        (out_dir / "generation_config.json").write_text(json.dumps(generation, indent=2))
+        write_tokenizer_files(metadata, out_dir, config.get("max_position_embeddings"))
+        bar.update()
     return config
