@@ -249,3 +249,27 @@ def test_arguments_are_json_objects_when_complete():
         msg = parse(fmt.render_calls(CALLS), name, tools=WEATHER_TOOLS)
         for call in msg.tool_calls:
             assert isinstance(json.loads(call.arguments), dict)
+
+
+@pytest.mark.parametrize("name", ["hermes", "llama3_json", "mistral", "granite"])
+def test_arguments_before_name_is_still_a_call(name):
+    fmt = TOOL_CALL_FORMATS[name]
+    key = fmt.arguments_key
+    obj = json.dumps({key: TRICKY, "name": "get_weather"}, ensure_ascii=False)
+    text = fmt.section_start + fmt.call_start + obj + fmt.call_end + fmt.section_end
+    msg = assert_same_in_every_mode(text, name, tools=WEATHER_TOOLS)
+    assert calls_of(msg) == [("get_weather", TRICKY)] and msg.content is None
+
+
+def test_arguments_first_object_without_a_name_stays_content():
+    text = 'Try this: <tool_call>\n{"arguments": {"a": 1}, "nam": "x"}\n</tool_call> ok'
+    msg = assert_same_in_every_mode(text, "hermes")
+    assert msg.tool_calls == [] and msg.content == text
+
+
+def test_arguments_first_call_streams_whole_once_its_object_closes():
+    text = 'Hi <tool_call>{"arguments": {"days": 2}, "name": "get_weather"}</tool_call>'
+    _, final, deltas = stream(text, [1], "hermes")
+    started = [i for i, d in enumerate(deltas) if any(p.name for p in d.tool_calls)]
+    assert started == [text.index('"}<') + 1]  # the object's closing brace
+    assert calls_of(final) == [("get_weather", {"days": 2})] and final.content == "Hi"

@@ -98,6 +98,42 @@ class JsonArguments:
         return text[start:end], end, Status.MORE
 
 
+class NameLastObject:
+    """A ``json_named`` call written with its arguments before its name: the whole object is
+    held until it closes, then read (it stays content unless it names a function)."""
+
+    streams = False
+    settles = None
+
+    def __init__(self, arguments_keys: tuple[str, ...]) -> None:
+        self._scan = JsonArguments()
+        self._raw: list[str] = []
+        self._keys = arguments_keys
+        self.name = ""
+
+    def quick(self, text: str) -> str | None:
+        if self._scan.quick(text) is None:
+            return None
+        self._raw.append(text)
+        return ""
+
+    def feed(self, text: str, final: bool) -> Step:
+        _, used, status = self._scan.feed(text, final)
+        self._raw.append(text[:used])
+        if status is not Status.DONE:
+            return "", used, status
+        try:
+            obj = json.loads("".join(self._raw))
+        except ValueError:
+            return "", used, Status.FAIL
+        name = obj.get("name")
+        args = next((obj[k] for k in self._keys if k in obj), None)
+        if not isinstance(name, str) or not name or not isinstance(args, dict):
+            return "", used, Status.FAIL
+        self.name = name
+        return json.dumps(args, ensure_ascii=False), used, Status.DONE
+
+
 class _XmlPhase(Enum):
     KEY_OR_END = "key_or_end"
     KEY = "key"

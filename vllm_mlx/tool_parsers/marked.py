@@ -18,6 +18,7 @@ from vllm_mlx.chat.formats import ToolCallFormat
 from vllm_mlx.tool_parsers.arguments import (
     GemmaArguments,
     JsonArguments,
+    NameLastObject,
     PythonArguments,
     Status,
     XmlArguments,
@@ -86,6 +87,7 @@ class MarkedToolParser(ToolParser):
         self._active = fmt
         self._args: JsonArguments | XmlArguments | PythonArguments | GemmaArguments | None = None
         self._call: tuple[str, str] | None = None  # (id, name) not yet reported
+        self._closing = ""  # the literal text after the current call's arguments
         self._call_raw: list[str] = []  # raw text of a call not yet reported
 
     def quick(self, text: str) -> Quick:
@@ -143,7 +145,7 @@ class MarkedToolParser(ToolParser):
         if state is _State.HEADER:
             ends = self._header_end
         elif state is _State.AFTER:
-            ends = _last_chars([_closing(self._active)])
+            ends = _last_chars([self._closing])
         elif state is _State.ARGS and self._args is not None:
             ends = self._args.settles
         elif state is _State.BETWEEN:
@@ -230,18 +232,25 @@ class MarkedToolParser(ToolParser):
         if not partial or len(self._buf) > _MAX_HEADER:
             on_fail(out)
 
-    def _commit(self, variant: ToolCallFormat, raw_name: str, end: int, out) -> None:
-        name, call_id = raw_name, new_call_id()
-        if variant.name_prefix:
-            call_id = raw_name
-            name = _KIMI_INDEX.sub("", raw_name.removeprefix(variant.name_prefix))
-        self._active, self._pending_ws = variant, ""
-        self._args = _arguments_reader(variant, self._properties.get(name, {}))
+    def _commit(self, variant: ToolCallFormat, raw_name: str | None, end: int, out) -> None:
+        """Start a call; ``raw_name`` None: the object names the function after its
+        arguments, so the whole object is read first."""
+        self._active = variant
+        name, call_id = raw_name or "", new_call_id()
+        if raw_name is None:
+            self._closing = variant.args_end + variant.call_end  # the reader takes the `}`
+            self._args = NameLastObject(_arguments_keys(variant))
+        else:
+            if variant.name_prefix:
+                call_id = raw_name
+                name = _KIMI_INDEX.sub("", raw_name.removeprefix(variant.name_prefix))
+            self._closing = _closing(variant)
+            self._args = _arguments_reader(variant, self._properties.get(name, {}))
         self._call_raw = [self._buf[:end]]
         self._buf, self._state = self._buf[end:], _State.ARGS
         if self._args.streams:
             out.call_start(self._index, call_id, name)
-            self._call_raw = []
+            self._call_raw, self._pending_ws = [], ""
         else:
             self._call = (call_id, name)
 
@@ -255,8 +264,12 @@ class MarkedToolParser(ToolParser):
             self._call_raw.append(consumed)
         if status is Status.DONE:
             if self._call is not None:
-                out.call_start(self._index, *self._call)
+                call_id, name = self._call
+                if isinstance(self._args, NameLastObject):
+                    name = self._args.name
+                out.call_start(self._index, call_id, name)
                 out.arguments(self._index, text)
+                self._pending_ws = ""  # whitespace before a call is layout
             self._call, self._call_raw, self._state = None, [], _State.AFTER
         elif status is Status.FAIL:
             if self._call is not None:
@@ -269,7 +282,7 @@ class MarkedToolParser(ToolParser):
 
     def _after(self, out: DeltaBuilder, final: bool) -> None:
         v = self._active
-        state, end = match_literal(self._buf, 0, _closing(v), final)
+        state, end = match_literal(self._buf, 0, self._closing, final)
         if state is Match.PARTIAL:
             return
         self._index += 1
@@ -351,13 +364,18 @@ def _at_start_only(variant: ToolCallFormat) -> bool:
     return len(_trigger(variant)) == 1
 
 
-def _match_header(v: ToolCallFormat, lead: str, text: str, final: bool) -> tuple[Match, int, str]:
+def _match_header(
+    v: ToolCallFormat, lead: str, text: str, final: bool
+) -> tuple[Match, int, str | None]:
     """Match ``lead``, the call's opening markers and its name at the start of ``text``."""
     state, pos = match_literal(text, 0, lead + v.call_start, final)
     if state is not Match.MATCH:
         return state, pos, ""
     if v.dialect == "json_named":
-        state, pos = match_literal(text, pos, '{\n"name"\n:\n', final)
+        start = pos
+        state, pos = match_literal(text, start, '{\n"name"\n:\n', final)
+        if state is Match.FAIL:
+            return _arguments_first(v, text, start, final)
         if state is not Match.MATCH:
             return state, pos, ""
         m = _JSON_STRING.match(text, pos)
@@ -365,7 +383,7 @@ def _match_header(v: ToolCallFormat, lead: str, text: str, final: bool) -> tuple
             undecided = text[pos:] == "" or (text[pos] == '"' and len(text) - pos < MAX_NAME)
             return (Match.PARTIAL if undecided and not final else Match.FAIL), pos, ""
         name = json.loads(m.group(0))
-        for key in dict.fromkeys((v.arguments_key, "arguments", "parameters")):
+        for key in _arguments_keys(v):
             state, end = match_literal(text, m.end(), f'\n,\n"{key}"\n:\n', final)
             if state is not Match.FAIL:
                 break
@@ -382,6 +400,24 @@ def _match_header(v: ToolCallFormat, lead: str, text: str, final: bool) -> tuple
     if v.dialect in ("json", "gemma"):
         return _expect_object(text, end, final, name)
     return Match.MATCH, end, name
+
+
+def _arguments_keys(v: ToolCallFormat) -> tuple[str, ...]:
+    """The keys a ``json_named`` object may hold its arguments under."""
+    return tuple(dict.fromkeys((v.arguments_key, "arguments", "parameters")))
+
+
+def _arguments_first(v: ToolCallFormat, text: str, start: int, final: bool):
+    """An object whose first key holds the arguments: a call whose name comes later
+    (MATCH with name None at the object's ``{``)."""
+    result = Match.FAIL, start
+    for key in _arguments_keys(v):
+        state, end = match_literal(text, start, f'{{\n"{key}"\n:\n', final)
+        if state is Match.MATCH:
+            return Match.MATCH, start, None
+        if state is Match.PARTIAL:
+            result = Match.PARTIAL, end
+    return (*result, "")
 
 
 def _expect_object(text: str, pos: int, final: bool, name: str) -> tuple[Match, int, str]:
