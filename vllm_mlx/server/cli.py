@@ -61,6 +61,13 @@ import click
     help="Cap on reasoning tokens when a request sets none (default: no cap).",
 )
 @click.option(
+    "--structured-output-backend",
+    type=click.Choice(["auto", "llguidance", "lm-format-enforcer"]),
+    default="auto",
+    show_default=True,
+    help="Engine enforcing response_format schemas (auto: llguidance; see docs/constrained.md).",
+)
+@click.option(
     "--mcp-config",
     type=click.Path(exists=True, dir_okay=False),
     help="MCP servers to connect (Claude Desktop's JSON: mcpServers/servers); see docs/mcp.md.",
@@ -141,6 +148,7 @@ def serve(model: str | None, **opts) -> None:
                 max_num_seqs=opts["max_num_seqs"],
                 prefix_cache_mb=opts["prefix_cache_mb"],
                 default_thinking_budget=opts["default_thinking_token_budget"],
+                structured_backend=opts["structured_output_backend"],
                 **parsers,
             )
     except (ModelLoadError, ValueError) as exc:
