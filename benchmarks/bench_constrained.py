@@ -2,10 +2,11 @@
 
 Measures, for each backend: tokenizer-data build time, schema compile time (cold, then cached),
 and per-token mask time (p50/p95 µs) while replaying a schema-valid answer token by token, the
-mask applied to a real-width logits row as mlx-lm would. The end-to-end constrained vs
-unconstrained tokens/s ratio is measured through the server by the lead's benchmark.
+mask applied to a real-width logits row as mlx-lm would. Then, through the real pipeline and
+engine, the end-to-end decode rate of one prompt with and without a JSON-schema constraint
+(same max_tokens, EOS banned in both by logit_bias, runs interleaved) and their ratio.
 
-    python benchmarks/bench_constrained.py [--rounds 3]
+    LD_PRELOAD=.../libopenblas.so.0 python benchmarks/bench_constrained.py [--rounds 5]
 """
 
 from __future__ import annotations
@@ -20,7 +21,11 @@ import mlx.core as mx
 from vllm_mlx.constrained import build_logits_processors
 from vllm_mlx.constrained.llguidance_backend import llguidance_tokenizer
 from vllm_mlx.constrained.lmfe_backend import lmfe_tokenizer_data
+from vllm_mlx.constrained.tokenizer_cache import eos_token_ids
+from vllm_mlx.engine.sampling import SamplingParams
 from vllm_mlx.models.loader import load_model
+from vllm_mlx.pipeline import ChatRequest
+from vllm_mlx.runtime import build_runtime
 
 SCHEMAS = {
     "person": (
@@ -65,7 +70,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def bench_backend(tokenizer, backend: str, vocab: int) -> dict:
+def bench_backend(tokenizer, backend: str, vocab: int, rounds: int) -> dict:
     start = time.perf_counter()
     if backend == "llguidance":
         llguidance_tokenizer(tokenizer)
@@ -85,32 +90,97 @@ def bench_backend(tokenizer, backend: str, vocab: int) -> dict:
             compile_times.append((time.perf_counter() - t0) * 1e3)
         ids = tokenizer.encode(json.dumps(answer), add_special_tokens=False)
         prompt = [1, 2, 3]
-        logits = mx.zeros((1, vocab))
+        logits = mx.random.normal((1, vocab))
+        mx.eval(logits)
         times = []
-        for i in range(len(ids) + 1):
-            tokens = mx.array(prompt + ids[:i])
-            t0 = time.perf_counter()
-            masked = processor(tokens, logits)
-            mx.eval(masked)
-            times.append((time.perf_counter() - t0) * 1e6)
-        assert processor.gave_up is None, processor.gave_up
+        for _ in range(rounds):
+            (processor,) = build_logits_processors(
+                tokenizer, response_format=response_format, backend=backend
+            )
+            processor(mx.array(prompt), logits)  # the prompt-only first call
+            for i in range(1, len(ids) + 1):
+                tokens = mx.array(prompt + ids[:i])
+                t0 = time.perf_counter()
+                mx.eval(processor(tokens, logits))
+                times.append((time.perf_counter() - t0) * 1e6)
+            assert processor.gave_up is None, processor.gave_up
         result["schemas"][name] = {
             "compile_cold_ms": round(compile_times[0], 2),
             "compile_cached_ms": round(compile_times[1], 2),
-            "mask_p50_us": round(statistics.median(times[1:]), 1),
-            "mask_p95_us": round(percentile(times[1:], 0.95), 1),
+            "mask_p50_us": round(statistics.median(times), 1),
+            "mask_p95_us": round(percentile(times, 0.95), 1),
             "tokens": len(ids),
         }
     return result
 
 
+def decode_rate(pipeline, response_format: dict | None, max_tokens: int, ban: dict) -> float:
+    """Decode tokens/s of one greedy request (first token to last, so prefill is excluded)."""
+    request = ChatRequest(
+        [{"role": "user", "content": "Tell me a long story about a lighthouse keeper."}],
+        SamplingParams(max_tokens=max_tokens, temperature=0, logit_bias=dict(ban)),
+        response_format=response_format,
+        max_tokens_given=True,
+    )
+    prepared = pipeline.prepare_chat(request)
+    stamps = []
+    last = None
+    for event in pipeline.stream_sync(prepared):
+        stamps.append(time.perf_counter())
+        last = event
+    tokens = last.usage.completion_tokens
+    assert tokens == max_tokens, (tokens, last.finish_reason, pipeline.tokenizer.eos_token_ids)
+    processors = prepared.generation.logits_processors or []
+    assert all(p.gave_up is None for p in processors), [p.gave_up for p in processors]
+    return (tokens - 1) / (stamps[-1] - stamps[0])
+
+
+def bench_end_to_end(rounds: int, max_tokens: int, backend: str) -> dict:
+    """Constrained vs unconstrained decode rate of the same request, interleaved."""
+    runtime = build_runtime(None, progress=False, structured_backend=backend)
+    try:
+        pipeline = runtime.pipeline
+        ban = {eos: -1e9 for eos in eos_token_ids(pipeline.tokenizer)}
+        # A string that cannot end within max_tokens: the constraint stays active throughout.
+        schema = {
+            "type": "object",
+            "properties": {"story": {"type": "string", "minLength": 24 * max_tokens}},
+            "required": ["story"],
+        }
+        constrained = {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}
+        decode_rate(pipeline, constrained, 8, ban)  # warm-up: caches, compile
+        free, bound = [], []
+        for _ in range(rounds):
+            free.append(decode_rate(pipeline, None, max_tokens, ban))
+            bound.append(decode_rate(pipeline, constrained, max_tokens, ban))
+        ratios = [b / f for b, f in zip(bound, free, strict=True)]
+        return {
+            "backend": backend,
+            "max_tokens": max_tokens,
+            "unconstrained_tok_s": round(statistics.median(free), 2),
+            "constrained_tok_s": round(statistics.median(bound), 2),
+            "ratio_median": round(statistics.median(ratios), 3),
+            "ratio_of_medians": round(statistics.median(bound) / statistics.median(free), 3),
+        }
+    finally:
+        runtime.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.parse_args()
-    loaded = load_model(None, progress=False)
-    tokenizer = loaded.tokenizer
-    vocab = 49152
-    report = {b: bench_backend(tokenizer, b, vocab) for b in ("llguidance", "lm-format-enforcer")}
+    parser.add_argument("--rounds", type=int, default=5, help="replays / e2e pairs")
+    parser.add_argument("--max-tokens", type=int, default=64, help="e2e tokens per request")
+    parser.add_argument("--skip-masks", action="store_true", help="only the e2e ratio")
+    parser.add_argument("--skip-e2e", action="store_true", help="only the mask timings")
+    args = parser.parse_args()
+    report: dict = {}
+    if not args.skip_masks:
+        tokenizer = load_model(None, progress=False).tokenizer
+        vocab = 49152
+        for backend in ("llguidance", "lm-format-enforcer"):
+            report[backend] = bench_backend(tokenizer, backend, vocab, args.rounds)
+    if not args.skip_e2e:
+        report["end_to_end"] = bench_end_to_end(args.rounds, args.max_tokens, "llguidance")
     print(json.dumps(report, indent=2))
 
 

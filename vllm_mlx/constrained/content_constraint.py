@@ -18,10 +18,9 @@ import mlx.core as mx
 import numpy as np
 
 from .json_guard import JsonLexicalGuard
+from .masks import apply_packed, packed_size, unpack
 
 logger = logging.getLogger(__name__)
-
-NEG_INF = float("-inf")
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
@@ -31,16 +30,6 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
         if a[i] != b[i]:
             return i
     return n
-
-
-def apply_allowed_mask(logits: mx.array, allowed: np.ndarray) -> mx.array:
-    """Set logits of disallowed ids to -inf; ids beyond ``allowed`` (model padding) are banned."""
-    width = logits.shape[-1]
-    if allowed.shape[0] < width:
-        allowed = np.concatenate([allowed, np.zeros(width - allowed.shape[0], dtype=bool)])
-    elif allowed.shape[0] > width:
-        allowed = allowed[:width]
-    return mx.where(mx.array(allowed), logits, mx.array(NEG_INF, dtype=logits.dtype))
 
 
 class ContentConstraint(abc.ABC):
@@ -67,7 +56,8 @@ class ContentConstraint(abc.ABC):
 
     @abc.abstractmethod
     def _allowed(self) -> np.ndarray:
-        """Boolean mask over the tokenizer's ids for the next token."""
+        """Packed mask (see ``masks``) over the tokenizer's ids for the next token; the
+        caller may modify it."""
 
     @abc.abstractmethod
     def is_complete(self) -> bool:
@@ -114,23 +104,29 @@ class ContentConstraint(abc.ABC):
             self._consumed.append(token)
         return True
 
-    def allowed_mask(self, content: Sequence[int]) -> np.ndarray | None:
-        """The next-token mask after ``content``, or None once the constraint gave up."""
+    def allowed_bits(self, content: Sequence[int]) -> np.ndarray | None:
+        """The packed next-token mask after ``content``, or None once the constraint gave up."""
         if not self.sync(content):
             return None
         if self._finished_at is not None:
-            allowed = np.zeros(self._vocab, dtype=bool)
-            allowed[list(self._eos_ids)] = True
-            return allowed
-        allowed = self._allowed()
+            packed = np.zeros(packed_size(self._vocab), dtype=np.uint8)
+            for eos in self._eos_ids:
+                packed[eos >> 3] |= 1 << (eos & 7)
+            return packed
+        packed = self._allowed()
         if self.gave_up is not None:
             return None
-        if not allowed.any():
+        if not packed.any():
             self.give_up("matcher allows no token (dead end)")
             return None
-        return allowed if self.guard is None else self.guard.narrow(content, allowed)
+        return packed if self.guard is None else self.guard.narrow(content, packed)
+
+    def allowed_mask(self, content: Sequence[int]) -> np.ndarray | None:
+        """The boolean next-token mask after ``content`` (None once the constraint gave up)."""
+        packed = self.allowed_bits(content)
+        return None if packed is None else unpack(packed, self._vocab)
 
     def apply(self, content: Sequence[int], logits: mx.array) -> mx.array:
         """Mask ``logits`` for the token after ``content``."""
-        allowed = self.allowed_mask(content)
-        return logits if allowed is None else apply_allowed_mask(logits, allowed)
+        packed = self.allowed_bits(content)
+        return logits if packed is None else apply_packed(logits, packed)

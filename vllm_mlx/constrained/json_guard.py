@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .masks import pack
 from .tokenizer_cache import per_tokenizer, token_texts
 
 MAX_DIGIT_RUN = 16
@@ -65,23 +66,27 @@ def _has_raw_control_in_string(text: str, escaped: bool) -> bool:
 
 
 class GuardTables(NamedTuple):
+    """Packed masks (see ``masks``) of the tokens each rule bans."""
+
     control_in_string: np.ndarray  # token would put a raw control char inside the open string
     control_after_escape: np.ndarray  # same, when the previous token ended with a backslash
-    starts_with_digit: np.ndarray
+    starts_with_digit_or_exponent: np.ndarray
     starts_with_exponent: np.ndarray
     closes_bracket: np.ndarray  # first non-whitespace character is "}" or "]"
 
 
 @per_tokenizer("json_guard")
 def guard_tables(tokenizer: Any) -> GuardTables:
-    """Per-token lookup tables for the guard (built once per tokenizer)."""
+    """Per-token lookup tables for the guard, packed (built once per tokenizer)."""
     texts = token_texts(tokenizer)
+    digit = pack(np.array([bool(t) and t[0].isdigit() for t in texts], dtype=bool))
+    exponent = pack(np.array([bool(t) and t[0] in "eE" for t in texts], dtype=bool))
     return GuardTables(
-        np.array([_has_raw_control_in_string(t, False) for t in texts], dtype=bool),
-        np.array([_has_raw_control_in_string(t, True) for t in texts], dtype=bool),
-        np.array([bool(t) and t[0].isdigit() for t in texts], dtype=bool),
-        np.array([bool(t) and t[0] in "eE" for t in texts], dtype=bool),
-        np.array([t.lstrip(" \t\n\r")[:1] in ("}", "]") for t in texts], dtype=bool),
+        pack(np.array([_has_raw_control_in_string(t, False) for t in texts], dtype=bool)),
+        pack(np.array([_has_raw_control_in_string(t, True) for t in texts], dtype=bool)),
+        digit | exponent,
+        exponent,
+        pack(np.array([t.lstrip(" \t\n\r")[:1] in ("}", "]") for t in texts], dtype=bool)),
     )
 
 
@@ -109,7 +114,8 @@ class JsonLexicalGuard:
         return self._states[-1]
 
     def narrow(self, content: Sequence[int], allowed: np.ndarray) -> np.ndarray:
-        """``allowed`` minus the tokens the guard bans after ``content`` (never emptied)."""
+        """Packed ``allowed`` minus the tokens the guard bans after ``content`` (never
+        emptied; returned unchanged, without work, when no rule applies)."""
         state = self._sync(content)
         if state.in_string:
             table = (
@@ -122,9 +128,7 @@ class JsonLexicalGuard:
             # lm-format-enforcer accepts a trailing comma when only optional keys remain.
             narrowed = allowed & ~self._tables.closes_bracket
         elif state.digit_run >= self._max_digit_run:
-            narrowed = (
-                allowed & ~self._tables.starts_with_digit & ~self._tables.starts_with_exponent
-            )
+            narrowed = allowed & ~self._tables.starts_with_digit_or_exponent
         elif state.digit_run:
             # Exponents are valid JSON, but lm-format-enforcer also lets them into integers.
             narrowed = allowed & ~self._tables.starts_with_exponent

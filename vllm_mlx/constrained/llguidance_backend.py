@@ -119,8 +119,7 @@ class LLGuidanceConstraint(ContentConstraint):
         self._matcher.unsafe_compute_mask_ptr(self._bitmask.ctypes.data, self._bitmask.nbytes)
         if self._matcher.is_error():
             self.give_up(self._matcher.get_error())
-        bits = np.unpackbits(self._bitmask.view(np.uint8), bitorder="little")
-        return bits[: self._vocab].astype(bool)
+        return self._bitmask.view(np.uint8).copy()
 
     def is_complete(self) -> bool:
         return self._matcher.is_accepting()

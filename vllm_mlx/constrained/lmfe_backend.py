@@ -20,6 +20,7 @@ from lmformatenforcer.characterlevelparser import CharacterLevelParser
 
 from .content_constraint import ContentConstraint
 from .errors import ConstraintError
+from .masks import pack
 from .schema_check import reject_unsupported_for_lmfe
 from .tokenizer_cache import (
     eos_token_ids,
@@ -152,7 +153,7 @@ class LMFEConstraint(ContentConstraint):
         allowed = np.zeros(self._vocab, dtype=bool)
         ids = self._allowed_list().allowed_tokens
         allowed[np.fromiter(ids, dtype=np.int64, count=len(ids))] = True
-        return allowed
+        return pack(allowed)
 
     def is_complete(self) -> bool:
         return self._parsers[-1].can_end()

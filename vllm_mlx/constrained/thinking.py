@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import mlx.core as mx
-import numpy as np
 
-from .content_constraint import ContentConstraint, apply_allowed_mask, common_prefix_length
+from .content_constraint import ContentConstraint, common_prefix_length
+from .masks import apply_allowed_mask, apply_packed, ban_bias, only
 from .processor import generated_ids
 
 logger = logging.getLogger(__name__)
@@ -82,6 +82,7 @@ class ThinkingAwareLogitsProcessor:
         # Single-token delimiters can be masked in content; multi-token ones are ordinary text.
         self.control_ids = tuple(seq[0] for seq in (self.start_ids, self.end_ids) if len(seq) == 1)
         self._reason: str | None = None
+        self._bans: dict[tuple, mx.array] = {}  # cached ban biases: built once per request
         self._prompt_length: int | None = None
         self._seen: list[int] = []
         self._states: list[ThinkingState] = [self._settle(ThinkingState(start_phase))]
@@ -147,11 +148,6 @@ class ThinkingAwareLogitsProcessor:
             self._seen.append(token)
 
     # -- masking -------------------------------------------------------------------------
-    def _only(self, token: int, vocab: int) -> np.ndarray:
-        allowed = np.zeros(vocab, dtype=bool)
-        allowed[token] = True
-        return allowed
-
     def __call__(self, tokens: mx.array, logits: mx.array) -> mx.array:
         if self._prompt_length is None:
             self._prompt_length = tokens.size
@@ -164,14 +160,14 @@ class ThinkingAwareLogitsProcessor:
         state = self.state
         vocab = logits.shape[-1]
         if state.phase is Phase.TRANSITIONING:
-            return apply_allowed_mask(logits, self._only(self.end_ids[state.matched], vocab))
+            return apply_packed(logits, only(self.end_ids[state.matched], vocab))
         if state.phase is Phase.THINKING:
             if self.inner is None or not self.eos_ids:
                 return logits
             return logits + self._ban(self.eos_ids, vocab, logits.dtype)
         if state.phase is Phase.IDLE:
             if state.matched:
-                return apply_allowed_mask(logits, self._only(self.start_ids[state.matched], vocab))
+                return apply_packed(logits, only(self.start_ids[state.matched], vocab))
             if self.inner is None:
                 return logits
             allowed = self.inner.allowed_mask([])
@@ -189,8 +185,8 @@ class ThinkingAwareLogitsProcessor:
             return logits
         return logits + self._ban(self.control_ids, vocab, logits.dtype)
 
-    @staticmethod
-    def _ban(ids: Sequence[int], vocab: int, dtype: mx.Dtype) -> mx.array:
-        bias = np.zeros(vocab, dtype=np.float32)
-        bias[list(ids)] = -np.inf
-        return mx.array(bias).astype(dtype)
+    def _ban(self, ids: Sequence[int], vocab: int, dtype: mx.Dtype) -> mx.array:
+        key = (tuple(ids), vocab, dtype)
+        if key not in self._bans:
+            self._bans[key] = ban_bias(ids, vocab, dtype)
+        return self._bans[key]
