@@ -107,6 +107,9 @@ class MarkedToolParser(ToolParser):
             for c in self._trigger_chars:
                 if c in text:
                     return None
+            if text and not (self._skip_ws or self._pending_ws or text[-1].isspace()):
+                self._seen_text = True  # what `_plain` does with such text, inlined
+                return CONTENT, text
             return CONTENT, self._plain(text)
         if state is _State.ARGS:
             assert self._args is not None
