@@ -16,7 +16,7 @@ from ..engine.engine import QueueFullError
 from . import mcp_routes
 from .anthropic_messages import count_tokens, create_message
 from .errors import APIError, error_response
-from .info import health, list_models
+from .info import health, list_models, root
 from .limits import BodySizeLimit
 from .metrics import metrics_endpoint
 from .middleware import operations_middleware
@@ -63,6 +63,7 @@ async def _lifespan(app: Starlette):
 
 def create_app(state: ServerState) -> Starlette:
     routes = [
+        Route("/", root, methods=["GET", "HEAD"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/v1/models", list_models, methods=["GET"]),

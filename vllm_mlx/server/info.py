@@ -1,11 +1,11 @@
-"""GET /v1/models and GET /health."""
+"""GET /v1/models, GET /health, and the root that clients probe."""
 
 from __future__ import annotations
 
 import time
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
 from .state import server_state
 
@@ -41,3 +41,9 @@ async def health(request: Request) -> JSONResponse:
             "mcp": state.mcp.status() if state.mcp is not None else None,
         }
     )
+
+
+async def root(request: Request) -> Response:
+    """``HEAD /`` and ``GET /``: Claude Code probes the root before its first request."""
+    state = server_state(request)
+    return JSONResponse({"status": "ok", "model": state.served_model_name})

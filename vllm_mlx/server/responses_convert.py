@@ -18,6 +18,8 @@ from .openai_chat import check_tool_choice
 from .responses_protocol import (
     FunctionCallItem,
     FunctionCallOutputItem,
+    McpCallItem,
+    McpListToolsItem,
     MessageItem,
     ReasoningItem,
     ResponsesRequest,
@@ -43,13 +45,17 @@ def new_item_id(prefix: str) -> str:
 
 
 def to_chat_request(
-    body: ResponsesRequest, history: list[dict], defaults: SamplingParams
+    body: ResponsesRequest,
+    history: list[dict],
+    defaults: SamplingParams,
+    server_tools: list[dict] | None = None,
 ) -> tuple[ChatRequest, list[dict]]:
     """The internal request, and the conversation (``history`` + this input, without the
-    instructions, which do not carry over) to store for a later ``previous_response_id``."""
+    instructions, which do not carry over) to store for a later ``previous_response_id``.
+    ``server_tools`` are the MCP tools (chat form) the model sees besides the client's."""
     conversation = history + input_messages(body.input)
     system = [{"role": "system", "content": body.instructions}] if body.instructions else []
-    tools = function_tools(body.tools)
+    tools = [*(function_tools(body.tools) or []), *(server_tools or [])] or None
     tool_choice = _tool_choice(body.tool_choice)
     check_tool_choice(tool_choice, tools)
     budget, template_kwargs = _reasoning(body)
@@ -82,7 +88,19 @@ def input_messages(data: str | list[dict]) -> list[dict]:
     open_assistant = False  # reasoning, text and calls of one assistant turn merge
     for i, raw in enumerate(data):
         item = input_item(raw, i)
-        if isinstance(item, MessageItem) and item.role != "assistant":
+        if isinstance(item, McpListToolsItem):
+            continue
+        if isinstance(item, McpCallItem):
+            # an MCP call the server ran: the model's call, then the tool's answer
+            if not open_assistant:
+                out.append({"role": "assistant", "content": ""})
+            call = {"name": item.name, "arguments": item.arguments}
+            out[-1].setdefault("tool_calls", []).append(
+                {"id": item.id, "type": "function", "function": call}
+            )
+            out.append({"role": "tool", "tool_call_id": item.id, "content": _mcp_text(item)})
+            open_assistant = False
+        elif isinstance(item, MessageItem) and item.role != "assistant":
             role = "system" if item.role == "developer" else item.role
             out.append({"role": role, "content": _text(item.content, f"input.{i}.content")})
             open_assistant = False
@@ -113,6 +131,18 @@ def _add_to_assistant(message: dict, item, i: int) -> None:
             message["reasoning_content"] = message.get("reasoning_content", "") + text
 
 
+def _mcp_text(item: McpCallItem) -> str:
+    """What the tool answered: its output, or its error (a string or an error object)."""
+    if item.error is None:
+        return item.output or ""
+    if isinstance(item.error, str):
+        return item.error
+    content = item.error.get("content")
+    if isinstance(content, list):
+        return "".join(p.get("text") or "" for p in content if isinstance(p, dict))
+    return str(content if content is not None else item.error.get("message", ""))
+
+
 def _text(content: str | list[dict], param: str) -> str:
     if isinstance(content, str):
         return content
@@ -135,9 +165,12 @@ def _text(content: str | list[dict], param: str) -> str:
 
 
 def function_tools(tools: list[dict] | None) -> list[dict] | None:
-    """Responses function tools in chat form; hosted and MCP tools are skipped (logged)."""
+    """Responses function tools in chat form; hosted tools are skipped (logged). MCP tools
+    are resolved separately (``responses_mcp``)."""
     out = []
     for i, tool in enumerate(tools or []):
+        if tool.get("type") == "mcp":
+            continue
         if tool.get("type") != "function":
             log.info("skipping Responses tool of type %r (not served here)", tool.get("type"))
             continue
@@ -162,9 +195,13 @@ def _tool_choice(choice: str | dict | None) -> str | dict:
         return choice
     if choice.get("type") == "function" and choice.get("name"):
         return {"type": "function", "function": {"name": choice["name"]}}
+    if choice.get("type") == "mcp":  # a named tool, or any tool, of an MCP server
+        name = choice.get("name")
+        return {"type": "function", "function": {"name": name}} if name else "required"
     raise APIError(
         400,
-        'tool_choice must be "auto", "none", "required" or {"type": "function", "name": ...}',
+        'tool_choice must be "auto", "none", "required", {"type": "function", "name": ...} '
+        'or {"type": "mcp", "server_label": ..., "name": ...}',
         param="tool_choice",
     )
 

@@ -14,7 +14,14 @@ from ..chat.template import ChatTemplateError
 from ..pipeline import RequestError
 from .errors import APIError, parse_body
 from .openai_common import generation_failed, unless_disconnected
-from .responses_convert import assistant_message, output_items, status_of, to_chat_request
+from .responses_convert import (
+    assistant_message,
+    input_messages,
+    output_items,
+    status_of,
+    to_chat_request,
+)
+from .responses_mcp import MCPResponseRun, select_mcp_tools, stream_frames
 from .responses_object import ResponseObject
 from .responses_protocol import ResponsesRequest
 from .responses_store import ResponseStore, StoredResponse
@@ -48,7 +55,12 @@ async def create_response(request: Request) -> Response:
                 param="previous_response_id",
             )
         history = previous.conversation
-    chat, conversation = to_chat_request(body, history, state.defaults)
+    mcp = select_mcp_tools(body.tools, state.mcp)
+    if mcp is not None:
+        body.tool_choice = mcp.tool_choice(body.tool_choice)
+    chat, conversation = to_chat_request(
+        body, history, state.defaults, mcp.tools if mcp is not None else None
+    )
     try:
         prepared = state.pipeline.prepare_chat(chat)
     except (RequestError, ChatTemplateError) as exc:
@@ -56,10 +68,28 @@ async def create_response(request: Request) -> Response:
         raise APIError(400, str(exc), param=_PARAMS.get(param, param)) from None
     response = ResponseObject(body, state.served_model_name)
 
-    def keep(final: dict) -> None:
-        if body.store and final["status"] in ("completed", "incomplete"):
-            turn = conversation + [assistant_message(final["output"])]
-            store.put(response.id, StoredResponse(final, turn))
+    def keep(final: dict | None) -> None:
+        if body.store and final is not None and final["status"] in ("completed", "incomplete"):
+            # MCP calls replay as the assistant's tool calls and their results
+            output = final["output"]
+            turn = input_messages(output) if mcp is not None else [assistant_message(output)]
+            store.put(response.id, StoredResponse(final, conversation + turn))
+
+    if mcp is not None:
+        run = MCPResponseRun(
+            state, chat, prepared, mcp, ResponseStream(response), body.max_tool_calls
+        )
+        if body.stream:
+
+            async def mcp_frames():
+                async for out in stream_frames(run):
+                    yield out
+                keep(run.stream.final)
+
+            return sse_response(mcp_frames(), run.stream.failed)
+        await unless_disconnected(request, run.run())
+        keep(run.stream.final)
+        return JSONResponse(run.stream.final)
 
     if body.stream:
         stream = ResponseStream(response)

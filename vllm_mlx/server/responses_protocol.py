@@ -37,6 +37,7 @@ class ResponsesRequest(_Lenient):
     text: TextConfig | None = None
     reasoning: ReasoningConfig | None = None
     max_output_tokens: int | None = Field(default=None, gt=0)
+    max_tool_calls: int | None = Field(default=None, ge=1)  # MCP calls, capped by config
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)
     store: bool = True
@@ -70,12 +71,38 @@ class ReasoningItem(_Lenient):
     content: list[dict[str, Any]] | None = None
 
 
-InputItem = MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem
+class McpCallItem(_Lenient):
+    """An MCP call this server ran earlier, sent back by a stateless client."""
+
+    type: Literal["mcp_call"]
+    id: str
+    name: str
+    arguments: str = "{}"
+    output: str | None = None
+    error: str | dict[str, Any] | None = None
+
+
+class McpListToolsItem(_Lenient):
+    """A tool listing from an earlier response; it carries nothing the model needs."""
+
+    type: Literal["mcp_list_tools"]
+
+
+InputItem = (
+    MessageItem
+    | FunctionCallItem
+    | FunctionCallOutputItem
+    | ReasoningItem
+    | McpCallItem
+    | McpListToolsItem
+)
 _ITEM_TYPES: dict[str, type[BaseModel]] = {
     "message": MessageItem,
     "function_call": FunctionCallItem,
     "function_call_output": FunctionCallOutputItem,
     "reasoning": ReasoningItem,
+    "mcp_call": McpCallItem,
+    "mcp_list_tools": McpListToolsItem,
 }
 
 

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 
 from ..chat.message import MessageDelta
-from ..pipeline import ChatEvent
+from ..pipeline import ChatEvent, Usage
 from .errors import APIError
 from .keepalive import OPENAI_KEEPALIVE, Idle
 from .middleware import current_request
@@ -65,8 +65,8 @@ class ResponseStream:
     def start(self) -> list[str]:
         body = self.response.body("in_progress", [])
         return [
-            self._event("response.created", response=body),
-            self._event("response.in_progress", response=body),
+            self.event("response.created", response=body),
+            self.event("response.in_progress", response=body),
         ]
 
     async def frames(self, events: AsyncIterator[ChatEvent]) -> AsyncIterator[str]:
@@ -102,7 +102,7 @@ class ResponseStream:
             if call.arguments:
                 item = self._extend(call.arguments)
                 out.append(
-                    self._event(
+                    self.event(
                         "response.function_call_arguments.delta",
                         item_id=item.id,
                         output_index=item.index,
@@ -112,13 +112,15 @@ class ResponseStream:
         return out
 
     def finish(self, event: ChatEvent) -> list[str]:
-        out = self._close()
         status, details = status_of(event.finish_reason or "error")
-        self.final = self.response.body(
-            status, self.output, event.usage, incomplete_details=details
-        )
+        return self.finish_with(status, details, event.usage)
+
+    def finish_with(self, status: str, details: dict | None, usage: Usage | None) -> list[str]:
+        """Close the open item and send the terminal event for ``status``."""
+        out = self._close()
+        self.final = self.response.body(status, self.output, usage, incomplete_details=details)
         kind = "response.completed" if status == "completed" else f"response.{status}"
-        out.append(self._event(kind, response=self.final))
+        out.append(self.event(kind, response=self.final))
         return out
 
     def failed(self, exc: Exception) -> list[str]:
@@ -130,7 +132,7 @@ class ResponseStream:
         self.final = self.response.body(
             "failed", output, error={"code": "server_error", "message": error.message}
         )
-        return [self._event("response.failed", response=self.final)]
+        return [self.event("response.failed", response=self.final)]
 
     # -- items -----------------------------------------------------------------------------
 
@@ -149,7 +151,7 @@ class ResponseStream:
         added = item.snapshot("in_progress")
         if kind == "reasoning":
             added["content"] = []
-        out.append(self._event("response.output_item.added", output_index=item.index, item=added))
+        out.append(self.event("response.output_item.added", output_index=item.index, item=added))
         part = self._part(item, "")
         if part is not None:
             out.append(self._part_event("response.content_part.added", part=part, text=None))
@@ -162,7 +164,7 @@ class ResponseStream:
         out: list[str] = []
         if item.kind == "function_call":
             out.append(
-                self._event(
+                self.event(
                     "response.function_call_arguments.done",
                     item_id=item.id,
                     output_index=item.index,
@@ -182,7 +184,7 @@ class ResponseStream:
                 self._part_event("response.content_part.done", part=self._part(item, item.text))
             )
         final = item.snapshot("completed")
-        out.append(self._event("response.output_item.done", output_index=item.index, item=final))
+        out.append(self.event("response.output_item.done", output_index=item.index, item=final))
         self.output.append(final)
         self._item = None
         return out
@@ -204,11 +206,10 @@ class ResponseStream:
         assert item is not None
         if text is not None:
             fields[key] = text
-        return self._event(
-            kind, item_id=item.id, output_index=item.index, content_index=0, **fields
-        )
+        return self.event(kind, item_id=item.id, output_index=item.index, content_index=0, **fields)
 
-    def _event(self, kind: str, **fields) -> str:
+    def event(self, kind: str, **fields) -> str:
+        """One SSE frame with the next ``sequence_number``."""
         body = {"type": kind, "sequence_number": self._sequence, **fields}
         self._sequence += 1
         return sse_data(body, event=kind)
