@@ -1,10 +1,10 @@
 """Token masks as packed bitmasks, applied to logits as an additive 0/-inf bias.
 
 Why packed: llguidance writes its mask as 32-bit words, and narrowing a mask (the JSON guard)
-is a few thousand word operations instead of a 49k-element boolean pass. Why a bias: on CPU,
-``mx.where`` over a 49k boolean row measured ≈250 µs per token, while a float bias gathered
-from a 256-entry byte table and added to the logits measured ≈60-90 µs (benchmarks/
-bench_constrained.py, docs/constrained.md).
+is a few thousand byte operations instead of a 49k-element boolean pass. Why a bias: on CPU,
+``mx.where`` over a 49k boolean row measured ≈250 µs per token; a 0/-inf bias gathered in MLX
+from a 256-entry byte table (only the 6 KB packed mask crosses over) and added to the logits
+costs a fraction of that (benchmarks/bench_constrained.py, docs/constrained.md).
 
 Bit ``i`` of the mask is bit ``i % 8`` (little-endian) of byte ``i // 8``; masks are padded
 to whole 32-bit words, as llguidance writes them.
@@ -12,6 +12,7 @@ to whole 32-bit words, as llguidance writes them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import mlx.core as mx
@@ -51,17 +52,24 @@ def only(token: int, vocab: int) -> np.ndarray:
     return packed
 
 
-def bias_row(packed: np.ndarray, width: int) -> np.ndarray:
-    """The (1, width) float32 bias of a packed mask; ids past the mask are banned."""
-    flat = np.take(_BYTE_BIAS, packed, axis=0).reshape(-1)
-    if flat.shape[0] >= width:
-        return flat[:width].reshape(1, width)
-    return np.concatenate([flat, np.full(width - flat.shape[0], NEG_INF)]).reshape(1, width)
+@functools.cache
+def _byte_bias_mx() -> mx.array:
+    return mx.array(_BYTE_BIAS)
 
 
 def apply_packed(logits: mx.array, packed: np.ndarray) -> mx.array:
-    """``logits`` with every id the packed mask does not allow set to -inf."""
-    bias = mx.array(bias_row(packed, logits.shape[-1]))
+    """``logits`` with every id the packed mask does not allow set to -inf.
+
+    Only the packed bytes cross to MLX; the bias is gathered there, in the same lazy graph as
+    the logits, instead of copying a full-width float row per token.
+    """
+    width = logits.shape[-1]
+    bias = _byte_bias_mx()[mx.array(packed)].reshape(1, -1)
+    if bias.shape[-1] > width:
+        bias = bias[:, :width]
+    elif bias.shape[-1] < width:
+        pad = mx.full((1, width - bias.shape[-1]), -np.inf, dtype=mx.float32)
+        bias = mx.concatenate([bias, pad], axis=1)
     if bias.dtype != logits.dtype:
         bias = bias.astype(logits.dtype)
     return logits + bias
