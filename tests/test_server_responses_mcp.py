@@ -69,31 +69,35 @@ def comparable(response) -> dict:
 
 @pytest.mark.slow
 def test_forced_call_runs_the_real_tool_and_answers(tmp_path):
+    kwargs = dict(
+        model="gpt-5-codex",
+        input="Say ping with the echo tool",
+        tools=[NEVER],
+        tool_choice="required",  # the first turn only; later turns are "auto"
+        max_output_tokens=60,
+        temperature=0,
+    )
     with mcp_serve(tmp_path) as client:
-        response = client.responses.create(
-            model="gpt-5-codex",
-            input="Say ping with the echo tool",
-            tools=[NEVER],
-            tool_choice="required",
-            max_output_tokens=60,
-            temperature=0,
-        )
+        response = client.responses.create(**kwargs)
+        with client.responses.stream(**kwargs) as stream:
+            events = list(stream)
     listed = response.output[0]
     assert listed.type == "mcp_list_tools" and listed.server_label == "toolbox"
     assert [t.name for t in listed.tools] == ["echo"]  # allowed_tools narrows the listing
     assert listed.tools[0].input_schema["properties"]["text"]["type"] == "string"
-    calls = [item for item in response.output if item.type == "mcp_call"]
-    assert calls, kinds(response.output)
-    first = calls[0]
-    assert first.server_label == "toolbox" and first.name == "echo" and first.error is None
+    assert response.output[1].type == "mcp_call", kinds(response.output)
+    call = response.output[1]
+    assert call.server_label == "toolbox" and call.name == "echo" and call.error is None
     # the echo tool returns its text unchanged: the output came from the real tool
-    assert first.output == json.loads(first.arguments)["text"]
-    assert not [item for item in response.output if item.type == "function_call"]
-    if response.status == "completed":  # the model answered after the tool's result
-        assert response.output[-1].type == "message" and response.output_text
-    else:  # or kept calling until the configured budget of 3 ran out
-        assert response.incomplete_details.reason in ("max_tool_calls", "max_output_tokens")
+    assert call.output == json.loads(call.arguments)["text"]
+    assert response.status == "completed"  # the model answered after the tool's result
+    assert response.output[-1].type == "message" and response.output_text
+    assert "function_call" not in kinds(response.output)
     assert response.usage.input_tokens > 0 and response.usage.output_tokens > 0
+    types = [e.type for e in events]
+    assert types[-1] == "response.completed" and types.count("response.completed") == 1
+    assert "response.mcp_call.completed" in types
+    assert comparable(events[-1].response) == comparable(response)
 
 
 # -- a replayed model output that always calls the tool ---------------------------------------
