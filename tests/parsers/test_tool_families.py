@@ -273,3 +273,46 @@ def test_arguments_first_call_streams_whole_once_its_object_closes():
     started = [i for i, d in enumerate(deltas) if any(p.name for p in d.tool_calls)]
     assert started == [text.index('"}<') + 1]  # the object's closing brace
     assert calls_of(final) == [("get_weather", {"days": 2})] and final.content == "Hi"
+
+
+def _argument_pieces(text, name):
+    """(position in the text, arguments piece) for every tool-call delta of a 1-char stream."""
+    _, final, deltas = stream(text, [1], name)
+    return final, [(i, p.arguments) for i, d in enumerate(deltas) for p in d.tool_calls]
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "comma", "close"),
+    [
+        ("pythonic", '[get_weather(city="Paris, TX", days=2)]', ", days", ")]"),
+        (
+            "gemma4",
+            '<|tool_call>call:get_weather{city:<|"|>Paris, TX<|"|>,days:2}<tool_call|>',
+            ",days",
+            "}<tool_call|>",
+        ),
+    ],
+)
+def test_literal_arguments_stream_member_by_member(name, text, comma, close):
+    final, pieces = _argument_pieces(text, name)
+    assert pieces == [
+        (text.index(comma), '{"city": "Paris, TX"'),
+        (text.index(close), ', "days": 2}'),
+    ]
+    assert calls_of(final) == [("get_weather", {"city": "Paris, TX", "days": 2})]
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "rest"),
+    [
+        ("pythonic", '[get_weather(city="Paris", days=oops)] after', " days=oops)] after"),
+        (
+            "gemma4",
+            "<|tool_call>call:noop{a:1,b:oops}<tool_call|> after",
+            "b:oops}<tool_call|> after",
+        ),
+    ],
+)
+def test_literal_call_failing_after_its_first_member_is_cut_off_there(name, text, rest):
+    msg = assert_same_in_every_mode(text, name)
+    assert len(msg.tool_calls) == 1 and msg.content == rest  # nothing dropped

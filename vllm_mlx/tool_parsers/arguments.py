@@ -3,8 +3,8 @@
 Each reader is fed the undecided text and answers ``(json_text, consumed, status)``:
 ``json_text`` is argument JSON that is now final, ``consumed`` how many characters it used
 up (the rest is fed again next time), ``status`` whether the arguments are complete.
-Streaming readers (JSON, XML) release text as it arrives; the others (Python, gemma4)
-release the whole object once it is complete, so a malformed one stays content.
+JSON and XML readers release text as it arrives; Python and gemma4 readers release each
+member once its value is complete (see `_MemberStream`).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ class JsonArguments:
 
     streams = True
     settles = None  # held text (a number or literal) may end on any character
+    unread = ""  # everything consumed is released
 
     def __init__(self) -> None:
         self._stack: list[str] = []
@@ -104,6 +105,7 @@ class NameLastObject:
 
     streams = False
     settles = None
+    unread = ""  # reported only once the whole object is read
 
     def __init__(self, arguments_keys: tuple[str, ...]) -> None:
         self._scan = JsonArguments()
@@ -149,6 +151,7 @@ class XmlArguments:
     """
 
     streams = True
+    unread = ""  # (a held typed value of a cut-off call is not content)
 
     def __init__(self, params: XmlParameters, properties: dict[str, dict]) -> None:
         self._p = params
@@ -258,14 +261,62 @@ class XmlArguments:
             self._pending = ""
 
 
-class PythonArguments:
-    """Keyword arguments up to the closing parenthesis, read as Python literals."""
+class _MemberStream:
+    """Streams an object one member at a time: each ``key=value`` / ``key:value`` is held
+    until the next top-level comma or the closing bracket, then released as JSON text.
+
+    The call is reported with its first member, so a call that is malformed from the start
+    stays content; one that fails later is cut off there, like a truncated JSON call, and
+    the failed member's text (``unread``) goes back to content.
+    """
 
     streams = False
     settles = None
 
     def __init__(self) -> None:
-        self._raw: list[str] = []
+        self._raw: list[str] = []  # text of the member being read
+        self._members = 0
+
+    @property
+    def unread(self) -> str:
+        """Text consumed but not released as arguments."""
+        return "".join(self._raw)
+
+    def _member(self, text: str, start: int, end: int, last: bool, out: list[str]) -> bool:
+        """Release the member ending at ``text[end]``; False if it is not one."""
+        self._raw.append(text[start:end])
+        source = "".join(self._raw)
+        if not source.strip():
+            if not (last and self._empty_close_ok()):
+                return False
+            out.append("}" if self._members else "{}")
+        else:
+            member = self._read(source)
+            if member is None or len(member) != 1:
+                return False
+            ((key, value),) = member.items()
+            body = encode_basestring(str(key)) + ": " + json.dumps(value, ensure_ascii=False)
+            out.append(("{" if not self._members else ", ") + body + ("}" if last else ""))
+            self._members += 1
+        self._raw = []
+        return True
+
+    def _fail(self, text: str, start: int, at: int, out: list[str]) -> Step:
+        self._raw.append(text[start:at])
+        return "".join(out), at, Status.FAIL
+
+    def _empty_close_ok(self) -> bool:
+        return True
+
+    def _read(self, source: str) -> dict | None:
+        raise NotImplementedError
+
+
+class PythonArguments(_MemberStream):
+    """Keyword arguments up to the closing parenthesis, read as Python literals."""
+
+    def __init__(self) -> None:
+        super().__init__()
         self._depth = 0
         self._quote = ""
         self._escape = False
@@ -278,6 +329,8 @@ class PythonArguments:
         return None
 
     def feed(self, text: str, final: bool) -> Step:
+        out: list[str] = []
+        start = 0
         for i, c in enumerate(text):
             if self._quote:
                 if self._escape:
@@ -290,18 +343,21 @@ class PythonArguments:
                 self._quote = c
             elif c in "([{":
                 self._depth += 1
-            elif c in ")]}":
-                if self._depth == 0:
-                    if c != ")":
-                        return "", i, Status.FAIL
-                    self._raw.append(text[:i])
-                    args = _python_kwargs("".join(self._raw))
-                    if args is None:
-                        return "", i + 1, Status.FAIL
-                    return json.dumps(args, ensure_ascii=False), i + 1, Status.DONE
+            elif c in ")]}" and self._depth:
                 self._depth -= 1
-        self._raw.append(text)
-        return "", len(text), Status.MORE
+            elif c in ")]}" or (c == "," and not self._depth):
+                if c in "]}":
+                    return self._fail(text, start, i, out)
+                if not self._member(text, start, i, c == ")", out):
+                    return "".join(out), i, Status.FAIL
+                if c == ")":
+                    return "".join(out), i + 1, Status.DONE
+                start = i + 1
+        self._raw.append(text[start:])
+        return "".join(out), len(text), Status.MORE
+
+    def _read(self, source: str) -> dict | None:
+        return _python_kwargs(source)
 
 
 def _python_kwargs(source: str) -> dict | None:
@@ -313,14 +369,11 @@ def _python_kwargs(source: str) -> dict | None:
         return None
 
 
-class GemmaArguments:
-    """gemma4's ``{key:<|"|>text<|"|>,n:1}`` object, converted to JSON once complete."""
-
-    streams = False
-    settles = None
+class GemmaArguments(_MemberStream):
+    """gemma4's ``{key:<|"|>text<|"|>,n:1}`` object, converted to JSON member by member."""
 
     def __init__(self) -> None:
-        self._raw: list[str] = []
+        super().__init__()
         self._depth = 0
         self._in_string = False
 
@@ -332,41 +385,55 @@ class GemmaArguments:
         return None
 
     def feed(self, text: str, final: bool) -> Step:
-        i = 0
-        if not self._raw and self._depth == 0:
+        out: list[str] = []
+        i = start = 0
+        if self._depth == 0:
             i = skip_space(text, 0)
-            if i < len(text) and text[i] != "{":
+            if i == len(text):
+                return "", i, Status.MORE
+            if text[i] != "{":
                 return "", i, Status.FAIL
+            self._depth, i = 1, i + 1
+            start = i
         n = len(text)
         while i < n:
             if self._in_string:
                 at = text.find(GEMMA_QUOTE, i)
                 if at < 0:
-                    return self._keep(text, n - partial_suffix(text[i:], [GEMMA_QUOTE]))
+                    return self._keep(text, start, n - partial_suffix(text[i:], [GEMMA_QUOTE]), out)
                 self._in_string, i = False, at + len(GEMMA_QUOTE)
                 continue
             if text.startswith(GEMMA_QUOTE, i):
                 self._in_string, i = True, i + len(GEMMA_QUOTE)
                 continue
             if GEMMA_QUOTE.startswith(text[i:]) and not final:
-                return self._keep(text, i)
+                return self._keep(text, start, i, out)
             c = text[i]
             if c in "{[":
                 self._depth += 1
-            elif c in "}]":
+            elif c in "}]" and self._depth > 1:
                 self._depth -= 1
-                if self._depth == 0:
-                    self._raw.append(text[: i + 1])
-                    value = gemma_to_python("".join(self._raw))
-                    if not isinstance(value, dict):
-                        return "", i + 1, Status.FAIL
-                    return json.dumps(value, ensure_ascii=False), i + 1, Status.DONE
+            elif c in "}]" or (c == "," and self._depth == 1):
+                if c == "]":
+                    return self._fail(text, start, i, out)
+                if not self._member(text, start, i, c == "}", out):
+                    return "".join(out), i, Status.FAIL
+                if c == "}":
+                    return "".join(out), i + 1, Status.DONE
+                start = i + 1
             i += 1
-        return self._keep(text, n)
+        return self._keep(text, start, n, out)
 
-    def _keep(self, text: str, upto: int) -> Step:
-        self._raw.append(text[:upto])
-        return "", upto, Status.MORE
+    def _keep(self, text: str, start: int, upto: int, out: list[str]) -> Step:
+        self._raw.append(text[start:upto])
+        return "".join(out), upto, Status.MORE
+
+    def _empty_close_ok(self) -> bool:
+        return not self._members  # `{}`, not `{a:1,}`
+
+    def _read(self, source: str) -> dict | None:
+        value = gemma_to_python("{" + source + "}")
+        return value if isinstance(value, dict) else None
 
 
 _GEMMA_TOKEN = re.compile(

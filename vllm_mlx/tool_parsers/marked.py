@@ -167,6 +167,8 @@ class MarkedToolParser(ToolParser):
         self._run(out, final=True)
         if self._state in (_State.HEADER, _State.ARGS) and self._call_raw:
             self._release("".join(self._call_raw) + self._buf, out)
+        elif self._state is _State.ARGS and self._args is not None and self._args.unread:
+            self._release(self._args.unread + self._buf, out)  # a cut-off call's last member
         elif self._buf:
             self._content(self._buf, out)
         self._buf = ""
@@ -261,24 +263,23 @@ class MarkedToolParser(ToolParser):
         assert self._args is not None
         text, used, status = self._args.feed(self._buf, final)
         consumed, self._buf = self._buf[:used], self._buf[used:]
-        if self._args.streams:
-            out.arguments(self._index, text)
-        else:
+        if self._call is not None:
             self._call_raw.append(consumed)
-        if status is Status.DONE:
-            if self._call is not None:
+            if text:  # the reader's first output: the call is real
                 call_id, name = self._call
                 if isinstance(self._args, NameLastObject):
                     name = self._args.name
                 out.call_start(self._index, call_id, name)
-                out.arguments(self._index, text)
-                self._pending_ws = ""  # whitespace before a call is layout
+                self._call, self._call_raw, self._pending_ws = None, [], ""
+        out.arguments(self._index, text)
+        if status is Status.DONE:
             self._call, self._call_raw, self._state = None, [], _State.AFTER
         elif status is Status.FAIL:
             if self._call is not None:
                 self._call = None
                 self._release("".join(self._call_raw) + self._buf, out)
             else:  # already reported: close the call, the rest is content
+                self._buf = self._args.unread + self._buf
                 self._index += 1
                 self._state = _State.TEXT
             self._call_raw = []
