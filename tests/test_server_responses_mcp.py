@@ -50,6 +50,20 @@ def replay_client(tmp_path_factory):
         yield client
 
 
+@pytest.fixture(scope="module")
+def mixed_client(tmp_path_factory):
+    """A model turn with a good MCP call, a bad one, and a call to the client's own tool."""
+    tmp = tmp_path_factory.mktemp("responses_mcp_mixed")
+    replay = tmp / "replay.txt"
+    replay.write_text(
+        CALL
+        + '\n<tool_call>\n{"name": "echo", "arguments": {"text": 5}}\n</tool_call>'
+        + '\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    )
+    with mcp_serve(tmp, "--replay", str(replay)) as client:
+        yield client
+
+
 def kinds(output) -> list[str]:
     return [item.type for item in output]
 
@@ -61,6 +75,7 @@ def comparable(response) -> dict:
         body.pop(key)
     for item in body["output"]:
         item.pop("id")
+        item.pop("call_id", None)
     return body
 
 
@@ -170,6 +185,33 @@ def test_chains_replay_the_mcp_calls(replay_client):
         store=False,
     )
     assert stateless.usage.input_tokens == chained.usage.input_tokens
+
+
+def test_failed_calls_and_client_tools_in_one_turn(mixed_client):
+    weather = {
+        "type": "function",
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    }
+    kwargs = dict(model="m", input="weather?", tools=[NEVER, weather])
+    whole = mixed_client.responses.create(**kwargs)
+    assert whole.status == "completed"
+    assert kinds(whole.output) == ["mcp_list_tools", "mcp_call", "mcp_call", "function_call"]
+    good, bad, client_call = whole.output[1:]
+    assert good.status == "completed" and good.output == "ping"
+    assert bad.status == "failed" and bad.output is None
+    assert bad.error.type == "mcp_tool_execution_error" and "text" in str(bad.error.content)
+    assert client_call.name == "get_weather" and json.loads(client_call.arguments) == {
+        "city": "Paris"
+    }
+    with mixed_client.responses.stream(**kwargs) as stream:
+        events = list(stream)
+    types = [e.type for e in events]
+    assert types.count("response.mcp_call.completed") == 1
+    assert types.count("response.mcp_call.failed") == 1
+    assert "response.function_call_arguments.done" in types
+    assert types[-1] == "response.completed"
+    assert comparable(events[-1].response) == comparable(whole)
 
 
 @pytest.mark.parametrize(

@@ -64,7 +64,7 @@ class ServerTools:
 @dataclass
 class MCPSelection:
     servers: list[ServerTools]
-    entries: dict[str, CatalogEntry] = field(default_factory=dict)  # by exposed name
+    entries: dict[str, CatalogEntry] = field(init=False)  # by the name the model sees
 
     def __post_init__(self) -> None:
         self.entries = {e.exposed_name: e for s in self.servers for e in s.entries}
