@@ -42,6 +42,7 @@ from vllm_mlx.tool_parsers.literal import (
 
 _JSON_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"', re.DOTALL)
 _KIMI_INDEX = re.compile(r":\d+$")
+_NOT_NAME = re.compile(r"[^\w.\-:/]")  # the complement of `literal.NAME_CHARS`
 _MAX_HEADER = 4 * MAX_NAME
 _RECHECK = 16  # characters an undecided header or closing may grow by before it is re-matched
 
@@ -91,17 +92,12 @@ class MarkedToolParser(ToolParser):
         self._call_raw: list[str] = []  # raw text of a call not yet reported
 
     def quick(self, text: str) -> Quick:
-        """Plain text that cannot begin a call, or argument text a streaming reader passes
-        through unchanged."""
+        """Plain text that cannot begin a call, argument text a reader passes through, or
+        text merged into held markup (see `_may_decide`)."""
         state = self._state
-        if self._buf:
-            if state is _State.TEXT:
-                return self._hold_trigger(text) if self._prefixes_undecided else None
-            if len(self._buf) + len(text) < self._recheck_at and not self._may_decide(text):
-                self._buf += text
-                return CONTENT, ""
-            return None
         if state is _State.TEXT:
+            if self._buf:
+                return self._hold_trigger(text) if self._prefixes_undecided else None
             if not self._seen_text and self._start_triggers:
                 return None
             for c in self._trigger_chars:
@@ -111,13 +107,16 @@ class MarkedToolParser(ToolParser):
                 self._seen_text = True  # what `_plain` does with such text, inlined
                 return CONTENT, text
             return CONTENT, self._plain(text)
-        if state is _State.ARGS:
+        if state is _State.ARGS and not self._buf:
             assert self._args is not None
             piece = self._args.quick(text)
             if piece is not None:
-                if self._call is not None:  # not streamed: keep the raw call text
+                if self._call is not None:  # not reported yet: keep the raw call text
                     self._call_raw.append(text)
                 return self._index, piece
+        if len(self._buf) + len(text) < self._recheck_at and not self._may_decide(text):
+            self._buf += text
+            return CONTENT, ""
         return None
 
     def _hold_trigger(self, text: str) -> Quick:
@@ -147,6 +146,8 @@ class MarkedToolParser(ToolParser):
         state = self._state
         if state is _State.HEADER:
             ends = self._header_end
+            if ends is None:  # the header ends with its name: any other character may end it
+                return _NOT_NAME.search(text) is not None
         elif state is _State.AFTER:
             ends = _last_chars([self._closing])
         elif state is _State.ARGS and self._args is not None:
