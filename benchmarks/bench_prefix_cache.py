@@ -21,7 +21,7 @@ from pathlib import Path
 
 import httpx
 
-from vllm_mlx.bench import started_server
+from vllm_mlx.server.launch import launched_server
 
 
 def first_token(base: str, prompt: list[int]) -> tuple[float, int]:
@@ -60,7 +60,8 @@ def main() -> None:
 
     misses, hits, cached = [], [], []
     log = Path(tempfile.mkdtemp()) / "server.log"
-    with started_server(None, [], log) as base:
+    with launched_server(None, [], log) as server:
+        base = server.base_url
         first_token(base, tokens(16))  # warm-up
         for _ in range(args.rounds):
             prefix = tokens(args.prefix_tokens)

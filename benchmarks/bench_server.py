@@ -25,10 +25,8 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from servers import cli_server  # noqa: E402
-
-from vllm_mlx.engine.cpu import find_openblas, openblas_preloaded  # noqa: E402
+from vllm_mlx.engine.cpu import find_openblas, openblas_preloaded
+from vllm_mlx.server.launch import launched_server
 
 PROMPT = [{"role": "user", "content": "Write a short story about a lighthouse keeper."}]
 EOS_ID = 2  # SmolLM2 <|im_end|>
@@ -97,19 +95,7 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def server_pid(port: int) -> int:
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                cmd = (proc / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"serve" in cmd and str(port).encode() in cmd:
-                return int(proc.name)
-    raise RuntimeError("server process not found")
-
-
-def pipeline_cost(base: str, streams: int, tokens: int) -> dict:
+def pipeline_cost(base: str, pid: int, streams: int, tokens: int) -> dict:
     async def run() -> int:
         async with httpx.AsyncClient(timeout=None) as client:
             counts = await asyncio.gather(
@@ -117,7 +103,6 @@ def pipeline_cost(base: str, streams: int, tokens: int) -> dict:
             )
             return sum(counts)
 
-    pid = server_pid(int(base.rsplit(":", 1)[1]))
     cpu0, wall0 = cpu_seconds(pid), time.perf_counter()
     total = asyncio.run(run())
     cpu, wall = cpu_seconds(pid) - cpu0, time.perf_counter() - wall0
@@ -142,7 +127,8 @@ def main() -> None:
     results: dict = {}
     log = Path(tempfile.mkdtemp()) / "server.log"
     loaded = load_model(None, progress=False)
-    with cli_server(log_path=log) as base:
+    with launched_server(None, [], log) as server:
+        base = server.base_url
         server_tps(base, 8)  # warm-up
         raw_mlx_lm(loaded.model, loaded.tokenizer, 8)
         raw, served = [], []
@@ -168,10 +154,10 @@ def main() -> None:
     sentence = "The keeper climbed the stairs at dusk, lit the lamp, and watched the sea. "
     replay.write_text(sentence * (args.replay_tokens // 16))
     results["pipeline"] = []
-    with cli_server("--replay", str(replay), log_path=log) as base:
-        pipeline_cost(base, 1, 200)  # warm-up
+    with launched_server(None, ["--replay", str(replay)], log) as server:
+        pipeline_cost(server.base_url, server.pid, 1, 200)  # warm-up
         for streams in (1, 8):
-            row = pipeline_cost(base, streams, args.replay_tokens)
+            row = pipeline_cost(server.base_url, server.pid, streams, args.replay_tokens)
             results["pipeline"].append(row)
             print(
                 f"pipeline  {streams} stream(s)  {row['tokens']} tokens  "

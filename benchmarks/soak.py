@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from vllm_mlx.bench import started_server
+from vllm_mlx.server.launch import launched_server
 
 ASK = "Name a colour."
 TERMINAL = {
@@ -48,19 +48,6 @@ def rss_bytes(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     raise RuntimeError("no VmRSS")
-
-
-def server_pid(base: str) -> int:
-    port = base.rsplit(":", 1)[1].encode()
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                cmd = (proc / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"serve" in cmd and port in cmd:
-                return int(proc.name)
-    raise RuntimeError("server process not found")
 
 
 async def one(client: httpx.AsyncClient, base: str, rng: random.Random) -> dict:
@@ -107,8 +94,8 @@ def main() -> None:
     args = parser.parse_args()
     serve_args = ["--replay", str(args.replay)] if args.replay else []
     log = Path(tempfile.mkdtemp()) / "server.log"
-    with started_server(None, serve_args, log) as base:
-        pid = server_pid(base)
+    with launched_server(None, serve_args, log) as server:
+        base, pid = server.base_url, server.pid
         asyncio.run(run(base, 24, args.concurrency, seed=1))  # warm-up
         warm = rss_bytes(pid)
         results = asyncio.run(run(base, args.requests, args.concurrency, seed=2))

@@ -3,58 +3,20 @@ around a replay engine whose output the test chooses."""
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
 import threading
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import uvicorn
 
-OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(base_url: str, timeout: float, proc: subprocess.Popen | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            if httpx.get(f"{base_url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise TimeoutError(f"server at {base_url} did not become healthy in {timeout} s")
+from vllm_mlx.server.launch import free_port, launched_server, wait_healthy
 
 
 @contextmanager
 def cli_server(*args: str, log_path: Path, timeout: float = 300):
     """`python -m vllm_mlx serve ARGS` on a free port; yields the base URL (no /v1)."""
-    port = free_port()
-    cmd = [sys.executable, "-m", "vllm_mlx", "serve", "--port", str(port), *args]
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
-        try:
-            base = f"http://127.0.0.1:{port}"
-            wait_healthy(base, timeout, proc)
-            yield base
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    with launched_server(None, list(args), log_path, timeout) as server:
+        yield server.base_url
 
 
 @contextmanager

@@ -16,7 +16,6 @@ import asyncio
 import json
 import random
 import shlex
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -221,35 +220,13 @@ def format_table(levels: list[LevelStats]) -> str:
 @contextmanager
 def started_server(model: str | None, serve_args: list[str], log_path: Path) -> Iterator[str]:
     """`vllm-mlx serve` in a subprocess on a free port; yields its base URL."""
-    import socket
+    from .server.launch import ServerStartError, launched_server
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "vllm_mlx", "serve", *([model] if model else [])]
-    cmd += ["--port", str(port), "--log-level", "warning", *serve_args]
-    base = f"http://127.0.0.1:{port}"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            while True:
-                if proc.poll() is not None:
-                    raise click.ClickException(
-                        f"the server exited with {proc.returncode}; see {log_path}"
-                    )
-                try:
-                    if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.3)
-            yield base
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    try:
+        with launched_server(model, ["--log-level", "warning", *serve_args], log_path) as s:
+            yield s.base_url
+    except ServerStartError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def model_vocabulary(model: str | None) -> tuple[tuple[int, int], list[int]]:
