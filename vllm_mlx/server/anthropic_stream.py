@@ -11,15 +11,13 @@ clients whose watchdog counts events (Claude Code) waiting through a long prompt
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import aclosing
 
 from ..chat.message import MessageDelta
 from ..pipeline import ChatEvent
 from .anthropic_convert import stop_reason, tool_use_id
 from .errors import APIError
-from .keepalive import ANTHROPIC_PING, Idle
-from .middleware import current_request
-from .openai_common import generation_failed
+from .keepalive import ANTHROPIC_PING
+from .openai_common import event_frames
 from .sse import sse_data
 
 
@@ -50,22 +48,13 @@ class MessageStream:
         }
         return [frame({"type": "message_start", "message": message}), ANTHROPIC_PING]
 
-    async def frames(self, events: AsyncIterator[ChatEvent]) -> AsyncIterator[str]:
-        """All frames after ``start()``; raises on a failed generation (see ``error``).
-        Through the request's context: pings while waiting, metrics, deadline."""
-        async with aclosing(current_request().watch(events)) as watched:
-            async for event in watched:
-                if isinstance(event, Idle):
-                    yield ANTHROPIC_PING
-                    continue
-                if event.finish_reason == "error":
-                    raise generation_failed(event.error)
-                for out in self.delta(event.delta):
-                    yield out
-                if event.finish_reason is not None:
-                    for out in self.finish(event):
-                        yield out
-                    return
+    def frames(self, events: AsyncIterator[ChatEvent]) -> AsyncIterator[str]:
+        """All frames after ``start()``; raises on a failed generation (see ``error``)."""
+        return event_frames(events, ANTHROPIC_PING, self._frames_for)
+
+    def _frames_for(self, event: ChatEvent) -> list[str]:
+        out = self.delta(event.delta)
+        return out + self.finish(event) if event.finish_reason is not None else out
 
     def delta(self, delta: MessageDelta) -> list[str]:
         out: list[str] = []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import aclosing
 from typing import TypeVar
 
@@ -68,29 +68,45 @@ def error_frames(exc: Exception, final_chunk: Callable[[str], dict]) -> list[str
     return [sse_data(error.openai_body()), sse_data(final_chunk("error")), "data: [DONE]\n\n"]
 
 
-async def openai_frames(
+async def event_frames(
+    events: AsyncIterator[ChatEvent],
+    idle_frame: str,
+    frames_for: Callable[[ChatEvent], Iterable[str]],
+) -> AsyncIterator[str]:
+    """Every API's stream loop: ``frames_for(event)`` until the final event, ``idle_frame``
+    while waiting, and a failed generation raised (so the stream's on_error frames end it).
+
+    Through the request's context: keep-alives, metrics, deadline."""
+    async with aclosing(current_request().watch(events)) as watched:
+        async for event in watched:
+            if isinstance(event, Idle):
+                yield idle_frame
+                continue
+            if event.finish_reason == "error":
+                raise generation_failed(event.error)
+            for frame in frames_for(event):
+                yield frame
+            if event.finish_reason is not None:
+                return
+
+
+def openai_frames(
     events: AsyncIterator[ChatEvent],
     chunk: Callable[[ChatEvent], dict | None],
     usage_chunk: Callable[[Usage], dict] | None,
 ) -> AsyncIterator[str]:
-    """SSE frames for a stream of events; the last event's chunk carries finish_reason.
+    """SSE frames for a stream of events; the last event's chunk carries finish_reason."""
 
-    Through the request's context: keep-alive comments while waiting, metrics, deadline."""
-    async with aclosing(current_request().watch(events)) as watched:
-        async for event in watched:
-            if isinstance(event, Idle):
-                yield OPENAI_KEEPALIVE
-                continue
-            if event.finish_reason == "error":
-                raise generation_failed(event.error)
-            body = chunk(event)
-            if body is not None:
-                yield sse_data(body)
-            if event.finish_reason is not None:
-                if usage_chunk is not None and event.usage is not None:
-                    yield sse_data(usage_chunk(event.usage))
-                yield "data: [DONE]\n\n"
-                return
+    def frames_for(event: ChatEvent) -> list[str]:
+        body = chunk(event)
+        out = [sse_data(body)] if body is not None else []
+        if event.finish_reason is not None:
+            if usage_chunk is not None and event.usage is not None:
+                out.append(sse_data(usage_chunk(event.usage)))
+            out.append("data: [DONE]\n\n")
+        return out
+
+    return event_frames(events, OPENAI_KEEPALIVE, frames_for)
 
 
 async def unless_disconnected(request: Request, work: Awaitable[T], poll: float = 0.25) -> T:

@@ -10,14 +10,12 @@ its content part, its deltas (``reasoning_text``, ``output_text``, or
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import aclosing
 
 from ..chat.message import MessageDelta
 from ..pipeline import ChatEvent, Usage
 from .errors import APIError
-from .keepalive import OPENAI_KEEPALIVE, Idle
-from .middleware import current_request
-from .openai_common import generation_failed
+from .keepalive import OPENAI_KEEPALIVE
+from .openai_common import event_frames
 from .responses_convert import (
     function_call_item,
     message_item,
@@ -69,22 +67,13 @@ class ResponseStream:
             self.event("response.in_progress", response=body),
         ]
 
-    async def frames(self, events: AsyncIterator[ChatEvent]) -> AsyncIterator[str]:
-        """All frames after ``start()``; raises on a failed generation (see ``failed``).
-        Through the request's context: keep-alive comments while waiting, metrics, deadline."""
-        async with aclosing(current_request().watch(events)) as watched:
-            async for event in watched:
-                if isinstance(event, Idle):
-                    yield OPENAI_KEEPALIVE
-                    continue
-                if event.finish_reason == "error":
-                    raise generation_failed(event.error)
-                for out in self.delta(event.delta):
-                    yield out
-                if event.finish_reason is not None:
-                    for out in self.finish(event):
-                        yield out
-                    return
+    def frames(self, events: AsyncIterator[ChatEvent]) -> AsyncIterator[str]:
+        """All frames after ``start()``; raises on a failed generation (see ``failed``)."""
+        return event_frames(events, OPENAI_KEEPALIVE, self._frames_for)
+
+    def _frames_for(self, event: ChatEvent) -> list[str]:
+        out = self.delta(event.delta)
+        return out + self.finish(event) if event.finish_reason is not None else out
 
     def delta(self, delta: MessageDelta) -> list[str]:
         out: list[str] = []
