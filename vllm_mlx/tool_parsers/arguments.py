@@ -28,6 +28,8 @@ class Status(Enum):
 
 Step = tuple[str, int, Status]
 _STRING_BODY = re.compile(r'[^"\\]+')
+_PY_SYNTAX = re.compile(r"[\'\"()\[\]{},]")  # what `PythonArguments.feed` reacts to
+_GEMMA_SYNTAX = re.compile(r"[{}\[\],]")  # ... and `GemmaArguments.feed` (with `<`)
 _CLOSERS = {"}": "{", "]": "["}
 
 
@@ -322,11 +324,14 @@ class PythonArguments(_MemberStream):
         self._escape = False
 
     def quick(self, text: str) -> str | None:
-        """Text inside a quoted string that neither ends nor escapes it is only kept."""
-        if self._quote and not self._escape and self._quote not in text and "\\" not in text:
-            self._raw.append(text)
-            return ""
-        return None
+        """Text that can neither end a member nor open or close a string is only kept."""
+        if self._quote:
+            if self._escape or self._quote in text or "\\" in text:
+                return None
+        elif _PY_SYNTAX.search(text):
+            return None
+        self._raw.append(text)
+        return ""
 
     def feed(self, text: str, final: bool) -> Step:
         out: list[str] = []
@@ -378,11 +383,13 @@ class GemmaArguments(_MemberStream):
         self._in_string = False
 
     def quick(self, text: str) -> str | None:
-        """Text inside a string that cannot hold its closing quote is only kept."""
-        if self._in_string and "<" not in text:
-            self._raw.append(text)
-            return ""
-        return None
+        """Text that can neither end a member nor open or close a string is only kept."""
+        if "<" in text or not self._depth:
+            return None
+        if not self._in_string and _GEMMA_SYNTAX.search(text):
+            return None
+        self._raw.append(text)
+        return ""
 
     def feed(self, text: str, final: bool) -> Step:
         out: list[str] = []
