@@ -33,3 +33,27 @@ def thread_server(app):
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+class FailingSource:
+    """Failure injection: a token source whose step fails ``after`` steps into each request
+    (a generation dying midway)."""
+
+    def __init__(self, inner, after: int):
+        self.inner, self.after, self.steps = inner, after, 0
+
+    def insert(self, prompt, **kwargs):
+        self.steps = 0
+        return self.inner.insert(prompt, **kwargs)
+
+    def remove(self, uid: int) -> None:
+        self.inner.remove(uid)
+
+    def reset(self) -> None:
+        self.inner.reset()
+
+    def step(self):
+        self.steps += 1
+        if self.steps > self.after:
+            raise RuntimeError("injected fault")
+        return self.inner.step()

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 import anthropic
 import httpx
 import pytest
-from servers import thread_server
+from servers import FailingSource, thread_server
 
 from vllm_mlx.engine.engine import Engine
 from vllm_mlx.engine.sources import ModelBatchSource
@@ -333,30 +333,6 @@ def test_tool_result_round_trip_renders_into_the_prompt():
         full = client.messages.count_tokens(model="m", messages=messages, tools=[WEATHER_TOOL])
     assert reply.content[0].text == "It is sunny." and reply.stop_reason == "end_turn"
     assert full.input_tokens > base.input_tokens + 10
-
-
-class FailingSource:
-    """A token source whose step fails ``after`` steps into each request: a generation
-    dying midway."""
-
-    def __init__(self, inner, after: int):
-        self.inner, self.after, self.steps = inner, after, 0
-
-    def insert(self, prompt, **kwargs):
-        self.steps = 0
-        return self.inner.insert(prompt, **kwargs)
-
-    def remove(self, uid: int) -> None:
-        self.inner.remove(uid)
-
-    def reset(self) -> None:
-        self.inner.reset()
-
-    def step(self):
-        self.steps += 1
-        if self.steps > self.after:
-            raise RuntimeError("injected fault")
-        return self.inner.step()
 
 
 def test_mid_stream_failure_ends_with_an_error_event():

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 import openai
 import pytest
-from servers import thread_server
+from servers import FailingSource, thread_server
 
 from vllm_mlx.runtime import build_replay_runtime
 from vllm_mlx.server.app import create_app
@@ -30,8 +30,10 @@ ASK = [{"role": "user", "content": "Weather?"}]
 
 
 @contextmanager
-def replay_client(text: str, **parsers):
+def replay_client(text: str, fail_after: int | None = None, **parsers):
     runtime = build_replay_runtime(text, **parsers)
+    if fail_after is not None:
+        runtime.engine.source = FailingSource(runtime.engine.source, after=fail_after)
     try:
         with thread_server(create_app(ServerState(runtime.pipeline, "replay"))) as base:
             yield openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
@@ -134,3 +136,18 @@ def test_streamed_text_never_splits_a_character():
     assert "".join(pieces) == whole.choices[0].message.content == text
     assert not any("\ufffd" in p for p in pieces)
     assert len([p for p in pieces if p]) > 5  # it really streamed in pieces
+
+
+def test_mid_stream_failure_sends_error_then_finish_then_done():
+    with replay_client("The capital of France is Paris, a large city.", fail_after=4) as client:
+        with client.chat.completions.with_streaming_response.create(
+            model="replay", messages=ASK, stream=True
+        ) as response:
+            frames = [line for line in response.iter_lines() if line.startswith("data: ")]
+        # the server stays up and serves the next request
+        assert client.models.list().data
+    payloads = [json.loads(f[6:]) for f in frames[:-1]]
+    assert frames[-1] == "data: [DONE]"
+    assert "injected fault" in payloads[-2]["error"]["message"]
+    assert payloads[-1]["choices"][0]["finish_reason"] == "error"
+    assert any(p.get("choices") and p["choices"][0]["delta"].get("content") for p in payloads)

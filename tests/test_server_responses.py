@@ -11,7 +11,7 @@ from contextlib import contextmanager
 import httpx
 import openai
 import pytest
-from servers import thread_server
+from servers import FailingSource, thread_server
 
 from vllm_mlx.engine.engine import Engine
 from vllm_mlx.engine.sources import ModelBatchSource
@@ -265,29 +265,6 @@ def test_reasoning_and_function_call_stream_incrementally_and_match():
     # the function_call_output continues the stored conversation
     assert follow.status == "completed"
     assert follow.usage.input_tokens > alone.usage.input_tokens + 5
-
-
-class FailingSource:
-    """A token source whose step fails ``after`` steps into each request."""
-
-    def __init__(self, inner, after: int):
-        self.inner, self.after, self.steps = inner, after, 0
-
-    def insert(self, prompt, **kwargs):
-        self.steps = 0
-        return self.inner.insert(prompt, **kwargs)
-
-    def remove(self, uid: int) -> None:
-        self.inner.remove(uid)
-
-    def reset(self) -> None:
-        self.inner.reset()
-
-    def step(self):
-        self.steps += 1
-        if self.steps > self.after:
-            raise RuntimeError("injected fault")
-        return self.inner.step()
 
 
 def test_mid_stream_failure_ends_with_response_failed():
