@@ -6,6 +6,9 @@ function name) is decided, then hands the arguments to the dialect's reader. Tex
 held while undecided, and each character is examined a bounded number of times, so the cost
 is linear in the output. A call whose header never completes is released as content; a call
 that is cut off inside its arguments keeps the arguments streamed so far.
+
+Speed: `quick` answers the feeds that only extend one field, and feeds that cannot settle
+held markup are merged rather than re-matched (`_may_decide`); see `docs/parsers.md`.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ _JSON_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"', re.DOTALL)
 _KIMI_INDEX = re.compile(r":\d+$")
 _NOT_NAME = re.compile(r"[^\w.\-:/]")  # the complement of `literal.NAME_CHARS`
 _MAX_HEADER = 4 * MAX_NAME
-_RECHECK = 16  # characters an undecided header or closing may grow by before it is re-matched
+_RECHECK = 16  # characters held markup may grow by before it is re-matched
 
 
 class _State(Enum):
@@ -86,7 +89,9 @@ class MarkedToolParser(ToolParser):
         self._skip_ws = False
         self._index = 0
         self._active = fmt
-        self._args: JsonArguments | XmlArguments | PythonArguments | GemmaArguments | None = None
+        self._args: (
+            JsonArguments | XmlArguments | PythonArguments | GemmaArguments | NameLastObject | None
+        ) = None
         self._call: tuple[str, str] | None = None  # (id, name) not yet reported
         self._closing = ""  # the literal text after the current call's arguments
         self._call_raw: list[str] = []  # raw text of a call not yet reported
@@ -150,13 +155,12 @@ class MarkedToolParser(ToolParser):
                 return _NOT_NAME.search(text) is not None
         elif state is _State.AFTER:
             ends = _last_chars([self._closing])
-        elif state is _State.ARGS and self._args is not None:
-            ends = self._args.settles
         elif state is _State.BETWEEN:
             v = self._active
             ends = _last_chars([lit for lit in (v.section_end, _header_end(v)) if lit])
-        else:
-            return True
+        else:  # ARGS: the reader knows which characters can settle its markup
+            assert self._args is not None
+            ends = self._args.settles
         if ends is None:
             return True
         for c in ends:
