@@ -456,7 +456,12 @@ def test_client_leaving_during_keepalives_cancels_the_generation(runtime, gate):
             lines = (line for line in r.iter_lines() if line)
             while next(lines) != ": keep-alive":
                 pass
-        # the client is gone; once the engine can step again it drops the request
+        # the client is gone; once the server has noticed (the stream's handler ended: only
+        # the scrape itself is in flight) and the engine can step again, it drops the request
+        wait_until(
+            lambda: value(scrape(base), "vllm_mlx_requests_in_flight") <= 1,
+            "the server noticing the disconnect",
+        )
         produced = gate.produced
         gate.gate.set()
         wait_until(
