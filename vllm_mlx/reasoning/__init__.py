@@ -9,13 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from vllm_mlx.chat.formats import REASONING_FORMATS, UnknownParserError
+from vllm_mlx.chat.registry import ParserRegistry
 from vllm_mlx.reasoning.delimited import DelimitedReasoningParser
 
 __all__ = ["DelimitedReasoningParser", "ReasoningParserManager", "UnknownParserError"]
-
-
-def _key(name: str) -> str:
-    return name.strip().lower().replace("-", "_")
 
 
 # (marker in the chat template or special tokens, parser), most specific first
@@ -43,51 +40,28 @@ _NAMES = (
 )
 
 
-class ReasoningParserManager:
-    """The registry of reasoning parsers."""
-
-    @staticmethod
-    def names() -> list[str]:
-        """Canonical names."""
-        return sorted(REASONING_FORMATS)
-
-    @staticmethod
-    def aliases() -> dict[str, str]:
-        """Alias -> canonical name."""
-        return {a: f.name for f in REASONING_FORMATS.values() for a in f.aliases}
-
-    @classmethod
-    def resolve(cls, name: str) -> str:
-        """The canonical name for a name or alias; `UnknownParserError` otherwise."""
-        wanted = _key(name)
-        for fmt in REASONING_FORMATS.values():
-            if wanted in {_key(n) for n in (fmt.name, *fmt.aliases)}:
-                return fmt.name
-        raise UnknownParserError("reasoning", name, [*cls.names(), *cls.aliases()])
-
-    @classmethod
-    def create(cls, name: str, prompt_tail: str = "") -> DelimitedReasoningParser:
+class _ReasoningParsers(ParserRegistry):
+    def create(self, name: str, prompt_tail: str = "") -> DelimitedReasoningParser:
         """A fresh parser for one request (not for ``harmony``, see `make_output_stream`)."""
-        return DelimitedReasoningParser(REASONING_FORMATS[cls.resolve(name)], prompt_tail)
+        return DelimitedReasoningParser(REASONING_FORMATS[self.resolve(name)], prompt_tail)
 
-    @staticmethod
     def detect(
-        model_name: str, chat_template: str | None, special_tokens: Iterable[str]
+        self, model_name: str, chat_template: str | None, special_tokens: Iterable[str]
     ) -> str | None:
-        """Guess the parser from the tokenizer's markers first, then from the model name."""
-        tokens = set(special_tokens)
-        template = chat_template or ""
-        for marker, parser in _MARKERS:
-            if marker in tokens or marker in template:
-                return parser
-        lowered = model_name.lower()
-        for fragment, parser in _NAMES:
-            if fragment in lowered:
-                return parser
-        if "<think>" in tokens or "<think>" in template:
+        """Markers, then the model name, then a bare ``<think>`` read by the model's family."""
+        special_tokens = set(special_tokens)
+        found = self.match(model_name, chat_template, special_tokens)
+        if found is not None:
+            return found
+        if "<think>" in special_tokens or "<think>" in (chat_template or ""):
+            lowered = model_name.lower()
             if "glm" in lowered:
                 return "glm45"
             if "deepseek" in lowered and "r1" in lowered:
                 return "deepseek_r1"
             return "qwen3"
         return None
+
+
+# The registry of reasoning parsers.
+ReasoningParserManager = _ReasoningParsers("reasoning", REASONING_FORMATS, _MARKERS, _NAMES)

@@ -14,14 +14,11 @@ from vllm_mlx.chat.formats import (
     TOOL_CALL_FORMATS,
     UnknownParserError,
 )
+from vllm_mlx.chat.registry import ParserRegistry
 from vllm_mlx.tool_parsers.base import ToolParser
 from vllm_mlx.tool_parsers.marked import MarkedToolParser
 
 __all__ = ["MarkedToolParser", "ToolParser", "ToolParserManager", "UnknownParserError"]
-
-
-def _key(name: str) -> str:
-    return name.strip().lower().replace("-", "_")
 
 
 # (marker in the chat template or special tokens, parser), most specific first
@@ -63,52 +60,27 @@ _NAMES = (
 )
 
 
-class ToolParserManager:
-    """The registry of tool-call parsers."""
-
-    @staticmethod
-    def names() -> list[str]:
-        """Canonical names."""
-        return sorted(TOOL_CALL_FORMATS)
-
-    @staticmethod
-    def aliases() -> dict[str, str]:
-        """Alias -> canonical name."""
-        return {a: f.name for f in TOOL_CALL_FORMATS.values() for a in f.aliases}
-
-    @classmethod
-    def resolve(cls, name: str) -> str:
-        """The canonical name for a name or alias; `UnknownParserError` otherwise."""
-        wanted = _key(name)
-        for fmt in TOOL_CALL_FORMATS.values():
-            if wanted in {_key(n) for n in (fmt.name, *fmt.aliases)}:
-                return fmt.name
-        raise UnknownParserError("tool-call", name, [*cls.names(), *cls.aliases()])
-
-    @classmethod
-    def create(cls, name: str, tools: list[dict] | None = None) -> ToolParser:
+class _ToolParsers(ParserRegistry):
+    def create(self, name: str, tools: list[dict] | None = None) -> ToolParser:
         """A fresh parser for one request (``harmony``: see `make_output_stream`)."""
-        canonical = cls.resolve(name)
+        canonical = self.resolve(name)
         if canonical == "harmony":
             from vllm_mlx.tool_parsers.harmony import HarmonyParser
 
             return HarmonyParser(tools=tools, reasoning=False, tool_calls=True)
         return MarkedToolParser(TOOL_CALL_FORMATS[canonical], tools)
 
-    @staticmethod
     def detect(
-        model_name: str, chat_template: str | None, special_tokens: Iterable[str]
+        self, model_name: str, chat_template: str | None, special_tokens: Iterable[str]
     ) -> str | None:
-        """Guess the parser from the tokenizer's markers first, then from the model name."""
-        tokens = set(special_tokens)
+        """DeepSeek's call markers (V3 and V3.1 differ in the template), then markers, then
+        the model name."""
+        special_tokens = set(special_tokens)
         template = chat_template or ""
-        if DEEPSEEK_CALLS_BEGIN in tokens or DEEPSEEK_CALLS_BEGIN in template:
+        if DEEPSEEK_CALLS_BEGIN in special_tokens or DEEPSEEK_CALLS_BEGIN in template:
             return "deepseek_v3" if "function" + DEEPSEEK_SEP in template else "deepseek_v31"
-        for marker, parser in _MARKERS:
-            if marker in tokens or marker in template:
-                return parser
-        lowered = model_name.lower()
-        for fragment, parser in _NAMES:
-            if fragment in lowered:
-                return parser
-        return None
+        return self.match(model_name, chat_template, special_tokens)
+
+
+# The registry of tool-call parsers.
+ToolParserManager = _ToolParsers("tool-call", TOOL_CALL_FORMATS, _MARKERS, _NAMES)

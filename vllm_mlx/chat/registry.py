@@ -1,0 +1,64 @@
+"""Parser names, aliases and auto-detection, shared by the reasoning and tool-call managers.
+
+Both managers answer the same questions about a table of formats (``chat/formats.py``):
+the canonical names, the aliases people type, which name an alias means, and which family a
+model is from its chat template, special tokens and name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .formats import UnknownParserError
+
+
+def _key(name: str) -> str:
+    return name.strip().lower().replace("-", "_")
+
+
+class ParserRegistry:
+    def __init__(
+        self,
+        kind: str,
+        formats: Mapping[str, Any],
+        markers: Iterable[tuple[str, str]],
+        name_fragments: Iterable[tuple[str, str]],
+    ):
+        """``markers``: (text in the template or special tokens, parser); ``name_fragments``:
+        (substring of the lower-cased model name, parser); both most specific first."""
+        self.kind = kind
+        self.formats = formats
+        self.markers = tuple(markers)
+        self.name_fragments = tuple(name_fragments)
+
+    def names(self) -> list[str]:
+        """Canonical names."""
+        return sorted(self.formats)
+
+    def aliases(self) -> dict[str, str]:
+        """Alias -> canonical name."""
+        return {a: f.name for f in self.formats.values() for a in f.aliases}
+
+    def resolve(self, name: str) -> str:
+        """The canonical name for a name or alias; `UnknownParserError` otherwise."""
+        wanted = _key(name)
+        for fmt in self.formats.values():
+            if wanted in {_key(n) for n in (fmt.name, *fmt.aliases)}:
+                return fmt.name
+        raise UnknownParserError(self.kind, name, [*self.names(), *self.aliases()])
+
+    def match(
+        self, model_name: str, chat_template: str | None, special_tokens: Iterable[str]
+    ) -> str | None:
+        """The family by the tokenizer's markers first, then by the model name."""
+        tokens = set(special_tokens)
+        template = chat_template or ""
+        for marker, parser in self.markers:
+            if marker in tokens or marker in template:
+                return parser
+        lowered = model_name.lower()
+        for fragment, parser in self.name_fragments:
+            if fragment in lowered:
+                return parser
+        return None
