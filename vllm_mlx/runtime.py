@@ -5,7 +5,6 @@ The server and the Python API both start here, so they serve a model the same wa
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from dataclasses import dataclass
@@ -14,9 +13,8 @@ from .chat.tool_prompt import FALLBACK_TOOL_PARSER
 from .engine.cpu import openblas_preloaded
 from .engine.engine import Engine
 from .engine.prefix_cache import PrefixCache
-from .engine.sources import ModelBatchSource, ReplayBatchSource
-from .models.loader import CpuWeights, LoadedModel, context_length, load_model, served_name
-from .models.resolve import resolve_model
+from .engine.sources import ModelBatchSource, ReplayBatchSource, TokenSource
+from .models.loader import CpuWeights, LoadedModel, load_model, load_tokenizer_only
 from .pipeline import Pipeline
 from .reasoning import ReasoningParserManager
 from .tool_parsers import ToolParserManager
@@ -54,21 +52,20 @@ def build_runtime(
         # float32 pays off only when OpenBLAS does the matmuls (engine/cpu.py)
         cpu_weights = "quantized"
     loaded = load_model(model, cpu_weights=cpu_weights, progress=progress)
-    reasoning_parser, tool_parser = select_parsers(loaded, reasoning_parser, tool_parser)
     cache = PrefixCache(prefix_cache_mb * 1024 * 1024) if prefix_cache_mb > 0 else None
     source = ModelBatchSource(loaded.model, max_num_seqs=max_num_seqs, prefix_cache=cache)
-    engine = Engine(source, loaded.tokenizer, max_num_seqs=max_num_seqs, max_queue=max_queue)
-    pipeline = Pipeline(
-        engine,
-        context_length=loaded.context_length or DEFAULT_CONTEXT_LENGTH,
-        default_max_tokens=default_max_tokens,
+    log.info("loaded %s (%s weights) from %s", loaded.name, loaded.weights, loaded.path)
+    return _assemble(
+        loaded,
+        source,
         reasoning_parser=reasoning_parser,
         tool_parser=tool_parser,
+        max_num_seqs=max_num_seqs,
+        max_queue=max_queue,
+        default_max_tokens=default_max_tokens,
         structured_backend=structured_backend,
         default_thinking_budget=default_thinking_budget,
     )
-    log.info("loaded %s (%s weights) from %s", loaded.name, loaded.weights, loaded.path)
-    return Runtime(loaded, engine, pipeline)
 
 
 def build_replay_runtime(
@@ -82,36 +79,39 @@ def build_replay_runtime(
     """A runtime that answers every request with ``text`` (then EOS), tokenized by the
     model's real tokenizer, at no model cost: for measuring the server's own per-token cost
     and for exercising clients and parsers with a chosen output."""
-    loaded = _load_tokenizer_only(model)
-    reasoning_parser, tool_parser = select_parsers(loaded, reasoning_parser, tool_parser)
+    loaded = load_tokenizer_only(model)
     token_ids = loaded.tokenizer.encode(text, add_special_tokens=False)
     source = ReplayBatchSource([*token_ids, loaded.tokenizer.eos_token_id])
-    engine = Engine(source, loaded.tokenizer)
+    return _assemble(
+        loaded,
+        source,
+        reasoning_parser=reasoning_parser,
+        tool_parser=tool_parser,
+        default_max_tokens=default_max_tokens,
+    )
+
+
+def _assemble(
+    loaded: LoadedModel,
+    source: TokenSource,
+    *,
+    reasoning_parser: str | None,
+    tool_parser: str | None,
+    max_num_seqs: int = 8,
+    max_queue: int = 256,
+    **pipeline_options,
+) -> Runtime:
+    """Parsers chosen, the engine started on ``source``, the pipeline around it."""
+    reasoning_parser, tool_parser = select_parsers(loaded, reasoning_parser, tool_parser)
+    engine = Engine(source, loaded.tokenizer, max_num_seqs=max_num_seqs, max_queue=max_queue)
     pipeline = Pipeline(
         engine,
         context_length=loaded.context_length or DEFAULT_CONTEXT_LENGTH,
-        default_max_tokens=default_max_tokens,
         reasoning_parser=reasoning_parser,
         tool_parser=tool_parser,
+        **pipeline_options,
     )
     return Runtime(loaded, engine, pipeline)
-
-
-def _load_tokenizer_only(spec: str | None) -> LoadedModel:
-    from mlx_lm.utils import load_tokenizer
-
-    path = resolve_model(spec, progress=False)
-    config = json.loads((path / "config.json").read_text())
-    tokenizer = load_tokenizer(path)
-    return LoadedModel(
-        model=None,
-        tokenizer=tokenizer,
-        path=path,
-        name=served_name(spec, path),
-        chat_template=getattr(tokenizer, "chat_template", None),
-        context_length=context_length(config),
-        weights="quantized",
-    )
 
 
 def select_parsers(

@@ -99,6 +99,24 @@ def load_model(
         # float16/bfloat16 scales or weights would make every activation half precision,
         # ~28x slower on x86 CPUs; packed quantized weights are integers and stay as they are.
         model.set_dtype(mx.float32)
+    return _loaded(spec, path, model, tokenizer, config, weights)
+
+
+def load_tokenizer_only(spec: str | None) -> LoadedModel:
+    """The model's tokenizer and facts without its weights (``model`` is None): for serving
+    a replayed output, which needs the real tokenizer but no forward pass."""
+    from mlx_lm.utils import load_tokenizer
+
+    path = resolve_model(spec, progress=False)
+    try:
+        config = json.loads((path / "config.json").read_text())
+        tokenizer = load_tokenizer(path)
+    except (OSError, ValueError) as error:
+        raise ModelLoadError(f"could not load the tokenizer from {path}: {error}") from error
+    return _loaded(spec, path, None, tokenizer, config, "quantized")
+
+
+def _loaded(spec, path, model, tokenizer, config, weights) -> LoadedModel:
     return LoadedModel(
         model=model,
         tokenizer=tokenizer,
