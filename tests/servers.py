@@ -9,7 +9,10 @@ from pathlib import Path
 
 import uvicorn
 
+from vllm_mlx.runtime import Runtime, build_replay_runtime
+from vllm_mlx.server.app import create_app
 from vllm_mlx.server.launch import free_port, launched_server, wait_healthy
+from vllm_mlx.server.state import ServerState
 
 
 @contextmanager
@@ -57,3 +60,44 @@ class FailingSource:
         if self.steps > self.after:
             raise RuntimeError("injected fault")
         return self.inner.step()
+
+
+@contextmanager
+def replay_server(text: str, fail_after: int | None = None, **parsers):
+    """The real app in a thread, answering every request with ``text`` through the real
+    tokenizer; yields (base URL, runtime). ``fail_after``: the generation dies after that
+    many steps."""
+    runtime: Runtime = build_replay_runtime(text, **parsers)
+    if fail_after is not None:
+        runtime.engine.source = FailingSource(runtime.engine.source, after=fail_after)
+    try:
+        with thread_server(create_app(ServerState(runtime.pipeline, "replay"))) as base:
+            yield base, runtime
+    finally:
+        runtime.close()
+
+
+@contextmanager
+def tiny_model_server(reasoning_parser: str | None = "deepseek_r1", tool_parser="hermes"):
+    """The real app in a thread on a tiny random-weight model with think/tool tokens;
+    yields (base URL, tokenizer)."""
+    from tiny_models import build_tiny_model, build_tiny_tokenizer
+
+    from vllm_mlx.engine.engine import Engine
+    from vllm_mlx.engine.sources import ModelBatchSource
+    from vllm_mlx.pipeline import Pipeline
+
+    tokenizer = build_tiny_tokenizer()
+    engine = Engine(ModelBatchSource(build_tiny_model(tokenizer)), tokenizer)
+    pipeline = Pipeline(
+        engine,
+        context_length=2048,
+        default_max_tokens=64,
+        reasoning_parser=reasoning_parser,
+        tool_parser=tool_parser,
+    )
+    try:
+        with thread_server(create_app(ServerState(pipeline, "tiny"))) as base:
+            yield base, tokenizer
+    finally:
+        engine.close()

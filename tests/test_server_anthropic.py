@@ -11,14 +11,7 @@ from contextlib import contextmanager
 import anthropic
 import httpx
 import pytest
-from servers import FailingSource, thread_server
-
-from vllm_mlx.engine.engine import Engine
-from vllm_mlx.engine.sources import ModelBatchSource
-from vllm_mlx.pipeline import Pipeline
-from vllm_mlx.runtime import build_replay_runtime
-from vllm_mlx.server.app import create_app
-from vllm_mlx.server.state import ServerState
+from servers import FailingSource, replay_server, tiny_model_server
 
 # anthropic 2.x dropped sampling arguments from messages.create; the API still has them
 GREEDY = {"temperature": 0}
@@ -64,12 +57,8 @@ def create_and_stream(client, **kwargs):
 
 @contextmanager
 def replay_client(text: str, **parsers):
-    runtime = build_replay_runtime(text, **parsers)
-    try:
-        with thread_server(create_app(ServerState(runtime.pipeline, "replay"))) as base:
-            yield anthropic.Anthropic(base_url=base, api_key="k", max_retries=0), runtime
-    finally:
-        runtime.close()
+    with replay_server(text, **parsers) as (base, runtime):
+        yield anthropic.Anthropic(base_url=base, api_key="k", max_retries=0), runtime
 
 
 # -- the real default model --------------------------------------------------------------
@@ -363,22 +352,8 @@ def test_mid_stream_failure_ends_with_an_error_event():
 
 @pytest.fixture(scope="module")
 def tiny_thinking_client():
-    from tiny_models import build_tiny_model, build_tiny_tokenizer
-
-    tokenizer = build_tiny_tokenizer()
-    engine = Engine(ModelBatchSource(build_tiny_model(tokenizer)), tokenizer)
-    pipeline = Pipeline(
-        engine,
-        context_length=2048,
-        default_max_tokens=64,
-        reasoning_parser="deepseek_r1",
-        tool_parser="hermes",
-    )
-    try:
-        with thread_server(create_app(ServerState(pipeline, "tiny"))) as base:
-            yield anthropic.Anthropic(base_url=base, api_key="k", max_retries=0), tokenizer
-    finally:
-        engine.close()
+    with tiny_model_server() as (base, tokenizer):
+        yield anthropic.Anthropic(base_url=base, api_key="k", max_retries=0), tokenizer
 
 
 def test_thinking_budget_bounds_the_thinking_block(tiny_thinking_client):

@@ -8,11 +8,9 @@ from contextlib import contextmanager
 
 import openai
 import pytest
-from servers import FailingSource, thread_server
+from servers import replay_server
 
 from vllm_mlx.runtime import build_replay_runtime
-from vllm_mlx.server.app import create_app
-from vllm_mlx.server.state import ServerState
 
 TOOLS = [
     {
@@ -31,14 +29,8 @@ ASK = [{"role": "user", "content": "Weather?"}]
 
 @contextmanager
 def replay_client(text: str, fail_after: int | None = None, **parsers):
-    runtime = build_replay_runtime(text, **parsers)
-    if fail_after is not None:
-        runtime.engine.source = FailingSource(runtime.engine.source, after=fail_after)
-    try:
-        with thread_server(create_app(ServerState(runtime.pipeline, "replay"))) as base:
-            yield openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
-    finally:
-        runtime.close()
+    with replay_server(text, fail_after, **parsers) as (base, _):
+        yield openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
 
 
 def both_ways(client, **kwargs):

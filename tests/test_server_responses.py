@@ -11,15 +11,9 @@ from contextlib import contextmanager
 import httpx
 import openai
 import pytest
-from servers import FailingSource, thread_server
+from servers import FailingSource, replay_server, tiny_model_server
 
-from vllm_mlx.engine.engine import Engine
-from vllm_mlx.engine.sources import ModelBatchSource
-from vllm_mlx.pipeline import Pipeline
-from vllm_mlx.runtime import build_replay_runtime
-from vllm_mlx.server.app import create_app
 from vllm_mlx.server.responses_store import ResponseStore, StoredResponse
-from vllm_mlx.server.state import ServerState
 
 slow = pytest.mark.slow  # the real default model
 QUESTION = "What is the capital of France?"
@@ -62,12 +56,8 @@ def create_and_stream(client, **kwargs):
 
 @contextmanager
 def replay_client(text: str, **parsers):
-    runtime = build_replay_runtime(text, **parsers)
-    try:
-        with thread_server(create_app(ServerState(runtime.pipeline, "replay"))) as base:
-            yield openai.OpenAI(base_url=f"{base}/v1", api_key="k", max_retries=0), runtime
-    finally:
-        runtime.close()
+    with replay_server(text, **parsers) as (base, runtime):
+        yield openai.OpenAI(base_url=f"{base}/v1", api_key="k", max_retries=0), runtime
 
 
 def test_store_is_bounded_lru():
@@ -287,22 +277,8 @@ def test_mid_stream_failure_ends_with_response_failed():
 
 @pytest.fixture(scope="module")
 def tiny_client():
-    from tiny_models import build_tiny_model, build_tiny_tokenizer
-
-    tokenizer = build_tiny_tokenizer()
-    engine = Engine(ModelBatchSource(build_tiny_model(tokenizer)), tokenizer)
-    pipeline = Pipeline(
-        engine,
-        context_length=2048,
-        default_max_tokens=64,
-        reasoning_parser="deepseek_r1",
-        tool_parser="hermes",
-    )
-    try:
-        with thread_server(create_app(ServerState(pipeline, "tiny"))) as base:
-            yield openai.OpenAI(base_url=f"{base}/v1", api_key="k", max_retries=0), tokenizer
-    finally:
-        engine.close()
+    with tiny_model_server() as (base, tokenizer):
+        yield openai.OpenAI(base_url=f"{base}/v1", api_key="k", max_retries=0), tokenizer
 
 
 def test_reasoning_effort_sets_the_thinking_budget(tiny_client):
