@@ -96,7 +96,8 @@ def main() -> None:
     log = Path(tempfile.mkdtemp()) / "server.log"
     with launched_server(None, serve_args, log) as server:
         base, pid = server.base_url, server.pid
-        asyncio.run(run(base, 24, args.concurrency, seed=1))  # warm-up
+        # warm-up: enough requests to fill the prefix cache to its entry bound (64)
+        asyncio.run(run(base, 96, args.concurrency, seed=1))
         warm = rss_bytes(pid)
         results = asyncio.run(run(base, args.requests, args.concurrency, seed=2))
         after = rss_bytes(pid)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import mlx.core as mx
 from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache, trim_prompt_cache
 
 _KEY = "model"  # one model per engine
@@ -31,6 +32,9 @@ class PrefixCache:
 
     def store(self, tokens: list[int], cache: list[Any]) -> None:
         if tokens and cache:
+            # A row extracted from a batch is a lazy slice of the whole batch's KV buffers:
+            # evaluate it now, or the entry would keep every row of that batch alive.
+            mx.eval([c.state for c in cache])
             self._lru.insert_cache(_KEY, list(tokens), cache)
 
     @property
