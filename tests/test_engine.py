@@ -15,7 +15,7 @@ from vllm_mlx.engine.engine import Engine, QueueFullError
 from vllm_mlx.engine.prefix_cache import PrefixCache
 from vllm_mlx.engine.sampling import SamplingParams
 from vllm_mlx.engine.sources import ModelBatchSource
-from vllm_mlx.engine.types import GenerationRequest
+from vllm_mlx.engine.types import GenerationChunk, GenerationRequest
 
 SCHEMA = {
     "type": "object",
@@ -189,4 +189,27 @@ def test_a_failing_processor_fails_its_batch_not_the_engine(model, tokenizer):
     assert last.finish_reason == "error" and "injected fault" in last.error
     _, last, _ = run(engine, prompt, max_tokens=5, temperature=0)
     assert last.finish_reason == "length" and last.completion_tokens == 5
+    engine.close()
+
+
+def test_running_streams_keep_producing_while_a_long_prompt_prefills(model, tokenizer):
+    engine = Engine(ModelBatchSource(model, prefill_step_size=64), tokenizer)
+    events: list[tuple[str, GenerationChunk]] = []  # in the order the engine emitted them
+    first = GenerationRequest(tokenizer.encode("go"), SamplingParams(max_tokens=60, temperature=0))
+    engine._submit(first, lambda chunk: events.append(("running", chunk)))
+    while not events:
+        threading.Event().wait(0.01)
+    long_prompt = tokenizer.encode("a long shared document " * 120)  # many prefill chunks
+    assert len(long_prompt) > 8 * 64
+    submitted_at = len(events)
+    engine._submit(
+        GenerationRequest(long_prompt, SamplingParams(max_tokens=2)),
+        lambda chunk: events.append(("long", chunk)),
+    )
+    while not any(tag == "long" and c.finish_reason for tag, c in events):
+        threading.Event().wait(0.01)
+    first_long = next(i for i, (tag, _) in enumerate(events) if tag == "long")
+    interleaved = [tag for tag, _ in events[submitted_at:first_long] if tag == "running"]
+    # one prefill chunk per engine step: the running stream got tokens in between
+    assert len(interleaved) >= len(long_prompt) // 64 - 2
     engine.close()
