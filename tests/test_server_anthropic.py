@@ -376,3 +376,18 @@ def test_thinking_budget_bounds_the_thinking_block(tiny_thinking_client):
         used = len(tokenizer.encode(thinking[0].thinking, add_special_tokens=False))
         assert used <= budget + 1  # the close marker may merge with the last reasoning token
         assert reply.usage.output_tokens > used  # generation went on past the thinking
+
+
+@slow
+def test_repeated_prompt_reports_cache_read_input_tokens(anthropic_client):
+    messages = [{"role": "user", "content": "Name two animals that live in the sea."}]
+    first = anthropic_client.messages.create(
+        model="m", max_tokens=6, messages=messages, extra_body=GREEDY
+    )
+    again = anthropic_client.messages.create(
+        model="m", max_tokens=6, messages=messages, extra_body=GREEDY
+    )
+    assert again.content[0].text == first.content[0].text
+    prompt = first.usage.input_tokens + (first.usage.cache_read_input_tokens or 0)
+    assert again.usage.cache_read_input_tokens == prompt - 1
+    assert again.usage.input_tokens == 1

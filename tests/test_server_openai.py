@@ -229,3 +229,15 @@ def test_sdk_raises_on_bad_request(openai_client):
         openai_client.chat.completions.create(model="x", messages=[], max_tokens=3)
     # and the server is still serving
     assert openai_client.models.list().data
+
+
+def test_repeated_prompt_reports_cached_tokens_and_same_answer(openai_client):
+    messages = [{"role": "user", "content": "Name three colours of the rainbow, please."}]
+    first = openai_client.chat.completions.create(
+        model="x", messages=messages, temperature=0, max_tokens=8
+    )
+    again = openai_client.chat.completions.create(
+        model="x", messages=messages, temperature=0, max_tokens=8
+    )
+    assert again.choices[0].message.content == first.choices[0].message.content
+    assert again.usage.prompt_tokens_details.cached_tokens == again.usage.prompt_tokens - 1

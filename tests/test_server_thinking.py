@@ -24,6 +24,8 @@ def test_thinking_token_budget_closes_the_block(tiny):
     client, tokenizer = tiny
     free = client.chat.completions.create(model="m", messages=HELLO, max_tokens=60, temperature=0)
     assert reasoning_tokens(tokenizer, free.choices[0].message) > 13
+    details = free.usage.completion_tokens_details
+    assert details.reasoning_tokens == reasoning_tokens(tokenizer, free.choices[0].message)
     for budget in (3, 10):
         reply = client.chat.completions.create(
             model="m",

@@ -8,7 +8,7 @@ disagree.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,10 +50,22 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0  # of the prompt tokens, those served from the prefix cache
+    reasoning_tokens: int = 0  # of the completion, the reasoning (re-tokenized from its text)
 
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+    @staticmethod
+    def summed(usages: Iterable[Usage]) -> Usage:
+        """The usage of several generations (a tool loop's turns) as one."""
+        total = Usage()
+        for usage in usages:
+            total.prompt_tokens += usage.prompt_tokens
+            total.completion_tokens += usage.completion_tokens
+            total.cached_tokens += usage.cached_tokens
+            total.reasoning_tokens += usage.reasoning_tokens
+        return total
 
 
 @dataclass
@@ -191,14 +203,17 @@ class Pipeline:
 
     # -- running ---------------------------------------------------------------------------
 
+    def _count_tokens(self, text: str) -> int:
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
+
     async def stream(self, prepared: Prepared) -> AsyncIterator[ChatEvent]:
         async for chunk in self.engine.generate(prepared.generation):
-            for event in _events(prepared.output, chunk):
+            for event in _events(prepared.output, chunk, self._count_tokens):
                 yield event
 
     def stream_sync(self, prepared: Prepared) -> Iterator[ChatEvent]:
         for chunk in self.engine.generate_sync(prepared.generation):
-            yield from _events(prepared.output, chunk)
+            yield from _events(prepared.output, chunk, self._count_tokens)
 
     async def complete(self, prepared: Prepared) -> ChatResult:
         events = [event async for event in self.stream(prepared)]
@@ -220,7 +235,9 @@ class Pipeline:
         )
 
 
-def _events(output: OutputStream, chunk: GenerationChunk) -> list[ChatEvent]:
+def _events(
+    output: OutputStream, chunk: GenerationChunk, count_tokens: Callable[[str], int]
+) -> list[ChatEvent]:
     """The parsed deltas for one engine chunk; a final chunk also flushes the parser, and
     its flushed text travels on the terminal event with the finish reason and usage."""
     delta = output.feed(chunk.text) if chunk.text else MessageDelta()
@@ -231,7 +248,13 @@ def _events(output: OutputStream, chunk: GenerationChunk) -> list[ChatEvent]:
     rest = output.finish()
     if reason == "stop" and output.message.tool_calls:
         reason = "tool_calls"
-    usage = Usage(chunk.prompt_tokens, chunk.completion_tokens, chunk.cached_tokens)
+    reasoning = output.message.reasoning_content
+    usage = Usage(
+        chunk.prompt_tokens,
+        chunk.completion_tokens,
+        chunk.cached_tokens,
+        count_tokens(reasoning) if reasoning else 0,
+    )
     logprobs = [] if events else chunk.logprobs
     events.append(ChatEvent(rest, logprobs, reason, chunk.stop_reason, chunk.error, usage))
     return events

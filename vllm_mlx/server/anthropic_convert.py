@@ -13,7 +13,7 @@ import logging
 
 from ..chat.message import ParsedMessage, ToolCall
 from ..engine.sampling import SamplingParams
-from ..pipeline import ChatRequest
+from ..pipeline import ChatRequest, Usage
 from .anthropic_protocol import ContentBlock, Message, MessagesRequest, PromptFields, Tool
 from .errors import APIError
 from .openai_chat import check_tool_choice
@@ -240,3 +240,13 @@ def stop_reason(finish_reason: str | None, stop: str | int | None) -> tuple[str,
     if isinstance(stop, str):
         return "stop_sequence", stop
     return "end_turn", None
+
+
+def usage_body(usage: Usage) -> dict:
+    """Anthropic usage: ``input_tokens`` excludes the prompt tokens read from the cache."""
+    return {
+        "input_tokens": usage.prompt_tokens - usage.cached_tokens,
+        "cache_read_input_tokens": usage.cached_tokens,
+        "cache_creation_input_tokens": 0,
+        "output_tokens": usage.completion_tokens,
+    }

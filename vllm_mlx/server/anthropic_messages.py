@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response
 
 from ..chat.template import ChatTemplateError, render_chat
 from ..pipeline import ChatRequest, ChatResult, Prepared, RequestError
-from .anthropic_convert import content_blocks, stop_reason, to_chat_request
+from .anthropic_convert import content_blocks, stop_reason, to_chat_request, usage_body
 from .anthropic_protocol import MessagesRequest, PromptFields
 from .anthropic_stream import MessageStream
 from .errors import APIError, parse_body
@@ -86,8 +86,5 @@ def message_body(result: ChatResult, message_id: str, model: str) -> dict:
         "content": content_blocks(result.message),
         "stop_reason": reason,
         "stop_sequence": sequence,
-        "usage": {
-            "input_tokens": result.usage.prompt_tokens,
-            "output_tokens": result.usage.completion_tokens,
-        },
+        "usage": usage_body(result.usage),
     }

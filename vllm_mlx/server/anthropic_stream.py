@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from ..chat.message import MessageDelta
-from ..pipeline import ChatEvent
-from .anthropic_convert import stop_reason, tool_use_id
+from ..pipeline import ChatEvent, Usage
+from .anthropic_convert import stop_reason, tool_use_id, usage_body
 from .errors import APIError
 from .keepalive import ANTHROPIC_PING
 from .openai_common import event_frames
@@ -83,10 +83,7 @@ class MessageStream:
                 {
                     "type": "message_delta",
                     "delta": {"stop_reason": reason, "stop_sequence": sequence},
-                    "usage": {
-                        "input_tokens": usage.prompt_tokens if usage else self.input_tokens,
-                        "output_tokens": usage.completion_tokens if usage else 0,
-                    },
+                    "usage": usage_body(usage or Usage(self.input_tokens)),
                 }
             )
         )

@@ -80,11 +80,7 @@ async def run_mcp_chat(
 
     loop = await run_tool_loop(generate, request.messages, manager, max_tool_calls=budget)
     last = results[-1]
-    usage = Usage(
-        sum(r.usage.prompt_tokens for r in results),
-        sum(r.usage.completion_tokens for r in results),
-        sum(r.usage.cached_tokens for r in results),
-    )
+    usage = Usage.summed(r.usage for r in results)
     # MCP calls were answered here; only the client's own calls go back to it
     message = replace(loop.message, tool_calls=list(loop.pending_tool_calls))
     reason = "tool_calls" if message.tool_calls else "length" if loop.cut_off else "stop"

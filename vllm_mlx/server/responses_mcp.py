@@ -219,11 +219,7 @@ class MCPResponseRun:
         )
         message = replace(loop.message, tool_calls=list(loop.pending_tool_calls))
         self._emit(self.stream.delta(_whole(message)))
-        usage = Usage(
-            sum(r.usage.prompt_tokens for r in self.results),
-            sum(r.usage.completion_tokens for r in self.results),
-            sum(r.usage.cached_tokens for r in self.results),
-        )
+        usage = Usage.summed(r.usage for r in self.results)
         if loop.pending_tool_calls:
             status, details = "completed", None
         elif loop.cut_off:
