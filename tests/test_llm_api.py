@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from vllm_mlx import LLM
@@ -29,7 +31,8 @@ def test_chat_stream_joins_to_chat(llm):
     events = list(llm.chat_stream(FRANCE, temperature=0, max_tokens=12))
     assert "".join(e.delta.content for e in events) == whole.message.content
     assert events[-1].finish_reason == whole.finish_reason
-    assert events[-1].usage == whole.usage
+    # the repeated prompt is read from the prefix cache; the counts are the same
+    assert replace(events[-1].usage, cached_tokens=0) == replace(whole.usage, cached_tokens=0)
 
 
 def test_generate_and_stream(llm):

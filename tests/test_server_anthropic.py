@@ -11,6 +11,7 @@ from contextlib import contextmanager
 import anthropic
 import httpx
 import pytest
+from comparing import comparable_message
 from servers import FailingSource, replay_server, tiny_model_server
 
 # anthropic 2.x dropped sampling arguments from messages.create; the API still has them
@@ -35,16 +36,6 @@ TOOL_REPLY = (
 @pytest.fixture(scope="module")
 def anthropic_client(real_server):
     return anthropic.Anthropic(base_url=real_server, api_key="unused", max_retries=0, timeout=300)
-
-
-def comparable(message) -> dict:
-    """A message without the fields that differ between two runs (ids)."""
-    body = message.model_dump(exclude_none=True)
-    body.pop("id")
-    for block in body["content"]:
-        block.pop("id", None)
-        block.pop("parsed_output", None)
-    return body
 
 
 def create_and_stream(client, **kwargs):
@@ -85,7 +76,7 @@ def test_stream_accumulates_to_the_non_streamed_message(anthropic_client):
     whole, events, final = create_and_stream(
         anthropic_client, model="m", max_tokens=12, extra_body=GREEDY, messages=FRANCE
     )
-    assert comparable(final) == comparable(whole)
+    assert comparable_message(final) == comparable_message(whole)
     types = [e.type for e in events]
     assert types[0] == "message_start" and types[-1] == "message_stop"
     assert types[-2] == "message_delta"
@@ -118,7 +109,7 @@ def test_stop_sequence_in_both_modes(anthropic_client):
         assert message.stop_reason == "stop_sequence"
         assert message.stop_sequence == "is Pa"
         assert message.content[0].text.endswith("France ")
-    assert comparable(final) == comparable(whole)
+    assert comparable_message(final) == comparable_message(whole)
 
 
 BAD_REQUESTS = [
@@ -186,7 +177,7 @@ def test_forced_tool_use_on_the_real_model(anthropic_client):
     call = whole.content[-1]
     assert call.type == "tool_use" and call.name == "get_weather" and call.id.startswith("toolu_")
     assert isinstance(call.input.get("city"), str)
-    assert comparable(final) == comparable(whole)
+    assert comparable_message(final) == comparable_message(whole)
 
 
 # -- controlled output (replay) ----------------------------------------------------------
@@ -203,7 +194,7 @@ def test_tool_use_streams_input_incrementally_and_matches_non_stream():
     assert call.id.startswith("toolu_") and call.name == "get_weather"
     assert call.input == {"city": "Paris", "days": 3}
     assert whole.stop_reason == "tool_use"
-    assert comparable(final) == comparable(whole)
+    assert comparable_message(final) == comparable_message(whole)
     pieces = [
         e.delta.partial_json
         for e in events
@@ -264,7 +255,7 @@ def test_thinking_blocks_stream_and_replay():
         assert [b.type for b in whole.content] == ["thinking", "text"]
         assert whole.content[0].thinking == "Paris is in France."
         assert whole.content[1].text == "The capital is Paris."
-        assert comparable(final) == comparable(whole)
+        assert comparable_message(final) == comparable_message(whole)
         assert any(
             e.type == "content_block_delta" and e.delta.type == "thinking_delta" for e in events
         )

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 import httpx
 import openai
 import pytest
+from comparing import comparable_response
 from servers import FailingSource, replay_server, tiny_model_server
 
 from vllm_mlx.server.responses_store import ResponseStore, StoredResponse
@@ -31,20 +32,6 @@ REPLY = (
     "<think>Weather needs a tool.</think>Let me check.<tool_call>\n"
     '{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n</tool_call>'
 )
-
-
-def comparable(response) -> dict:
-    """A response without what differs between two runs (ids, times)."""
-    body = response.model_dump(exclude_none=True)
-    for key in ("id", "created_at"):
-        body.pop(key)
-    for item in body["output"]:
-        item.pop("id")
-        item.pop("call_id", None)
-        for part in item.get("content", []):
-            part.pop("parsed", None)
-        item.pop("parsed_arguments", None)
-    return body
 
 
 def create_and_stream(client, **kwargs):
@@ -82,7 +69,7 @@ def test_create_and_stream_agree(openai_client):
     assert types[:2] == ["response.created", "response.in_progress"]
     assert types[-1] == "response.completed" and types.count("response.completed") == 1
     assert [e.sequence_number for e in events] == list(range(len(events)))
-    assert comparable(events[-1].response) == comparable(whole)
+    assert comparable_response(events[-1].response) == comparable_response(whole)
     text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert text == whole.output_text
 
@@ -133,7 +120,7 @@ def test_max_output_tokens_truncation_in_both_modes(openai_client):
         assert response.incomplete_details.reason == "max_output_tokens"
         assert response.usage.output_tokens == 3
     assert events[-1].type == "response.incomplete"
-    assert comparable(events[-1].response) == comparable(whole)
+    assert comparable_response(events[-1].response) == comparable_response(whole)
 
 
 BAD_REQUESTS = [
@@ -242,7 +229,7 @@ def test_reasoning_and_function_call_stream_incrementally_and_match():
     call = whole.output[2]
     assert call.name == "get_weather" and call.call_id.startswith("call_")
     assert json.loads(call.arguments) == {"city": "Paris", "days": 3}
-    assert comparable(events[-1].response) == comparable(whole)
+    assert comparable_response(events[-1].response) == comparable_response(whole)
     pieces = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
     assert len(pieces) > 3, "arguments must stream as they are parsed, not as one blob"
     done = next(e for e in events if e.type == "response.function_call_arguments.done")

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 import httpx
 import openai
 import pytest
+from comparing import comparable_response
 from mcp_servers.harness import toolbox_stdio
 from servers import cli_server, thread_server
 
@@ -68,17 +69,6 @@ def kinds(output) -> list[str]:
     return [item.type for item in output]
 
 
-def comparable(response) -> dict:
-    """The response without the per-run ids and times."""
-    body = response.model_dump(exclude_none=True)
-    for key in ("id", "created_at"):
-        body.pop(key)
-    for item in body["output"]:
-        item.pop("id")
-        item.pop("call_id", None)
-    return body
-
-
 # -- the real default model ------------------------------------------------------------------
 
 
@@ -112,7 +102,7 @@ def test_forced_call_runs_the_real_tool_and_answers(tmp_path):
     types = [e.type for e in events]
     assert types[-1] == "response.completed" and types.count("response.completed") == 1
     assert "response.mcp_call.completed" in types
-    assert comparable(events[-1].response) == comparable(response)
+    assert comparable_response(events[-1].response) == comparable_response(response)
 
 
 # -- a replayed model output that always calls the tool ---------------------------------------
@@ -164,7 +154,7 @@ def test_stream_sends_the_mcp_events_and_ends_incomplete(replay_client):
     done = [e.item for e in events if e.type == "response.output_item.done"]
     assert [(item.type, item.output) for item in done[1:]] == [("mcp_call", "ping")] * 2
     # what the stream ends with is what the non-streamed request returns
-    assert comparable(events[-1].response) == comparable(whole)
+    assert comparable_response(events[-1].response) == comparable_response(whole)
 
 
 def test_chains_replay_the_mcp_calls(replay_client):
@@ -211,7 +201,7 @@ def test_failed_calls_and_client_tools_in_one_turn(mixed_client):
     assert types.count("response.mcp_call.failed") == 1
     assert "response.function_call_arguments.done" in types
     assert types[-1] == "response.completed"
-    assert comparable(events[-1].response) == comparable(whole)
+    assert comparable_response(events[-1].response) == comparable_response(whole)
 
 
 @pytest.mark.parametrize(
