@@ -96,7 +96,6 @@ class Prepared:
 
     generation: GenerationRequest
     output: OutputStream
-    prompt_text: str
 
 
 class Pipeline:
@@ -165,7 +164,7 @@ class Pipeline:
             prompt_tail=prompt.tail,
         )
         generation = GenerationRequest(prompt.token_ids, params, processors)
-        return Prepared(generation, output, prompt.text)
+        return Prepared(generation, output)
 
     def prepare_completion(
         self, prompt: str | list[int], params: SamplingParams, max_tokens_given: bool
@@ -177,8 +176,7 @@ class Pipeline:
             raise RequestError("prompt must not be empty", "prompt")
         params = self._fit_max_tokens(params, len(token_ids), max_tokens_given)
         output = make_output_stream(reasoning_parser=None, tool_parser=None)
-        text = prompt if isinstance(prompt, str) else self.tokenizer.decode(token_ids)
-        return Prepared(GenerationRequest(token_ids, params), output, text)
+        return Prepared(GenerationRequest(token_ids, params), output)
 
     def _fit_max_tokens(
         self, params: SamplingParams, prompt_len: int, given: bool

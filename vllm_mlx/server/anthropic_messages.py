@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..chat.template import ChatTemplateError, render_chat
-from ..pipeline import ChatRequest, ChatResult, Prepared, RequestError
+from ..pipeline import ChatRequest, ChatResult, Prepared
 from .anthropic_convert import content_blocks, stop_reason, to_chat_request, usage_body
 from .anthropic_protocol import MessagesRequest, PromptFields
 from .anthropic_stream import MessageStream
@@ -67,10 +67,7 @@ async def count_tokens(request: Request) -> Response:
 
 def prepare(state: ServerState, chat: ChatRequest, max_tokens: int) -> Prepared:
     """Validate and render; ``max_tokens`` is fitted to the context the prompt leaves."""
-    try:
-        prepared = state.pipeline.prepare_chat(chat)
-    except (RequestError, ChatTemplateError) as exc:
-        raise APIError(400, str(exc), param=getattr(exc, "param", None)) from None
+    prepared = state.pipeline.prepare_chat(chat)  # invalid requests: 400 (app.py)
     room = state.pipeline.context_length - len(prepared.generation.prompt_tokens)
     prepared.generation.params.max_tokens = min(max_tokens, room)
     return prepared

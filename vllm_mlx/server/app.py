@@ -12,7 +12,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ..chat.template import ChatTemplateError
 from ..engine.engine import QueueFullError
+from ..pipeline import RequestError
 from . import mcp_routes
 from .anthropic_messages import count_tokens, create_message
 from .errors import APIError, error_response
@@ -36,6 +38,12 @@ async def _api_error(request: Request, exc: Exception) -> Response:
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     return error_response(request.url.path, APIError(exc.status_code, exc.detail))
+
+
+async def _invalid_request(request: Request, exc: Exception) -> Response:
+    """A request the pipeline cannot serve for this model (context, template, constraint)."""
+    param = getattr(exc, "param", None)
+    return error_response(request.url.path, APIError(400, str(exc), param=param))
 
 
 async def _queue_full(request: Request, exc: Exception) -> Response:
@@ -88,6 +96,8 @@ def create_app(state: ServerState) -> Starlette:
             APIError: _api_error,
             HTTPException: _http_error,
             QueueFullError: _queue_full,
+            RequestError: _invalid_request,
+            ChatTemplateError: _invalid_request,
             Exception: _unexpected,
         },
     )

@@ -15,8 +15,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ..chat.message import ParsedMessage
-from ..chat.template import ChatTemplateError
-from ..pipeline import ChatRequest, ChatResult, RequestError, Usage
+from ..pipeline import ChatRequest, ChatResult, Usage
 from .errors import APIError
 from .state import ServerState
 
@@ -68,11 +67,7 @@ async def run_mcp_chat(
             tools=tools,
             tool_choice=request.tool_choice if first else "auto",
         )
-        try:
-            prepared = state.pipeline.prepare_chat(turn)
-        except (RequestError, ChatTemplateError) as exc:
-            raise APIError(400, str(exc), param=getattr(exc, "param", None)) from None
-        result = await state.pipeline.complete(prepared)
+        result = await state.pipeline.complete(state.pipeline.prepare_chat(turn))
         if result.finish_reason == "error":
             raise APIError(500, f"generation failed: {result.error}")
         results.append(result)

@@ -8,8 +8,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..chat.message import MessageDelta, ToolCallDelta
-from ..chat.template import ChatTemplateError
-from ..pipeline import ChatEvent, ChatRequest, ChatResult, RequestError
+from ..pipeline import ChatEvent, ChatRequest, ChatResult
 from .errors import APIError, parse_body
 from .mcp_chat import mcp_options, run_mcp_chat
 from .openai_common import (
@@ -31,10 +30,7 @@ async def chat_completions(request: Request) -> Response:
     state = server_state(request)
     body = await parse_body(request, ChatCompletionRequest)
     chat = to_chat_request(body, state.defaults)
-    try:
-        prepared = state.pipeline.prepare_chat(chat)
-    except (RequestError, ChatTemplateError) as exc:
-        raise APIError(400, str(exc), param=getattr(exc, "param", None)) from None
+    prepared = state.pipeline.prepare_chat(chat)  # invalid requests: 400 (app.py)
 
     response_id, created, model = new_id("chatcmpl"), now(), state.served_model_name
 

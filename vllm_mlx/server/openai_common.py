@@ -54,11 +54,6 @@ def chat_logprobs(entries: list[TokenLogprob]) -> dict:
     }
 
 
-def as_request_error(exc: ValueError) -> APIError:
-    """Pipeline validation errors become 400s naming the field."""
-    return APIError(400, str(exc), param=getattr(exc, "param", None))
-
-
 def generation_failed(message: str | None) -> APIError:
     return APIError(500, f"generation failed: {message or 'unknown error'}")
 

@@ -6,7 +6,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..engine.types import TokenLogprob
-from ..pipeline import ChatEvent, RequestError
+from ..pipeline import ChatEvent
 from .errors import APIError, parse_body
 from .openai_common import (
     error_frames,
@@ -37,10 +37,7 @@ async def completions(request: Request) -> Response:
     params = body.sampling_params(state.defaults)
     params.logprobs = body.logprobs is not None
     params.top_logprobs = body.logprobs or 0
-    try:
-        prepared = state.pipeline.prepare_completion(prompt, params, body.max_tokens is not None)
-    except RequestError as exc:
-        raise APIError(400, str(exc), param=exc.param) from None
+    prepared = state.pipeline.prepare_completion(prompt, params, body.max_tokens is not None)
 
     response_id, created, model = new_id("cmpl"), now(), state.served_model_name
 
