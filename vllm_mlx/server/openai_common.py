@@ -67,10 +67,12 @@ def error_frames(exc: Exception, final_chunk: Callable[[str], dict]) -> list[str
 async def event_frames(
     events: AsyncIterator[ChatEvent],
     idle_frame: str,
-    frames_for: Callable[[ChatEvent], Iterable[str]],
+    on_event: Callable[[ChatEvent], Iterable[str]],
+    on_finish: Callable[[ChatEvent], Iterable[str]],
 ) -> AsyncIterator[str]:
-    """Every API's stream loop: ``frames_for(event)`` until the final event, ``idle_frame``
-    while waiting, and a failed generation raised (so the stream's on_error frames end it).
+    """Every API's stream loop: ``on_event(event)`` for each event and ``on_finish`` after
+    the final one, ``idle_frame`` while waiting, and a failed generation raised (so the
+    stream's on_error frames end it).
 
     Through the request's context: keep-alives, metrics, deadline."""
     async with aclosing(current_request().watch(events)) as watched:
@@ -80,9 +82,11 @@ async def event_frames(
                 continue
             if event.finish_reason == "error":
                 raise generation_failed(event.error)
-            for frame in frames_for(event):
+            for frame in on_event(event):
                 yield frame
             if event.finish_reason is not None:
+                for frame in on_finish(event):
+                    yield frame
                 return
 
 
@@ -93,16 +97,15 @@ def openai_frames(
 ) -> AsyncIterator[str]:
     """SSE frames for a stream of events; the last event's chunk carries finish_reason."""
 
-    def frames_for(event: ChatEvent) -> list[str]:
+    def on_event(event: ChatEvent) -> list[str]:
         body = chunk(event)
-        out = [sse_data(body)] if body is not None else []
-        if event.finish_reason is not None:
-            if usage_chunk is not None and event.usage is not None:
-                out.append(sse_data(usage_chunk(event.usage)))
-            out.append("data: [DONE]\n\n")
-        return out
+        return [sse_data(body)] if body is not None else []
 
-    return event_frames(events, OPENAI_KEEPALIVE, frames_for)
+    def on_finish(event: ChatEvent) -> list[str]:
+        usage = [sse_data(usage_chunk(event.usage))] if usage_chunk and event.usage else []
+        return [*usage, "data: [DONE]\n\n"]
+
+    return event_frames(events, OPENAI_KEEPALIVE, on_event, on_finish)
 
 
 async def unless_disconnected(request: Request, work: Awaitable[T], poll: float = 0.25) -> T:

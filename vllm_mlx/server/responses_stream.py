@@ -69,11 +69,9 @@ class ResponseStream:
 
     def frames(self, events: AsyncIterator[ChatEvent]) -> AsyncIterator[str]:
         """All frames after ``start()``; raises on a failed generation (see ``failed``)."""
-        return event_frames(events, OPENAI_KEEPALIVE, self._frames_for)
-
-    def _frames_for(self, event: ChatEvent) -> list[str]:
-        out = self.delta(event.delta)
-        return out + self.finish(event) if event.finish_reason is not None else out
+        return event_frames(
+            events, OPENAI_KEEPALIVE, lambda event: self.delta(event.delta), self.finish
+        )
 
     def delta(self, delta: MessageDelta) -> list[str]:
         out: list[str] = []
