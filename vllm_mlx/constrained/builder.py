@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from vllm_mlx.chat.formats import REASONING_FORMATS, ReasoningFormat
+from vllm_mlx.chat.formats import REASONING_FORMATS, ReasoningFormat, UnknownParserError
+from vllm_mlx.reasoning import ReasoningParserManager
 
 from .content_constraint import ContentConstraint
 from .errors import ConstraintError
@@ -37,13 +38,12 @@ def resolve_backend(backend: str) -> str:
 
 
 def resolve_reasoning_format(name: str) -> ReasoningFormat:
-    """The reasoning format for a parser name or alias; ConstraintError listing valid names."""
-    for fmt in REASONING_FORMATS.values():
-        if name == fmt.name or name in fmt.aliases:
-            return fmt
-    raise ConstraintError(
-        f"unknown reasoning parser {name!r}; valid names: {', '.join(sorted(REASONING_FORMATS))}"
-    )
+    """The reasoning format for a parser name or alias (the manager's own resolution);
+    ConstraintError listing valid names."""
+    try:
+        return REASONING_FORMATS[ReasoningParserManager.resolve(name)]
+    except UnknownParserError as exc:
+        raise ConstraintError(str(exc)) from None
 
 
 def json_schema_constraint(tokenizer: Any, schema: dict, backend: str) -> ContentConstraint:

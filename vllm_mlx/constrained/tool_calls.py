@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_mlx.chat.formats import TOOL_CALL_FORMATS, ToolCallFormat
+from vllm_mlx.chat.formats import TOOL_CALL_FORMATS, ToolCallFormat, UnknownParserError
+from vllm_mlx.tool_parsers import ToolParserManager
 
 from .content_constraint import ContentConstraint
 from .errors import ConstraintError
@@ -28,13 +29,12 @@ from .tool_grammar import special_markers as _special_markers
 
 
 def resolve_tool_format(name: str) -> ToolCallFormat:
-    """The format for a tool-parser name or alias; ConstraintError listing valid names."""
-    for fmt in TOOL_CALL_FORMATS.values():
-        if name == fmt.name or name in fmt.aliases:
-            return fmt
-    raise ConstraintError(
-        f"unknown tool-call parser {name!r}; valid names: {', '.join(sorted(TOOL_CALL_FORMATS))}"
-    )
+    """The format for a tool-parser name or alias (the manager's own resolution);
+    ConstraintError listing valid names."""
+    try:
+        return TOOL_CALL_FORMATS[ToolParserManager.resolve(name)]
+    except UnknownParserError as exc:
+        raise ConstraintError(str(exc)) from None
 
 
 @per_tokenizer("special_markers")
