@@ -14,8 +14,8 @@ import argparse
 import random
 import time
 
-from vllm_mlx.chat.formats import TOOL_CALL_FORMATS
 from vllm_mlx.chat.stream import make_output_stream
+from vllm_mlx.families.catalog import REASONING_FORMATS, TOOL_CALL_FORMATS
 
 NO_PARSER = "(no parser)"
 REASONING_ONLY = "(qwen3 only)"
@@ -68,7 +68,11 @@ def time_stream(row: str, text: str, repeat: int) -> tuple[float, float]:
     chunks = chunked(text)
     best_cpu = best_wall = float("inf")
     for _ in range(repeat):
-        stream = make_output_stream(reasoning_parser=reasoning, tool_parser=tool, tools=TOOLS)
+        stream = make_output_stream(
+            reasoning_format=REASONING_FORMATS[reasoning] if reasoning else None,
+            tool_format=TOOL_CALL_FORMATS[tool] if tool else None,
+            tools=TOOLS,
+        )
         cpu, wall = time.process_time(), time.perf_counter()
         for chunk in chunks:
             stream.feed(chunk)

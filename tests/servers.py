@@ -86,6 +86,8 @@ def tiny_model_server(reasoning_parser: str | None = "deepseek_r1", tool_parser=
     from vllm_mlx.engine.engine import Engine
     from vllm_mlx.engine.sources import ModelBatchSource
     from vllm_mlx.pipeline import Pipeline
+    from vllm_mlx.reasoning import ReasoningParserManager
+    from vllm_mlx.tool_parsers import ToolParserManager
 
     tokenizer = build_tiny_tokenizer()
     engine = Engine(ModelBatchSource(build_tiny_model(tokenizer)), tokenizer)
@@ -93,8 +95,10 @@ def tiny_model_server(reasoning_parser: str | None = "deepseek_r1", tool_parser=
         engine,
         context_length=2048,
         default_max_tokens=64,
-        reasoning_parser=reasoning_parser,
-        tool_parser=tool_parser,
+        reasoning_format=ReasoningParserManager.format(reasoning_parser)
+        if reasoning_parser
+        else None,
+        tool_format=ToolParserManager.format(tool_parser) if tool_parser else None,
     )
     try:
         with thread_server(create_app(ServerState(pipeline, "tiny"))) as base:

@@ -12,6 +12,9 @@ from mlx_lm.sample_utils import make_sampler
 from tiny_models import build_tiny_model, build_tiny_tokenizer
 
 from vllm_mlx.constrained import ConstraintError, Phase, build_logits_processors
+from vllm_mlx.families.catalog import REASONING_FORMATS
+
+QWEN3 = REASONING_FORMATS["qwen3"]
 
 SCHEMA = {
     "type": "object",
@@ -128,7 +131,7 @@ def test_nothing_to_enforce_builds_no_processor(tokenizer):
     tail = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
     assert (
         build_logits_processors(
-            tokenizer, reasoning_parser="qwen3", prompt_tail=tail, thinking_budget=5
+            tokenizer, reasoning_format=QWEN3, prompt_tail=tail, thinking_budget=5
         )
         == []
     )
@@ -153,11 +156,9 @@ def test_invalid_schema_reports_jsonschema_error(tokenizer):
         build_logits_processors(tokenizer, response_format=schema_format({"type": "strin"}))
 
 
-def test_unknown_backend_and_reasoning_parser_are_rejected(tokenizer):
+def test_unknown_backend_is_rejected(tokenizer):
     with pytest.raises(ConstraintError, match="backend"):
         build_logits_processors(tokenizer, response_format={"type": "json_object"}, backend="x")
-    with pytest.raises(ConstraintError, match="qwen3"):
-        build_logits_processors(tokenizer, reasoning_parser="nope", thinking_budget=1)
 
 
 @pytest.mark.parametrize("budget", [0, 1, 7])
@@ -167,7 +168,7 @@ def test_budget_forces_end_of_thinking_at_exactly_the_budget(model, tokenizer, b
     prompt = tokenizer.encode("<|im_start|>user\nhi<|im_end|>\n" + tail, add_special_tokens=False)
     for seed in range(3):
         (processor,) = build_logits_processors(
-            tokenizer, reasoning_parser="qwen3", prompt_tail=tail, thinking_budget=budget
+            tokenizer, reasoning_format=QWEN3, prompt_tail=tail, thinking_budget=budget
         )
         assert processor.state.phase in (Phase.THINKING, Phase.TRANSITIONING)
         mx.random.seed(seed)
@@ -189,13 +190,15 @@ def test_budget_forces_end_of_thinking_at_exactly_the_budget(model, tokenizer, b
 
 def test_multi_token_end_sequence_is_forced_token_by_token(model, tokenizer):
     """Families like Mistral close with several ordinary tokens: force them in order."""
-    start, end = "[THINK]", "[/THINK]"
+    mistral = REASONING_FORMATS["mistral"]
+    start, end = mistral.start, mistral.end
+    assert (start, end) == ("[THINK]", "[/THINK]")
     end_ids = tokenizer.encode(end, add_special_tokens=False)
     assert len(end_ids) > 1
     prompt = tokenizer.encode("user: hi\nassistant: [THINK]", add_special_tokens=False)
     (processor,) = build_logits_processors(
         tokenizer,
-        reasoning_delimiters=(start, end),
+        reasoning_format=mistral,
         prompt_tail="assistant: [THINK]",
         thinking_budget=4,
     )
@@ -222,7 +225,7 @@ def test_thinking_then_schema_valid_content(model, tokenizer, backend):
         (processor,) = build_logits_processors(
             tokenizer,
             response_format=schema_format(schema_for(backend)),
-            reasoning_parser="qwen3",
+            reasoning_format=QWEN3,
             prompt_tail=tail,
             thinking_budget=6,
             backend=backend,
@@ -241,7 +244,7 @@ def test_model_that_never_opens_reasoning_is_not_forced_into_it(model, tokenizer
     (processor,) = build_logits_processors(
         tokenizer,
         response_format=schema_format(SCHEMA),
-        reasoning_parser="qwen3",
+        reasoning_format=QWEN3,
         prompt_tail="<|im_start|>assistant\n",
         thinking_budget=2,
     )
@@ -264,7 +267,7 @@ def test_rollback_restores_exact_state(model, tokenizer, backend):
     make = lambda: build_logits_processors(  # noqa: E731
         tokenizer,
         response_format=schema_format(schema_for(backend)),
-        reasoning_parser="qwen3",
+        reasoning_format=QWEN3,
         prompt_tail=tail,
         thinking_budget=3,
         backend=backend,

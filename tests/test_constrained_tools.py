@@ -18,17 +18,16 @@ from mlx_lm.generate import generate_step
 from mlx_lm.sample_utils import make_sampler
 from tiny_models import build_tiny_model, build_tiny_tokenizer
 
-from vllm_mlx.chat.formats import TOOL_CALL_FORMATS
-from vllm_mlx.chat.stream import parse_output
 from vllm_mlx.constrained import ConstraintError, build_logits_processors
+from vllm_mlx.families.catalog import TOOL_CALL_FORMATS
 
 sys.path.insert(0, str(Path(__file__).parent / "parsers"))
-from parser_cases import WEATHER_TOOLS  # noqa: E402
+from parser_cases import WEATHER_TOOLS, parse  # noqa: E402
 from test_tool_families import CALLS  # noqa: E402
 
 UNSUPPORTED = {"pythonic", "gemma4", "harmony"}
 FAMILIES = [n for n in TOOL_CALL_FORMATS if n not in UNSUPPORTED]
-XML_FAMILIES = [n for n in FAMILIES if TOOL_CALL_FORMATS[n].dialect == "xml"]
+XML_FAMILIES = [n for n in FAMILIES if TOOL_CALL_FORMATS[n].dialect.name == "xml"]
 
 # Real outputs from the parser tests (the call part: a forced call starts at once).
 REAL_OUTPUTS = {
@@ -83,7 +82,7 @@ def matcher(tokenizer, family, tool_choice="required", tools=WEATHER_TOOLS, para
         tokenizer,
         tool_choice=tool_choice,
         tools=tools,
-        tool_parser=family,
+        tool_format=TOOL_CALL_FORMATS[family],
         parallel_tool_calls=parallel,
     )
     return processor.constraint
@@ -114,7 +113,7 @@ def test_rendered_calls_of_every_variant_are_accepted(tokenizer, family):
 def test_real_model_outputs_are_accepted_and_parse_back(tokenizer, family):
     for text in REAL_OUTPUTS[family]:
         assert accepts(tokenizer, matcher(tokenizer, family), text), text
-        message = parse_output(text, reasoning_parser=None, tool_parser=family, tools=WEATHER_TOOLS)
+        message = parse(text, family, tools=WEATHER_TOOLS)
         assert message.tool_calls and not message.content
 
 
@@ -206,7 +205,10 @@ def test_unenforceable_requests_are_refused_by_name(tokenizer):
 def test_auto_choice_is_unconstrained_unless_a_schema_is_given(tokenizer):
     assert (
         build_logits_processors(
-            tokenizer, tool_choice="auto", tools=WEATHER_TOOLS, tool_parser="hermes"
+            tokenizer,
+            tool_choice="auto",
+            tools=WEATHER_TOOLS,
+            tool_format=TOOL_CALL_FORMATS["hermes"],
         )
         == []
     )
@@ -215,7 +217,7 @@ def test_auto_choice_is_unconstrained_unless_a_schema_is_given(tokenizer):
         tokenizer,
         tool_choice="auto",
         tools=WEATHER_TOOLS,
-        tool_parser="hermes",
+        tool_format=TOOL_CALL_FORMATS["hermes"],
         response_format={"type": "json_schema", "json_schema": {"name": "s", "schema": schema}},
     )
     assert accepts(tokenizer, processor.constraint, '{"a": 1}')
@@ -298,11 +300,11 @@ def test_random_weights_make_calls_the_parser_reads_back(model, tokenizer, famil
             tokenizer,
             tool_choice=choice,
             tools=TOOLS,
-            tool_parser=family,
+            tool_format=TOOL_CALL_FORMATS[family],
             parallel_tool_calls=False,
         )
         text = sample(model, tokenizer, processors, seed)
-        message = parse_output(text, reasoning_parser=None, tool_parser=family, tools=TOOLS)
+        message = parse(text, family, tools=TOOLS)
         assert message.tool_calls, text
         assert not message.content, text
         if isinstance(choice, dict):

@@ -16,6 +16,7 @@ from vllm_mlx.engine.prefix_cache import PrefixCache
 from vllm_mlx.engine.sampling import SamplingParams
 from vllm_mlx.engine.sources import ModelBatchSource
 from vllm_mlx.engine.types import GenerationChunk, GenerationRequest
+from vllm_mlx.families.catalog import REASONING_FORMATS
 
 SCHEMA = {
     "type": "object",
@@ -96,7 +97,10 @@ def test_different_constraints_in_one_batch(model, tokenizer):
 
     def budget_request():
         processors = build_logits_processors(
-            tokenizer, reasoning_parser="qwen3", prompt_tail=thinking_tail, thinking_budget=4
+            tokenizer,
+            reasoning_format=REASONING_FORMATS["qwen3"],
+            prompt_tail=thinking_tail,
+            thinking_budget=4,
         )
         return run(
             engine, thinking_prompt, max_tokens=12, temperature=1.0, seed=6, processors=processors

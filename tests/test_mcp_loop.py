@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 from mcp_servers.harness import time_server_stdio, toolbox_stdio
 
-from vllm_mlx.chat.message import ParsedMessage, ToolCall
+from vllm_mlx.families.message import ParsedMessage, ToolCall
 from vllm_mlx.mcp.config import parse_config
 from vllm_mlx.mcp.loop import run_tool_loop
 from vllm_mlx.mcp.manager import MCPManager

@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .chat.message import MessageDelta, ParsedMessage
 from .chat.stream import OutputStream, make_output_stream
 from .chat.template import encode_prompt, render_chat
 from .chat.thinking_switch import decide_thinking
@@ -20,6 +19,8 @@ from .constrained import ConstraintError, build_logits_processors
 from .engine.engine import Engine
 from .engine.sampling import SamplingParams
 from .engine.types import GenerationChunk, GenerationRequest, TokenLogprob
+from .families.formats import ReasoningFormat, ToolCallFormat
+from .families.message import MessageDelta, ParsedMessage
 
 
 class RequestError(ValueError):
@@ -105,8 +106,8 @@ class Pipeline:
         *,
         context_length: int,
         default_max_tokens: int,
-        reasoning_parser: str | None = None,
-        tool_parser: str | None = None,
+        reasoning_format: ReasoningFormat | None = None,
+        tool_format: ToolCallFormat | None = None,
         structured_backend: str = "auto",
         default_thinking_budget: int | None = None,
     ):
@@ -116,8 +117,8 @@ class Pipeline:
         self.tokenizer = engine.tokenizer
         self.context_length = context_length
         self.default_max_tokens = default_max_tokens
-        self.reasoning_parser = reasoning_parser
-        self.tool_parser = tool_parser
+        self.reasoning_format = reasoning_format  # the model's family, resolved by the runtime
+        self.tool_format = tool_format
 
     # -- preparing -------------------------------------------------------------------------
 
@@ -141,15 +142,15 @@ class Pipeline:
         params = self._fit_max_tokens(
             request.params, len(prompt.token_ids), request.max_tokens_given
         )
-        tool_parser = self.tool_parser if calls_allowed else None
+        tool_format = self.tool_format if calls_allowed else None
         try:
             processors = build_logits_processors(
                 self.tokenizer,
                 response_format=request.response_format,
                 tool_choice=request.tool_choice if calls_allowed else None,
                 tools=tools,
-                tool_parser=tool_parser,
-                reasoning_parser=self.reasoning_parser,
+                tool_format=tool_format,
+                reasoning_format=self.reasoning_format,
                 prompt_tail=prompt.tail,
                 thinking_budget=thinking.budget,
                 backend=self.structured_backend,
@@ -158,8 +159,8 @@ class Pipeline:
         except ConstraintError as exc:
             raise RequestError(str(exc), "response_format") from None
         output = make_output_stream(
-            reasoning_parser=self.reasoning_parser,
-            tool_parser=tool_parser,
+            reasoning_format=self.reasoning_format,
+            tool_format=tool_format,
             tools=tools,
             prompt_tail=prompt.tail,
         )
@@ -175,7 +176,7 @@ class Pipeline:
         if not token_ids:
             raise RequestError("prompt must not be empty", "prompt")
         params = self._fit_max_tokens(params, len(token_ids), max_tokens_given)
-        output = make_output_stream(reasoning_parser=None, tool_parser=None)
+        output = make_output_stream(reasoning_format=None, tool_format=None)
         return Prepared(GenerationRequest(token_ids, params), output)
 
     def _fit_max_tokens(

@@ -14,6 +14,7 @@ from .engine.cpu import openblas_preloaded
 from .engine.engine import Engine
 from .engine.prefix_cache import PrefixCache
 from .engine.sources import ModelBatchSource, ReplayBatchSource, TokenSource
+from .families.formats import ReasoningFormat, ToolCallFormat
 from .models.loader import CpuWeights, LoadedModel, load_model, load_tokenizer_only
 from .pipeline import Pipeline
 from .reasoning import ReasoningParserManager
@@ -101,25 +102,25 @@ def _assemble(
     max_queue: int = 256,
     **pipeline_options,
 ) -> Runtime:
-    """Parsers chosen, the engine started on ``source``, the pipeline around it."""
-    reasoning_parser, tool_parser = select_parsers(loaded, reasoning_parser, tool_parser)
+    """Formats chosen, the engine started on ``source``, the pipeline around it."""
+    reasoning_format, tool_format = select_formats(loaded, reasoning_parser, tool_parser)
     engine = Engine(source, loaded.tokenizer, max_num_seqs=max_num_seqs, max_queue=max_queue)
     pipeline = Pipeline(
         engine,
         context_length=loaded.context_length or DEFAULT_CONTEXT_LENGTH,
-        reasoning_parser=reasoning_parser,
-        tool_parser=tool_parser,
+        reasoning_format=reasoning_format,
+        tool_format=tool_format,
         **pipeline_options,
     )
     return Runtime(loaded, engine, pipeline)
 
 
-def select_parsers(
+def select_formats(
     loaded: LoadedModel, reasoning: str | None, tool: str | None
-) -> tuple[str | None, str | None]:
-    """Parser names in order of precedence: given (validated; an unknown name is a
-    ValueError listing the valid ones), detected from the template and special tokens, and
-    for tool calls the Hermes fallback used with templates that cannot render tools."""
+) -> tuple[ReasoningFormat | None, ToolCallFormat | None]:
+    """The model's family, resolved once from parser names: given (validated; an unknown name
+    is a ValueError listing the valid ones), detected from the template and special tokens,
+    and for tool calls the Hermes fallback used with templates that cannot render tools."""
     tokenizer = loaded.tokenizer
     specials = set(getattr(tokenizer, "all_special_tokens", []) or [])
     specials |= set(tokenizer.get_added_vocab()) if hasattr(tokenizer, "get_added_vocab") else set()
@@ -133,4 +134,7 @@ def select_parsers(
     else:
         tool = ToolParserManager.detect(loaded.name, template, specials) or FALLBACK_TOOL_PARSER
     log.info("reasoning parser: %s; tool-call parser: %s", reasoning, tool)
-    return reasoning, tool
+    return (
+        ReasoningParserManager.formats[reasoning] if reasoning else None,
+        ToolParserManager.formats[tool],
+    )

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 
-from vllm_mlx.chat.message import ParsedMessage
 from vllm_mlx.chat.parse_cli import join_deltas
-from vllm_mlx.chat.stream import make_output_stream, parse_output
+from vllm_mlx.chat.stream import OutputStream, make_output_stream, parse_output
+from vllm_mlx.families.message import ParsedMessage
+from vllm_mlx.reasoning import ReasoningParserManager
+from vllm_mlx.tool_parsers import ToolParserManager
 
 WEATHER_TOOLS = [
     {
@@ -41,13 +43,25 @@ def calls_of(message: ParsedMessage) -> list[tuple[str, object]]:
     return [(c.name, json.loads(c.arguments)) for c in message.tool_calls]
 
 
+def formats(tool: str | None, reasoning: str | None) -> dict:
+    """The formats that parser names stand for (resolved as the runtime resolves them)."""
+    return {
+        "tool_format": ToolParserManager.format(tool) if tool else None,
+        "reasoning_format": ReasoningParserManager.format(reasoning) if reasoning else None,
+    }
+
+
 def parse(text: str, tool: str | None = None, reasoning: str | None = None, **kw):
-    return parse_output(text, tool_parser=tool, reasoning_parser=reasoning, **kw)
+    return parse_output(text, **formats(tool, reasoning), **kw)
+
+
+def open_stream(tool: str | None = None, reasoning: str | None = None, **kw) -> OutputStream:
+    return make_output_stream(**formats(tool, reasoning), **kw)
 
 
 def stream(text: str, sizes: list[int], tool=None, reasoning=None, **kw):
     """Feed ``text`` in pieces of the given sizes (cycled); return (joined, final, deltas)."""
-    s = make_output_stream(tool_parser=tool, reasoning_parser=reasoning, **kw)
+    s = open_stream(tool, reasoning, **kw)
     deltas, i, k = [], 0, 0
     while i < len(text):
         size = sizes[k % len(sizes)]

@@ -7,8 +7,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from vllm_mlx.chat.formats import UnknownParserError
 from vllm_mlx.cli import main
+from vllm_mlx.families.registry import UnknownParserError
 from vllm_mlx.reasoning import ReasoningParserManager
 from vllm_mlx.tool_parsers import ToolParserManager
 

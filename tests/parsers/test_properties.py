@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from parser_cases import WEATHER_TOOLS, parse, shape
+from parser_cases import WEATHER_TOOLS, open_stream, parse, shape
 
-from vllm_mlx.chat.formats import REASONING_FORMATS, TOOL_CALL_FORMATS
 from vllm_mlx.chat.parse_cli import join_deltas
-from vllm_mlx.chat.stream import make_output_stream
+from vllm_mlx.families.catalog import REASONING_FORMATS, TOOL_CALL_FORMATS
+from vllm_mlx.families.dialects import Xml
 
 PAIRS = [(t, r) for t in TOOL_CALL_FORMATS for r in ("qwen3",)] + [
     ("harmony", "harmony"),
@@ -42,8 +42,9 @@ def _fragments(tool: str | None, reasoning: str | None) -> list[str]:
                 fmt.args_end,
             ):
                 frags += [lit, lit[: len(lit) // 2]]
-            if fmt.xml:
-                frags += [fmt.xml.key_start, fmt.xml.key_end, fmt.xml.value_end]
+            if isinstance(fmt.dialect, Xml):
+                xml = fmt.dialect
+                frags += [xml.key_start, xml.key_end, xml.value_end]
     if reasoning:
         fmt = REASONING_FORMATS[reasoning]
         frags += [fmt.start, fmt.end, fmt.end[:3]]
@@ -91,7 +92,7 @@ def test_any_text_any_chunking(case):
     tool, reasoning, text, cuts, tail = case
     kw = dict(tools=WEATHER_TOOLS, prompt_tail=tail)
     whole = parse(text, tool, reasoning, **kw)
-    stream = make_output_stream(tool_parser=tool, reasoning_parser=reasoning, **kw)
+    stream = open_stream(tool, reasoning, **kw)
     deltas, snapshots, start = [], [], 0
     for cut in [*cuts, len(text)]:
         deltas.append(stream.feed(text[start:cut]))

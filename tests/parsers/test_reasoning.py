@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from parser_cases import assert_same_in_every_mode, calls_of, shape
 
-from vllm_mlx.chat.formats import REASONING_FORMATS
+from vllm_mlx.families.catalog import REASONING_FORMATS
 
 DELIMITED = [n for n in REASONING_FORMATS if n != "harmony"]
 

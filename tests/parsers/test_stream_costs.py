@@ -3,15 +3,14 @@ every feed (the cost per feed is what a 1 MB stream pays 400k times)."""
 
 from __future__ import annotations
 
-from parser_cases import WEATHER_TOOLS, shape
+from parser_cases import WEATHER_TOOLS, open_stream, parse, shape
 
-from vllm_mlx.chat.formats import TOOL_CALL_FORMATS
-from vllm_mlx.chat.stream import make_output_stream, parse_output
+from vllm_mlx.families.catalog import TOOL_CALL_FORMATS
 from vllm_mlx.tool_parsers import marked
 
 
 def test_every_delta_is_a_fresh_object():
-    stream = make_output_stream(reasoning_parser="qwen3", tool_parser="hermes")
+    stream = open_stream("hermes", "qwen3")
     deltas = [stream.feed(c) for c in "<think>a</think>b <tool_c"]
     for delta in deltas:
         delta.content += "!"
@@ -27,7 +26,7 @@ def test_held_header_is_not_rematched_per_character(monkeypatch):
     monkeypatch.setattr(marked, "_match_header", lambda *a: calls.append(1) or real(*a))
     name = "get_" + "w" * 200
     text = TOOL_CALL_FORMATS["hermes"].render_call(name, {"city": "Paris"})
-    stream = make_output_stream(reasoning_parser=None, tool_parser="hermes")
+    stream = open_stream("hermes")
     for c in text:
         stream.feed(c)
     stream.finish()
@@ -38,12 +37,8 @@ def test_held_header_is_not_rematched_per_character(monkeypatch):
 def test_merged_feeds_release_the_same_message():
     fmt = TOOL_CALL_FORMATS["qwen3_coder"]
     text = "Hi <tool_x> " + fmt.render_call("get_weather", {"city": "a<b", "days": 2}) + " bye"
-    whole = parse_output(
-        text, reasoning_parser=None, tool_parser="qwen3_coder", tools=WEATHER_TOOLS
-    )
-    stream = make_output_stream(
-        reasoning_parser=None, tool_parser="qwen3_coder", tools=WEATHER_TOOLS
-    )
+    whole = parse(text, "qwen3_coder", tools=WEATHER_TOOLS)
+    stream = open_stream("qwen3_coder", tools=WEATHER_TOOLS)
     for c in text:
         stream.feed(c)
     stream.finish()

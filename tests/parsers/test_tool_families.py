@@ -15,7 +15,7 @@ from parser_cases import (
     stream,
 )
 
-from vllm_mlx.chat.formats import TOOL_CALL_FORMATS
+from vllm_mlx.families.catalog import TOOL_CALL_FORMATS
 
 MARKED = [n for n in TOOL_CALL_FORMATS if n != "harmony"]
 TRICKY = {
@@ -254,7 +254,7 @@ def test_arguments_are_json_objects_when_complete():
 @pytest.mark.parametrize("name", ["hermes", "llama3_json", "mistral", "granite"])
 def test_arguments_before_name_is_still_a_call(name):
     fmt = TOOL_CALL_FORMATS[name]
-    key = fmt.arguments_key
+    key = fmt.dialect.arguments_key
     obj = json.dumps({key: TRICKY, "name": "get_weather"}, ensure_ascii=False)
     text = fmt.section_start + fmt.call_start + obj + fmt.call_end + fmt.section_end
     msg = assert_same_in_every_mode(text, name, tools=WEATHER_TOOLS)

@@ -12,9 +12,11 @@ import sys
 
 import click
 
-from vllm_mlx.chat.formats import UnknownParserError
-from vllm_mlx.chat.message import MessageDelta, ParsedMessage, ToolCall
 from vllm_mlx.chat.stream import make_output_stream, parse_output
+from vllm_mlx.families.message import MessageDelta, ParsedMessage, ToolCall
+from vllm_mlx.families.registry import UnknownParserError
+from vllm_mlx.reasoning import ReasoningParserManager
+from vllm_mlx.tool_parsers import ToolParserManager
 
 
 def run_parsers(
@@ -26,20 +28,16 @@ def run_parsers(
     prompt_tail: str,
     chunk_size: int | None,
 ) -> ParsedMessage:
-    """Parse ``text`` in one piece, or in ``chunk_size`` pieces assembled from the deltas."""
+    """Parse ``text`` in one piece, or in ``chunk_size`` pieces assembled from the deltas.
+    Parser names may be aliases; unknown names raise `UnknownParserError`."""
+    reasoning = ReasoningParserManager.format(reasoning_parser) if reasoning_parser else None
+    tool = ToolParserManager.format(tool_call_parser) if tool_call_parser else None
     if not chunk_size:
         return parse_output(
-            text,
-            reasoning_parser=reasoning_parser,
-            tool_parser=tool_call_parser,
-            tools=tools,
-            prompt_tail=prompt_tail,
+            text, reasoning_format=reasoning, tool_format=tool, tools=tools, prompt_tail=prompt_tail
         )
     stream = make_output_stream(
-        reasoning_parser=reasoning_parser,
-        tool_parser=tool_call_parser,
-        tools=tools,
-        prompt_tail=prompt_tail,
+        reasoning_format=reasoning, tool_format=tool, tools=tools, prompt_tail=prompt_tail
     )
     deltas = [stream.feed(text[i : i + chunk_size]) for i in range(0, len(text), chunk_size)]
     deltas.append(stream.finish())

@@ -11,8 +11,19 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
-from vllm_mlx.chat.message import MessageDelta, ParsedMessage, ToolCall, ToolCallDelta
-from vllm_mlx.tool_parsers.base import CONTENT, REASONING, DeltaBuilder, Quick, ToolParser
+from vllm_mlx.families.formats import ReasoningFormat, ToolCallFormat
+from vllm_mlx.families.message import (
+    CONTENT,
+    REASONING,
+    MessageDelta,
+    ParsedMessage,
+    Quick,
+    ToolCall,
+    ToolCallDelta,
+)
+from vllm_mlx.reasoning import DelimitedReasoningParser
+from vllm_mlx.tool_parsers import HarmonyParser, MarkedToolParser
+from vllm_mlx.tool_parsers.base import DeltaBuilder, ToolParser
 
 log = logging.getLogger(__name__)
 
@@ -177,46 +188,46 @@ def _all_content(text: str) -> Quick:
 
 def make_output_stream(
     *,
-    reasoning_parser: str | None,
-    tool_parser: str | None,
+    reasoning_format: ReasoningFormat | None,
+    tool_format: ToolCallFormat | None,
     tools: list[dict] | None = None,
     prompt_tail: str = "",
 ) -> OutputStream:
-    """A stream for one request. Names may be aliases; unknown names raise
-    `UnknownParserError`. With both names None the stream passes content through."""
-    from vllm_mlx.reasoning import ReasoningParserManager
-    from vllm_mlx.tool_parsers import ToolParserManager
-
-    reasoning = ReasoningParserManager.resolve(reasoning_parser) if reasoning_parser else None
-    tool = ToolParserManager.resolve(tool_parser) if tool_parser else None
-    if "harmony" in (reasoning, tool):
-        from vllm_mlx.tool_parsers.harmony import HarmonyParser
-
+    """A stream for one request in these formats (None: the family has no such syntax; with
+    both None the stream passes content through). A family written as channels (Harmony) is
+    parsed whole, reasoning and calls together."""
+    reasoning_channels = reasoning_format.channels if reasoning_format else None
+    tool_channels = tool_format.channels if tool_format else None
+    channels = reasoning_channels or tool_channels
+    if channels is not None:
         whole = HarmonyParser(
+            channels,
             tools=tools,
-            reasoning=reasoning == "harmony",
-            tool_calls=tool == "harmony",
+            reasoning=reasoning_channels is not None,
+            tool_calls=tool_channels is not None,
             prompt_tail=prompt_tail,
         )
         return OutputStream(whole=whole)
     return OutputStream(
-        reasoning=ReasoningParserManager.create(reasoning, prompt_tail) if reasoning else None,
-        tools=ToolParserManager.create(tool, tools) if tool else None,
+        reasoning=DelimitedReasoningParser(reasoning_format, prompt_tail)
+        if reasoning_format
+        else None,
+        tools=MarkedToolParser(tool_format, tools) if tool_format else None,
     )
 
 
 def parse_output(
     text: str,
     *,
-    reasoning_parser: str | None,
-    tool_parser: str | None,
+    reasoning_format: ReasoningFormat | None,
+    tool_format: ToolCallFormat | None,
     tools: list[dict] | None = None,
     prompt_tail: str = "",
 ) -> ParsedMessage:
     """Parse a complete output: exactly one feed and finish of the streaming parser."""
     stream = make_output_stream(
-        reasoning_parser=reasoning_parser,
-        tool_parser=tool_parser,
+        reasoning_format=reasoning_format,
+        tool_format=tool_format,
         tools=tools,
         prompt_tail=prompt_tail,
     )

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from vllm_mlx.chat.formats import REASONING_FORMATS, ReasoningFormat, UnknownParserError
-from vllm_mlx.reasoning import ReasoningParserManager
+from vllm_mlx.families.formats import ReasoningFormat, ToolCallFormat
 
 from .content_constraint import ContentConstraint
 from .errors import ConstraintError
@@ -37,15 +36,6 @@ def resolve_backend(backend: str) -> str:
     return backend
 
 
-def resolve_reasoning_format(name: str) -> ReasoningFormat:
-    """The reasoning format for a parser name or alias (the manager's own resolution);
-    ConstraintError listing valid names."""
-    try:
-        return REASONING_FORMATS[ReasoningParserManager.resolve(name)]
-    except UnknownParserError as exc:
-        raise ConstraintError(str(exc)) from None
-
-
 def json_schema_constraint(tokenizer: Any, schema: dict, backend: str) -> ContentConstraint:
     """A content constraint for ``schema`` on the chosen backend."""
     if backend == "lm-format-enforcer":
@@ -66,19 +56,18 @@ def build_logits_processors(
     response_format: dict | None = None,
     tool_choice: Any = None,
     tools: list[dict] | None = None,
-    tool_parser: str | None = None,
-    reasoning_parser: str | None = None,
+    tool_format: ToolCallFormat | None = None,
+    reasoning_format: ReasoningFormat | None = None,
     prompt_tail: str = "",
     thinking_budget: int | None = None,
     backend: str = "auto",
-    reasoning_delimiters: tuple[str, str] | None = None,
     parallel_tool_calls: bool = True,
 ) -> list[LogitsProcessor]:
     """The constraint processors for one request; [] when there is nothing to enforce.
 
-    ``reasoning_parser`` (or explicit ``reasoning_delimiters``) gives the family's reasoning
-    block; ``prompt_tail`` (the end of the rendered prompt) decides whether generation starts
-    inside it. Raises ConstraintError for anything that cannot be enforced.
+    ``tool_format`` is the family's call syntax (forced calls); ``reasoning_format`` its
+    reasoning block, and ``prompt_tail`` (the end of the rendered prompt) decides whether
+    generation starts inside it. Raises ConstraintError for anything that cannot be enforced.
     """
     if thinking_budget is not None and thinking_budget < 0:
         raise ConstraintError("thinking budget must be >= 0")
@@ -88,25 +77,20 @@ def build_logits_processors(
         tokenizer,
         tool_choice=tool_choice,
         tools=tools,
-        tool_parser=tool_parser,
+        tool_format=tool_format,
         parallel_tool_calls=parallel_tool_calls,
         content_schema=schema,
     )
     if inner is None and schema is not None:
         inner = json_schema_constraint(tokenizer, schema, backend)
 
-    starts_in_reasoning = False
-    if reasoning_delimiters is None and reasoning_parser:
-        fmt = resolve_reasoning_format(reasoning_parser)
-        reasoning_delimiters = (fmt.start, fmt.end)
-        starts_in_reasoning = fmt.starts_in_reasoning
-    if reasoning_delimiters is None:
+    if reasoning_format is None:
         # No reasoning block in this family: a budget has nothing to cut.
         return [ConstrainedLogitsProcessor(inner)] if inner else []
 
-    start, end = reasoning_delimiters
+    start, end = reasoning_format.start, reasoning_format.end
     phase = initial_phase(prompt_tail, start, end)
-    if phase is Phase.IDLE and starts_in_reasoning:
+    if phase is Phase.IDLE and reasoning_format.starts_in_reasoning:
         phase = Phase.THINKING
     if inner is None and (thinking_budget is None or phase is Phase.CONTENT):
         return []

@@ -13,8 +13,6 @@ import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import numpy as np
-
 T = TypeVar("T")
 
 _lock = threading.Lock()
@@ -80,9 +78,3 @@ def token_texts(tokenizer: Any) -> list[str]:
     specials = special_token_ids(tokenizer)
     texts = hf.batch_decode([[i] for i in range(token_count(tokenizer))])
     return ["" if i in specials else t for i, t in enumerate(texts)]
-
-
-@per_tokenizer("digit_start")
-def digit_start_mask(tokenizer: Any) -> np.ndarray:
-    """Boolean mask of tokens whose text begins with a number character (run-length guard)."""
-    return np.array([bool(t) and t[0] in "0123456789.eE+-" for t in token_texts(tokenizer)])

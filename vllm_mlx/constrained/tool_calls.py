@@ -11,30 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_mlx.chat.formats import TOOL_CALL_FORMATS, ToolCallFormat, UnknownParserError
-from vllm_mlx.tool_parsers import ToolParserManager
+from vllm_mlx.families.formats import ToolCallFormat
+from vllm_mlx.families.lark import LiteralWriter
 
 from .content_constraint import ContentConstraint
 from .errors import ConstraintError
 from .llguidance_backend import JSON_OPTIONS, LLGuidanceConstraint, llguidance_tokenizer
 from .tokenizer_cache import hf_tokenizer, per_tokenizer
-from .tool_grammar import (
-    CALL_JSON_OPTIONS,
-    Function,
-    LiteralWriter,
-    ToolGrammarBuilder,
-    functions_of,
-)
+from .tool_grammar import CALL_JSON_OPTIONS, Function, ToolGrammarBuilder, functions_of
 from .tool_grammar import special_markers as _special_markers
-
-
-def resolve_tool_format(name: str) -> ToolCallFormat:
-    """The format for a tool-parser name or alias (the manager's own resolution);
-    ConstraintError listing valid names."""
-    try:
-        return TOOL_CALL_FORMATS[ToolParserManager.resolve(name)]
-    except UnknownParserError as exc:
-        raise ConstraintError(str(exc)) from None
 
 
 @per_tokenizer("special_markers")
@@ -81,7 +66,7 @@ def forced_tool_call_constraint(
     *,
     tool_choice: Any,
     tools: list[dict] | None,
-    tool_parser: str | None,
+    tool_format: ToolCallFormat | None,
     parallel_tool_calls: bool,
     content_schema: dict | None,
 ) -> ContentConstraint | None:
@@ -92,16 +77,17 @@ def forced_tool_call_constraint(
     functions, forced = chosen_functions(tool_choice, functions_of(tools))
     if not forced and content_schema is None:
         return None
-    if not tool_parser:
+    if tool_format is None:
         raise ConstraintError("tool_choice cannot be enforced: the model has no tool-call format")
-    fmt = resolve_tool_format(tool_parser)
     named = isinstance(tool_choice, dict)
     grammar = tool_call_grammar(
         tokenizer,
-        fmt,
+        tool_format,
         functions,
         multiple=parallel_tool_calls and not named,
         content_schema=None if forced else content_schema,
     )
     kind = "named" if named else ("required" if forced else "auto+schema")
-    return LLGuidanceConstraint.for_lark(tokenizer, grammar, f"tool_choice {kind}/{fmt.name}")
+    return LLGuidanceConstraint.for_lark(
+        tokenizer, grammar, f"tool_choice {kind}/{tool_format.name}"
+    )

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from vllm_mlx.chat.message import ParsedMessage, ToolCall
+from vllm_mlx.families.message import ParsedMessage, ToolCall
 from vllm_mlx.mcp.executor import ToolResult
 
 StopReason = Literal["answered", "client_tool_calls", "max_tool_calls"]

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from enum import Enum
 
-from vllm_mlx.chat.formats import ReasoningFormat
-from vllm_mlx.tool_parsers.base import CONTENT, REASONING, Quick
-from vllm_mlx.tool_parsers.literal import split_held
+from vllm_mlx.families.formats import ReasoningFormat
+from vllm_mlx.families.literal import split_held
+from vllm_mlx.families.message import CONTENT, REASONING, Quick
 
 Pieces = list[tuple[bool, str]]  # (is_reasoning, text) in output order
 

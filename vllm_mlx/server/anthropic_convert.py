@@ -11,8 +11,8 @@ import dataclasses
 import json
 import logging
 
-from ..chat.message import ParsedMessage, ToolCall
 from ..engine.sampling import SamplingParams
+from ..families.message import ParsedMessage, ToolCall
 from ..pipeline import ChatRequest, Usage
 from .anthropic_protocol import ContentBlock, Message, MessagesRequest, PromptFields, Tool
 from .errors import APIError

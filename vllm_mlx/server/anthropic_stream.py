@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from ..chat.message import MessageDelta
+from ..families.message import MessageDelta
 from ..pipeline import ChatEvent, Usage
 from .anthropic_convert import stop_reason, tool_use_id, usage_body
 from .errors import APIError

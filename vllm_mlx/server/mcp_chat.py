@@ -14,7 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ..chat.message import ParsedMessage
+from ..families.message import ParsedMessage
+from ..mcp.loop import run_tool_loop
 from ..pipeline import ChatRequest, ChatResult, Usage
 from .errors import APIError
 from .state import ServerState
@@ -44,8 +45,6 @@ async def run_mcp_chat(
 ) -> tuple[ChatResult, list[dict]]:
     """Run the loop; returns the final result (usage summed over every turn) and the MCP
     calls made, for the response's ``mcp_calls`` field."""
-    from ..mcp.loop import run_tool_loop
-
     manager = state.mcp
     if manager is None:
         raise APIError(400, "mcp requested but no MCP servers are configured", param="mcp")

@@ -7,7 +7,7 @@ import json
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..chat.message import MessageDelta, ToolCallDelta
+from ..families.message import MessageDelta, ToolCallDelta
 from ..pipeline import ChatEvent, ChatRequest, ChatResult
 from .errors import APIError, parse_body
 from .mcp_chat import mcp_options, run_mcp_chat

@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 import uuid
 
-from ..chat.message import ParsedMessage
 from ..engine.sampling import SamplingParams
+from ..families.message import ParsedMessage
 from ..pipeline import ChatRequest, Usage
 from .errors import APIError
 from .openai_chat import check_tool_choice

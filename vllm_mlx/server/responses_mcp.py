@@ -17,8 +17,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..chat.message import MessageDelta, ParsedMessage, ToolCallDelta
 from ..chat.template import ChatTemplateError
+from ..families.message import MessageDelta, ParsedMessage, ToolCallDelta
 from ..mcp.catalog import CatalogEntry
 from ..mcp.executor import ToolResult
 from ..mcp.loop import run_tool_loop

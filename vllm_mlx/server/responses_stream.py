@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from ..chat.message import MessageDelta
+from ..families.message import MessageDelta
 from ..pipeline import ChatEvent, Usage
 from .errors import APIError
 from .keepalive import OPENAI_KEEPALIVE

@@ -5,8 +5,9 @@ text as they become final, and `DeltaBuilder` folds those events into one `Messa
 
 Streams are fed a few characters at a time, so most feeds change nothing but append text to
 one field. ``quick`` answers those feeds without the general machinery: it returns
-``(where, text)`` (`REASONING`, `CONTENT` or a call index for argument text) or None when the
-general ``feed`` must run. It only commits state when it answers.
+``(where, text)`` (`REASONING`, `CONTENT` or a call index for argument text, see
+`families.message`) or None when the general ``feed`` must run. It only commits state when it
+answers.
 """
 
 from __future__ import annotations
@@ -15,12 +16,7 @@ import os
 import random
 from abc import ABC, abstractmethod
 
-from vllm_mlx.chat.message import MessageDelta, ToolCallDelta
-
-REASONING = -2  # `Quick` targets; a call index (>= 0) means argument text of that call
-CONTENT = -1
-Quick = tuple[int, str] | None
-
+from vllm_mlx.families.message import MessageDelta, Quick, ToolCallDelta
 
 # Ids must be unique, not secret: one urandom-seeded generator (reseeded in forked children)
 # avoids a system call per tool call.

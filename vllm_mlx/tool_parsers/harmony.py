@@ -5,7 +5,9 @@ or ``<|return|>``. The header names the channel (``<|channel|>analysis|commentar
 and maybe a recipient (`` to=functions.NAME``, before or after the channel), maybe followed
 by ``<|constrain|>json``. analysis is reasoning; a body addressed to ``functions.NAME`` is a
 tool call whose JSON arguments stream as they arrive; everything else is content. The prompt
-tail (``<|start|>assistant``) says generation begins inside a header.
+tail (``<|start|>assistant``) says generation begins inside a header. Every marker is read from
+the family's `Channels` (`families.catalog.HARMONY`), the description the formats are derived
+from.
 """
 
 from __future__ import annotations
@@ -13,21 +15,13 @@ from __future__ import annotations
 import re
 from enum import Enum
 
-from vllm_mlx.tool_parsers.arguments import JsonArguments, Status
-from vllm_mlx.tool_parsers.base import (
-    CONTENT,
-    REASONING,
-    DeltaBuilder,
-    Quick,
-    ToolParser,
-    new_call_id,
-)
-from vllm_mlx.tool_parsers.literal import partial_suffix
+from vllm_mlx.families.dialects import Status
+from vllm_mlx.families.dialects.json import JsonArguments
+from vllm_mlx.families.formats import Channels
+from vllm_mlx.families.literal import partial_suffix
+from vllm_mlx.families.message import CONTENT, REASONING, Quick
+from vllm_mlx.tool_parsers.base import DeltaBuilder, ToolParser, new_call_id
 
-START, CHANNEL, MESSAGE = "<|start|>", "<|channel|>", "<|message|>"
-ENDS = ("<|end|>", "<|call|>", "<|return|>")
-_CHANNEL = re.compile(r"<\|channel\|>\s*(\w+)")
-_RECIPIENT = re.compile(r"\bto=([^\s<]+)")
 _MAX_HEADER = 512
 
 
@@ -48,6 +42,7 @@ class HarmonyParser(ToolParser):
 
     def __init__(
         self,
+        channels: Channels,
         tools: list[dict] | None = None,
         *,
         reasoning: bool,
@@ -55,6 +50,11 @@ class HarmonyParser(ToolParser):
         prompt_tail: str = "",
     ) -> None:
         super().__init__(tools)
+        self._ch = channels
+        self._start, self._ends = channels.start, channels.ends
+        self._openings = [channels.start, channels.channel]
+        self._channel = re.compile(re.escape(channels.channel) + r"\s*(\w+)")
+        self._recipient = re.compile(r"\b" + re.escape(channels.recipient) + r"([^\s<]+)")
         self._reasoning = reasoning
         self._tool_calls = tool_calls
         self._state = _State.OUTSIDE
@@ -64,9 +64,9 @@ class HarmonyParser(ToolParser):
         self._call_name: str | None = None  # a call whose arguments have not begun yet
         self._args: JsonArguments | None = None
         self._index = 0
-        at = prompt_tail.rfind(START)
-        if at >= 0 and not any(e in prompt_tail[at:] for e in ENDS):
-            self._state, self._buf = _State.HEADER, prompt_tail[at + len(START) :]
+        at = prompt_tail.rfind(self._start)
+        if at >= 0 and not any(e in prompt_tail[at:] for e in self._ends):
+            self._state, self._buf = _State.HEADER, prompt_tail[at + len(self._start) :]
             self._silent = len(self._buf)  # prompt text: decides the state, never emitted
         else:
             self._silent = 0
@@ -110,50 +110,53 @@ class HarmonyParser(ToolParser):
                 return
 
     def _outside(self, out: DeltaBuilder, final: bool) -> None:
-        hits = [(self._buf.find(m), m) for m in (START, CHANNEL)]
+        hits = [(self._buf.find(m), m) for m in self._openings]
         found = [(at, m) for at, m in hits if at >= 0]
         if not found:
-            keep = 0 if final else partial_suffix(self._buf, [START, CHANNEL])
+            keep = 0 if final else partial_suffix(self._buf, self._openings)
             out.content(self._buf[: len(self._buf) - keep])
             self._buf = self._buf[len(self._buf) - keep :]
             return
         at, marker = min(found)
         out.content(self._buf[:at])
-        skip = len(START) if marker == START else 0
+        skip = len(self._start) if marker == self._start else 0
         self._buf, self._state, self._header = self._buf[at + skip :], _State.HEADER, ""
         self._silent = 0
 
     def _in_header(self, out: DeltaBuilder, final: bool) -> None:
-        at = self._buf.find(MESSAGE)
+        message = self._ch.message
+        at = self._buf.find(message)
         if at < 0:
             if len(self._header) + len(self._buf) > _MAX_HEADER:
                 out.content(self._header[self._silent :] + self._buf)
                 self._buf, self._header, self._state = "", "", _State.OUTSIDE
             return
         self._header += self._buf[:at]
-        self._buf, self._state = self._buf[at + len(MESSAGE) :], _State.BODY
-        channel = _CHANNEL.search(self._header)
-        recipient = _RECIPIENT.search(self._header)
+        self._buf, self._state = self._buf[at + len(message) :], _State.BODY
+        channel = self._channel.search(self._header)
+        recipient = self._recipient.search(self._header)
         name = recipient.group(1) if recipient else ""
-        if self._tool_calls and name.startswith("functions.") and len(name) > 10:
-            self._route, self._call_name = _Route.CALL, name[len("functions.") :]
-        elif self._reasoning and channel and channel.group(1) == "analysis":
+        functions = self._ch.functions
+        if self._tool_calls and name.startswith(functions) and len(name) > len(functions):
+            self._route, self._call_name = _Route.CALL, name[len(functions) :]
+        elif self._reasoning and channel and channel.group(1) == self._ch.reasoning_channel:
             self._route = _Route.REASONING
         else:
             self._route = _Route.CONTENT
         self._header, self._silent = "", 0
 
     def _body(self, out: DeltaBuilder, final: bool) -> None:
-        hits = [at for at in (self._buf.find(e) for e in ENDS) if at >= 0]
+        ends = self._ends
+        hits = [at for at in (self._buf.find(e) for e in ends) if at >= 0]
         if hits:
             at = min(hits)
-            end = next(e for e in ENDS if self._buf.startswith(e, at))
+            end = next(e for e in ends if self._buf.startswith(e, at))
             body, self._buf = self._buf[:at], self._buf[at + len(end) :]
             self._emit(body, out, final=True)
             self._state = _State.OUTSIDE
             self._end_message(out)
             return
-        cut = len(self._buf) - (0 if final else partial_suffix(self._buf, list(ENDS)))
+        cut = len(self._buf) - (0 if final else partial_suffix(self._buf, list(ends)))
         body, self._buf = self._buf[:cut], self._buf[cut:]
         self._emit(body, out, final=final)
 

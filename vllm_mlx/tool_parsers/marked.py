@@ -13,37 +13,15 @@ held markup are merged rather than re-matched (`_may_decide`); see `docs/parsers
 
 from __future__ import annotations
 
-import json
 import re
 from enum import Enum
 
-from vllm_mlx.chat.formats import ToolCallFormat
-from vllm_mlx.tool_parsers.arguments import (
-    GemmaArguments,
-    JsonArguments,
-    NameLastObject,
-    PythonArguments,
-    Status,
-    XmlArguments,
-)
-from vllm_mlx.tool_parsers.base import (
-    CONTENT,
-    DeltaBuilder,
-    Quick,
-    ToolParser,
-    new_call_id,
-    parameter_schemas,
-)
-from vllm_mlx.tool_parsers.literal import (
-    MAX_NAME,
-    Match,
-    match_literal,
-    match_name,
-    partial_suffix,
-    skip_space,
-)
+from vllm_mlx.families.dialects import ArgumentReader, Status
+from vllm_mlx.families.formats import ToolCallFormat
+from vllm_mlx.families.literal import MAX_NAME, Match, match_literal, partial_suffix, skip_space
+from vllm_mlx.families.message import CONTENT, Quick
+from vllm_mlx.tool_parsers.base import DeltaBuilder, ToolParser, new_call_id, parameter_schemas
 
-_JSON_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"', re.DOTALL)
 _KIMI_INDEX = re.compile(r":\d+$")
 _NOT_NAME = re.compile(r"[^\w.\-:/]")  # the complement of `literal.NAME_CHARS`
 _MAX_HEADER = 4 * MAX_NAME
@@ -76,7 +54,7 @@ class MarkedToolParser(ToolParser):
             _State.AFTER: self._after,
             _State.BETWEEN: self._between,
         }
-        self._header_end = _last_chars(_header_end(v) for v in self._variants)
+        self._header_end = _last_chars(v.dialect.header_end(v) for v in self._variants)
         # a proper prefix of one trigger never holds another, so it stays undecided
         self._prefixes_undecided = not any(
             a != b and a in b for a in self._triggers for b in self._triggers
@@ -89,9 +67,8 @@ class MarkedToolParser(ToolParser):
         self._skip_ws = False
         self._index = 0
         self._active = fmt
-        self._args: (
-            JsonArguments | XmlArguments | PythonArguments | GemmaArguments | NameLastObject | None
-        ) = None
+        self._args: ArgumentReader | None = None
+        self._named = True  # False: the reader finds the name after the arguments
         self._call: tuple[str, str] | None = None  # (id, name) not yet reported
         self._closing = ""  # the literal text after the current call's arguments
         self._call_raw: list[str] = []  # raw text of a call not yet reported
@@ -157,7 +134,7 @@ class MarkedToolParser(ToolParser):
             ends = _last_chars([self._closing])
         elif state is _State.BETWEEN:
             v = self._active
-            ends = _last_chars([lit for lit in (v.section_end, _header_end(v)) if lit])
+            ends = _last_chars([lit for lit in (v.section_end, v.dialect.header_end(v)) if lit])
         else:  # ARGS: the reader knows which characters can settle its markup
             assert self._args is not None
             ends = self._args.settles
@@ -247,15 +224,13 @@ class MarkedToolParser(ToolParser):
         arguments, so the whole object is read first."""
         self._active = variant
         name, call_id = raw_name or "", new_call_id()
-        if raw_name is None:
-            self._closing = variant.args_end + variant.call_end  # the reader takes the `}`
-            self._args = NameLastObject(_arguments_keys(variant))
-        else:
-            if variant.name_prefix:
-                call_id = raw_name
-                name = _KIMI_INDEX.sub("", raw_name.removeprefix(variant.name_prefix))
-            self._closing = _closing(variant)
-            self._args = _arguments_reader(variant, self._properties.get(name, {}))
+        self._named = raw_name is not None
+        if raw_name is not None and variant.name_prefix:
+            call_id = raw_name
+            name = _KIMI_INDEX.sub("", raw_name.removeprefix(variant.name_prefix))
+        dialect = variant.dialect
+        self._closing = dialect.closing(variant, self._named)
+        self._args = dialect.reader(self._properties.get(name, {}), self._named)
         self._call_raw = [self._buf[:end]]
         self._buf, self._state = self._buf[end:], _State.ARGS
         if self._args.streams:
@@ -272,7 +247,7 @@ class MarkedToolParser(ToolParser):
             self._call_raw.append(consumed)
             if text:  # the reader's first output: the call is real
                 call_id, name = self._call
-                if isinstance(self._args, NameLastObject):
+                if not self._named:
                     name = self._args.name
                 out.call_start(self._index, call_id, name)
                 self._call, self._call_raw, self._pending_ws = None, [], ""
@@ -340,20 +315,8 @@ class MarkedToolParser(ToolParser):
 
 def _trigger(variant: ToolCallFormat) -> str:
     """The first literal text of a call, which starts holding text back."""
-    opening = variant.section_start + variant.call_start
-    if variant.dialect == "json_named":
-        opening += "{"
+    opening = variant.section_start + variant.call_start + variant.dialect.lead
     return opening.split("\n", 1)[0]
-
-
-def _closing(v: ToolCallFormat) -> str:
-    """The literal text after a call's arguments."""
-    return ("\n}" if v.dialect == "json_named" else "") + v.args_end + v.call_end
-
-
-def _header_end(v: ToolCallFormat) -> str:
-    """The literal text a call header ends with (a JSON object's ``{`` counts)."""
-    return "{" if v.dialect in ("json", "json_named", "gemma") else v.name_end
 
 
 def _last_chars(literals) -> str | None:
@@ -380,69 +343,4 @@ def _match_header(
     state, pos = match_literal(text, 0, lead + v.call_start, final)
     if state is not Match.MATCH:
         return state, pos, ""
-    if v.dialect == "json_named":
-        start = pos
-        state, pos = match_literal(text, start, '{\n"name"\n:\n', final)
-        if state is Match.FAIL:
-            return _arguments_first(v, text, start, final)
-        if state is not Match.MATCH:
-            return state, pos, ""
-        m = _JSON_STRING.match(text, pos)
-        if m is None:
-            undecided = text[pos:] == "" or (text[pos] == '"' and len(text) - pos < MAX_NAME)
-            return (Match.PARTIAL if undecided and not final else Match.FAIL), pos, ""
-        name = json.loads(m.group(0))
-        for key in _arguments_keys(v):
-            state, end = match_literal(text, m.end(), f'\n,\n"{key}"\n:\n', final)
-            if state is not Match.FAIL:
-                break
-        if state is not Match.MATCH:
-            return state, end, ""
-        return _expect_object(text, end, final, name)
-    state, end = match_name(text, pos, final)
-    if state is not Match.MATCH:
-        return state, end, ""
-    name = text[pos:end]
-    state, end = match_literal(text, end, v.name_end, final)
-    if state is not Match.MATCH:
-        return state, end, ""
-    if v.dialect in ("json", "gemma"):
-        return _expect_object(text, end, final, name)
-    return Match.MATCH, end, name
-
-
-def _arguments_keys(v: ToolCallFormat) -> tuple[str, ...]:
-    """The keys a ``json_named`` object may hold its arguments under."""
-    return tuple(dict.fromkeys((v.arguments_key, "arguments", "parameters")))
-
-
-def _arguments_first(v: ToolCallFormat, text: str, start: int, final: bool):
-    """An object whose first key holds the arguments: a call whose name comes later
-    (MATCH with name None at the object's ``{``)."""
-    result = Match.FAIL, start
-    for key in _arguments_keys(v):
-        state, end = match_literal(text, start, f'{{\n"{key}"\n:\n', final)
-        if state is Match.MATCH:
-            return Match.MATCH, start, None
-        if state is Match.PARTIAL:
-            result = Match.PARTIAL, end
-    return (*result, "")
-
-
-def _expect_object(text: str, pos: int, final: bool, name: str) -> tuple[Match, int, str]:
-    """A JSON-ish argument object must follow: decide the call only once ``{`` is seen."""
-    at = skip_space(text, pos)
-    if at == len(text):
-        return (Match.FAIL if final else Match.PARTIAL), at, ""
-    return (Match.MATCH if text[at] == "{" else Match.FAIL), pos, name
-
-
-def _arguments_reader(v: ToolCallFormat, properties: dict):
-    if v.dialect in ("json", "json_named"):
-        return JsonArguments()
-    if v.dialect == "xml":
-        assert v.xml is not None
-        return XmlArguments(v.xml, properties)
-    if v.dialect == "python":
-        return PythonArguments()
-    return GemmaArguments()
+    return v.dialect.match_header(v, text, pos, final)

@@ -8,6 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# Where a parser's fast path (``quick``) puts a piece of text: reasoning, content, or the
+# arguments of the tool call with that index (>= 0); None when the general path must run.
+REASONING = -2
+CONTENT = -1
+Quick = tuple[int, str] | None
+
 
 @dataclass
 class ToolCallDelta:

@@ -1,27 +1,43 @@
 """Parser names, aliases and auto-detection, shared by the reasoning and tool-call managers.
 
-Both managers answer the same questions about a table of formats (``chat/formats.py``):
-the canonical names, the aliases people type, which name an alias means, and which family a
-model is from its chat template, special tokens and name.
+Both managers answer the same questions about a table of formats (`families.catalog`):
+the canonical names, the aliases people type, which name an alias means (and its format), and
+which family a model is from its chat template, special tokens and name.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Generic, Protocol, TypeVar
 
-from .formats import UnknownParserError
+
+class UnknownParserError(ValueError):
+    """A parser name that is neither a canonical name nor an alias."""
+
+    def __init__(self, kind: str, name: str, valid: Iterable[str]) -> None:
+        self.valid = sorted(valid)
+        super().__init__(f"unknown {kind} parser {name!r}; valid names: {', '.join(self.valid)}")
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def aliases(self) -> tuple[str, ...]: ...
+
+
+F = TypeVar("F", bound=_Named)
 
 
 def _key(name: str) -> str:
     return name.strip().lower().replace("-", "_")
 
 
-class ParserRegistry:
+class ParserRegistry(Generic[F]):
     def __init__(
         self,
         kind: str,
-        formats: Mapping[str, Any],
+        formats: Mapping[str, F],
         markers: Iterable[tuple[str, str]],
         name_fragments: Iterable[tuple[str, str]],
     ):
@@ -47,6 +63,10 @@ class ParserRegistry:
             if wanted in {_key(n) for n in (fmt.name, *fmt.aliases)}:
                 return fmt.name
         raise UnknownParserError(self.kind, name, [*self.names(), *self.aliases()])
+
+    def format(self, name: str) -> F:
+        """The format a name or alias stands for; `UnknownParserError` otherwise."""
+        return self.formats[self.resolve(name)]
 
     def match(
         self, model_name: str, chat_template: str | None, special_tokens: Iterable[str]

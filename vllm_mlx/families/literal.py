@@ -1,6 +1,6 @@
 """Matching literal markers against text that may still be arriving.
 
-A newline in a marker means "optional whitespace" here (see `vllm_mlx.chat.formats`). Every
+A newline in a marker means "optional whitespace" here (see `families.formats`). Every
 matcher answers MATCH (with the end position), PARTIAL (the text so far could still become a
 match) or FAIL, so a stream can hold back exactly the text that is still undecided.
 """

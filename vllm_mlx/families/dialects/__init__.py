@@ -1,0 +1,33 @@
+"""The argument dialects: how a family writes a call's name and arguments (see `base`).
+
+Each dialect is one module holding its reader, its writer and its grammar. Adding one means
+writing that module and registering its class here; a family then names an instance in its
+`ToolCallFormat` (`families.catalog`).
+"""
+
+from __future__ import annotations
+
+from .base import ArgumentReader, Dialect, Layout, Status
+from .gemma import GEMMA, GemmaDialect
+from .json import JSON, JsonDialect
+from .json_named import JSON_NAMED, JsonNamed
+from .python import PYTHON, PythonDialect
+from .xml import Xml
+
+# Every dialect, by name, in the order error messages list them.
+DIALECTS: dict[str, type[Dialect]] = {
+    d.name: d for d in (JsonDialect, JsonNamed, Xml, PythonDialect, GemmaDialect)
+}
+
+__all__ = [
+    "DIALECTS",
+    "GEMMA",
+    "JSON",
+    "JSON_NAMED",
+    "PYTHON",
+    "ArgumentReader",
+    "Dialect",
+    "Layout",
+    "Status",
+    "Xml",
+]
