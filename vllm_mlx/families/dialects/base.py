@@ -45,9 +45,20 @@ class ArgumentReader(Protocol):
     ``quick`` answers a feed that only extends the arguments (None: ``feed`` must run).
     """
 
-    streams: bool  # the call is reported before its arguments are complete
-    settles: str | None  # characters that can settle held markup (None: any character)
-    name: str  # the function name, when the arguments name it (json_named, name last)
+    @property
+    def streams(self) -> bool:
+        """The call is reported before its arguments are complete."""
+        ...
+
+    @property
+    def settles(self) -> str | None:
+        """The characters that can settle held markup (None: any character may)."""
+        ...
+
+    @property
+    def name(self) -> str:
+        """The function name, when the arguments name it (json_named written name last)."""
+        ...
 
     @property
     def unread(self) -> str:
