@@ -15,7 +15,8 @@ from parser_cases import (
     stream,
 )
 
-from vllm_mlx.families.catalog import TOOL_CALL_FORMATS
+from vllm_mlx.families.catalog import REASONING_FORMATS, TOOL_CALL_FORMATS
+from vllm_mlx.families.dialects import DIALECTS
 
 MARKED = [n for n in TOOL_CALL_FORMATS if n != "harmony"]
 TRICKY = {
@@ -235,6 +236,23 @@ def test_harmony_calls_with_recipient_in_channel_or_header():
         )
         assert msg.reasoning_content == "Think."
         assert calls_of(msg) == [("get_weather", {"city": "Oslo"})]
+
+
+def test_harmony_rendered_calls_round_trip_through_the_channel_parser():
+    """Harmony's format is derived from the `Channels` its parser reads: what the description
+    writes (after reasoning written in its `ReasoningFormat`) parses back."""
+    reasoning = REASONING_FORMATS["harmony"]
+    calls = TOOL_CALL_FORMATS["harmony"].render_calls(CALLS)
+    text = f"{reasoning.start}Think.{reasoning.end}{calls}"
+    msg = assert_same_in_every_mode(text, "harmony", "harmony", tools=WEATHER_TOOLS)
+    assert msg.reasoning_content == "Think." and msg.content is None
+    assert calls_of(msg) == CALLS
+
+
+def test_every_family_uses_a_registered_dialect():
+    for fmt in TOOL_CALL_FORMATS.values():
+        for variant in (fmt, *fmt.variants):
+            assert DIALECTS[variant.dialect.name] is type(variant.dialect)
 
 
 def test_harmony_final_channel_is_content():
