@@ -14,7 +14,7 @@ import pytest
 from comparing import comparable_response
 from servers import FailingSource, replay_server, tiny_model_server
 
-from vllm_mlx.server.responses_store import ResponseStore, StoredResponse
+from vllm_mlx.server.responses.store import ResponseStore, StoredResponse
 
 slow = pytest.mark.slow  # the real default model
 QUESTION = "What is the capital of France?"

@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import TypeVar
 
-from .errors import APIError
-from .sse import sse_data
+from ..errors import APIError
+from ..sse import sse_data
 
 T = TypeVar("T")
 

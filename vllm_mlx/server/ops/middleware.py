@@ -28,8 +28,8 @@ from .keepalive import Idle, paced
 from .metrics import RequestMetrics
 
 if TYPE_CHECKING:
-    from ..pipeline import ChatEvent, ChatResult
-    from .state import ServerState
+    from ...pipeline import ChatEvent, ChatResult
+    from ..state import ServerState
 
 access_log = logging.getLogger("vllm_mlx.access")
 

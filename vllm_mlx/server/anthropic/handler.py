@@ -11,21 +11,20 @@ import uuid
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..chat.template import ChatTemplateError, render_chat
-from ..pipeline import ChatRequest, ChatResult, Prepared
-from .anthropic_convert import content_blocks, stop_reason, to_chat_request, usage_body
-from .anthropic_protocol import MessagesRequest, PromptFields
-from .anthropic_stream import MessageStream
-from .errors import APIError, parse_body
-from .openai_common import generation_failed, unless_disconnected
-from .sse import sse_response
-from .state import ServerState, server_state
+from ...pipeline import ChatResult
+from ..errors import parse_body
+from ..sse import sse_response
+from ..state import server_state
+from ..streaming import generation_failed, unless_disconnected
+from .convert import content_blocks, stop_reason, to_chat_request, usage_body
+from .protocol import MessagesRequest, PromptFields
+from .stream import MessageStream
 
 
 async def create_message(request: Request) -> Response:
     state = server_state(request)
     body = await parse_body(request, MessagesRequest)
-    prepared = prepare(state, to_chat_request(body, state.defaults), body.max_tokens)
+    prepared = state.pipeline.prepare_chat(to_chat_request(body))  # invalid: 400 (app.py)
     message_id = "msg_" + uuid.uuid4().hex[:24]
     model = state.served_model_name
 
@@ -47,30 +46,12 @@ async def create_message(request: Request) -> Response:
 
 
 async def count_tokens(request: Request) -> Response:
-    """The prompt's token count, rendered exactly as /v1/messages would render it (but
-    without building constraints or checking the context, which counting does not need)."""
+    """The prompt's token count, rendered by the pipeline exactly as /v1/messages renders
+    it (thinking switch included), without building constraints or fitting the context."""
     state = server_state(request)
     body = await parse_body(request, PromptFields)
-    chat = to_chat_request(body, state.defaults)
-    tools = chat.tools if chat.tool_choice != "none" else None
-    try:
-        prompt = render_chat(
-            state.pipeline.tokenizer,
-            chat.messages,
-            tools=tools,
-            template_kwargs=chat.template_kwargs,
-        )
-    except ChatTemplateError as exc:
-        raise APIError(400, str(exc)) from None
+    prompt, _ = state.pipeline.render(to_chat_request(body))  # template errors: 400
     return JSONResponse({"input_tokens": len(prompt.token_ids)})
-
-
-def prepare(state: ServerState, chat: ChatRequest, max_tokens: int) -> Prepared:
-    """Validate and render; ``max_tokens`` is fitted to the context the prompt leaves."""
-    prepared = state.pipeline.prepare_chat(chat)  # invalid requests: 400 (app.py)
-    room = state.pipeline.context_length - len(prepared.generation.prompt_tokens)
-    prepared.generation.params.max_tokens = min(max_tokens, room)
-    return prepared
 
 
 def message_body(result: ChatResult, message_id: str, model: str) -> dict:
@@ -84,4 +65,5 @@ def message_body(result: ChatResult, message_id: str, model: str) -> dict:
         "stop_reason": reason,
         "stop_sequence": sequence,
         "usage": usage_body(result.usage),
+        **({"constraint_gave_up": result.constraint_gave_up} if result.constraint_gave_up else {}),
     }

@@ -11,7 +11,7 @@ import hmac
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .errors import APIError, error_response
+from ..errors import APIError, error_response
 
 OPEN_PATHS = frozenset({"/health"})
 

@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 if TYPE_CHECKING:
-    from ..pipeline import ChatEvent, ChatResult, Usage
+    from ...pipeline import ChatEvent, ChatResult, Usage
 
 # Seconds. TTFT spans queueing and prefill, which on a CPU can take minutes for long prompts.
 TTFT_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -34,8 +34,8 @@ ITL_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1,
 
 class ServerMetrics:
     """All of one server's metrics. Requests feed them through ``RequestMetrics`` (prefix-cache
-    hits come from each request's usage); other parts set theirs directly, e.g.
-    ``metrics.constraint_give_ups.inc()`` or ``metrics.mcp_servers_up.set(n)``."""
+    hits come from each request's usage, constraint give-ups from its terminal event or
+    result); gauges read their source at scrape time (``watch_engine``, ``watch_mcp``)."""
 
     def __init__(self, namespace: str = "vllm_mlx") -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -96,7 +96,8 @@ class ServerMetrics:
         )
         self.constraint_give_ups = Counter(
             "constraint_give_ups",
-            "Requests whose output constraint desynchronised and was dropped",
+            "Generations whose output constraint gave up mid-generation (output unconstrained"
+            " from there)",
             namespace=ns,
             registry=r,
         )
@@ -108,6 +109,10 @@ class ServerMetrics:
         """Read the engine's queue and batch sizes at scrape time, so they are never stale."""
         self.queue_depth.set_function(queue_depth)
         self.running.set_function(running)
+
+    def watch_mcp(self, connected: Callable[[], float]) -> None:
+        """Read the MCP manager's connected-server count at scrape time."""
+        self.mcp_servers_up.set_function(connected)
 
     def request(self) -> RequestMetrics:
         """A tracker for one generation request, started now."""
@@ -143,11 +148,11 @@ class RequestMetrics:
         if new_token:
             self._token_at(time.perf_counter())
         if terminal:
-            self._finish(event.finish_reason, event.usage)
+            self._finish(event.finish_reason, event.usage, event.constraint_gave_up)
 
     def observe_result(self, result: ChatResult) -> None:
         if not self.done:
-            self._finish(result.finish_reason, result.usage)
+            self._finish(result.finish_reason, result.usage, result.constraint_gave_up)
 
     def _token_at(self, now: float) -> None:
         if self.last_token is None:
@@ -157,9 +162,13 @@ class RequestMetrics:
         self.last_token = now
         self.tokens_seen += 1
 
-    def _finish(self, finish_reason: str | None, usage: Usage | None) -> None:
+    def _finish(
+        self, finish_reason: str | None, usage: Usage | None, constraint_gave_up: str | None
+    ) -> None:
         self.done = True
         self.metrics.finished.labels(finish_reason or "error").inc()
+        if constraint_gave_up is not None:
+            self.metrics.constraint_give_ups.inc()
         if usage is not None:
             self.metrics.prompt_tokens.inc(usage.prompt_tokens)
             self.metrics.completion_tokens.inc(usage.completion_tokens)

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from ..chat.message import MessageDelta
-from ..pipeline import ChatEvent, Usage
-from .errors import APIError
-from .keepalive import OPENAI_KEEPALIVE
-from .openai_common import event_frames
-from .responses_convert import (
+from ...chat.message import MessageDelta
+from ...pipeline import ChatEvent, Usage
+from ..errors import APIError
+from ..ops.keepalive import OPENAI_KEEPALIVE
+from ..sse import sse_data
+from ..streaming import event_frames
+from .convert import (
     function_call_item,
     message_item,
     new_item_id,
@@ -24,8 +25,7 @@ from .responses_convert import (
     reasoning_item,
     status_of,
 )
-from .responses_object import ResponseObject
-from .sse import sse_data
+from .object import ResponseObject
 
 
 class _Item:
@@ -100,12 +100,24 @@ class ResponseStream:
 
     def finish(self, event: ChatEvent) -> list[str]:
         status, details = status_of(event.finish_reason or "error")
-        return self.finish_with(status, details, event.usage)
+        return self.finish_with(status, details, event.usage, event.constraint_gave_up)
 
-    def finish_with(self, status: str, details: dict | None, usage: Usage | None) -> list[str]:
+    def finish_with(
+        self,
+        status: str,
+        details: dict | None,
+        usage: Usage | None,
+        constraint_gave_up: str | None = None,
+    ) -> list[str]:
         """Close the open item and send the terminal event for ``status``."""
         out = self._close()
-        self.final = self.response.body(status, self.output, usage, incomplete_details=details)
+        self.final = self.response.body(
+            status,
+            self.output,
+            usage,
+            incomplete_details=details,
+            constraint_gave_up=constraint_gave_up,
+        )
         kind = "response.completed" if status == "completed" else f"response.{status}"
         out.append(self.event(kind, response=self.final))
         return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .errors import APIError, error_response
+from ..errors import APIError, error_response
 
 
 class BodyTooLarge(Exception):

@@ -10,12 +10,11 @@ from __future__ import annotations
 import logging
 import uuid
 
-from ..chat.message import ParsedMessage
-from ..engine.sampling import SamplingParams
-from ..pipeline import ChatRequest, Usage
-from .errors import APIError
-from .openai_chat import check_tool_choice
-from .responses_protocol import (
+from ...chat.message import ParsedMessage
+from ...pipeline import Usage
+from ...request import ChatRequest, Sampling, Thinking
+from ..errors import APIError
+from .protocol import (
     FunctionCallItem,
     FunctionCallOutputItem,
     McpCallItem,
@@ -28,15 +27,6 @@ from .responses_protocol import (
 
 log = logging.getLogger(__name__)
 
-# reasoning.effort -> thinking budget in tokens; None turns thinking off in the template.
-EFFORT_BUDGETS: dict[str, int | None] = {
-    "none": None,
-    "minimal": None,
-    "low": 256,
-    "medium": 1024,
-    "high": 4096,
-    "xhigh": 8192,
-}
 _TEXT_ONLY = "this model accepts text only; {} content is not supported"
 
 
@@ -45,38 +35,23 @@ def new_item_id(prefix: str) -> str:
 
 
 def to_chat_request(
-    body: ResponsesRequest,
-    history: list[dict],
-    defaults: SamplingParams,
-    server_tools: list[dict] | None = None,
+    body: ResponsesRequest, history: list[dict], server_tools: list[dict] | None = None
 ) -> tuple[ChatRequest, list[dict]]:
     """The internal request, and the conversation (``history`` + this input, without the
     instructions, which do not carry over) to store for a later ``previous_response_id``.
     ``server_tools`` are the MCP tools (chat form) the model sees besides the client's."""
     conversation = history + input_messages(body.input)
     system = [{"role": "system", "content": body.instructions}] if body.instructions else []
-    tools = [*(function_tools(body.tools) or []), *(server_tools or [])] or None
-    tool_choice = _tool_choice(body.tool_choice)
-    check_tool_choice(tool_choice, tools)
-    budget, template_kwargs = _reasoning(body)
-    params = SamplingParams(
-        max_tokens=body.max_output_tokens or defaults.max_tokens,
-        temperature=defaults.temperature if body.temperature is None else body.temperature,
-        top_p=body.top_p or defaults.top_p,
-        top_k=defaults.top_k,
-        min_p=defaults.min_p,
-        repetition_penalty=defaults.repetition_penalty,
-    )
     chat = ChatRequest(
         messages=system + conversation,
-        params=params,
-        tools=tools,
-        tool_choice=tool_choice,
-        response_format=_response_format(body),
-        template_kwargs=template_kwargs,
-        max_tokens_given=body.max_output_tokens is not None,
-        thinking_budget=budget,
+        sampling=Sampling(temperature=body.temperature, top_p=body.top_p),
+        max_tokens=body.max_output_tokens,
+        max_tokens_policy="exact",
+        tools=[*(function_tools(body.tools) or []), *(server_tools or [])] or None,
+        tool_choice=_tool_choice(body.tool_choice),
         parallel_tool_calls=body.parallel_tool_calls is not False,
+        response_format=_response_format(body),
+        thinking=Thinking(effort=body.reasoning.effort if body.reasoning else None),
     )
     return chat, conversation
 
@@ -166,7 +141,7 @@ def _text(content: str | list[dict], param: str) -> str:
 
 def function_tools(tools: list[dict] | None) -> list[dict] | None:
     """Responses function tools in chat form; hosted tools are skipped (logged). MCP tools
-    are resolved separately (``responses_mcp``)."""
+    are resolved separately (``responses/mcp.py``)."""
     out = []
     for i, tool in enumerate(tools or []):
         if tool.get("type") == "mcp":
@@ -204,20 +179,6 @@ def _tool_choice(choice: str | dict | None) -> str | dict:
         'or {"type": "mcp", "server_label": ..., "name": ...}',
         param="tool_choice",
     )
-
-
-def _reasoning(body: ResponsesRequest) -> tuple[int | None, dict]:
-    effort = body.reasoning.effort if body.reasoning else None
-    if effort is None:
-        return None, {}
-    if effort not in EFFORT_BUDGETS:
-        raise APIError(
-            400,
-            f"reasoning.effort must be one of {', '.join(EFFORT_BUDGETS)}",
-            param="reasoning.effort",
-        )
-    budget = EFFORT_BUDGETS[effort]
-    return budget, ({} if budget is not None else {"enable_thinking": False})
 
 
 def _response_format(body: ResponsesRequest) -> dict | None:

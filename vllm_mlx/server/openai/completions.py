@@ -5,21 +5,14 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..engine.types import TokenLogprob
-from ..pipeline import ChatEvent
-from .errors import APIError, parse_body
-from .openai_common import (
-    error_frames,
-    generation_failed,
-    new_id,
-    now,
-    openai_frames,
-    unless_disconnected,
-    usage_body,
-)
-from .openai_protocol import CompletionRequest
-from .sse import sse_response
-from .state import server_state
+from ...engine.types import TokenLogprob
+from ...pipeline import ChatEvent
+from ..errors import APIError, parse_body
+from ..sse import sse_response
+from ..state import server_state
+from ..streaming import generation_failed, unless_disconnected
+from .protocol import CompletionRequest
+from .stream import error_frames, new_id, now, openai_frames, usage_body
 
 
 async def completions(request: Request) -> Response:
@@ -34,10 +27,10 @@ async def completions(request: Request) -> Response:
         if len(prompt) != 1:
             raise APIError(400, "one prompt per request is supported", param="prompt")
         prompt = prompt[0]
-    params = body.sampling_params(state.defaults)
-    params.logprobs = body.logprobs is not None
-    params.top_logprobs = body.logprobs or 0
-    prepared = state.pipeline.prepare_completion(prompt, params, body.max_tokens is not None)
+    sampling = body.sampling()
+    sampling.logprobs = body.logprobs is not None
+    sampling.top_logprobs = body.logprobs or 0
+    prepared = state.pipeline.prepare_completion(prompt, sampling, body.max_tokens)
 
     response_id, created, model = new_id("cmpl"), now(), state.served_model_name
 
@@ -57,7 +50,7 @@ async def completions(request: Request) -> Response:
         def event_chunk(event: ChatEvent) -> dict | None:
             if not event.delta.content and event.finish_reason is None:
                 return None
-            lp = completion_logprobs(event.logprobs) if params.logprobs else None
+            lp = completion_logprobs(event.logprobs) if sampling.logprobs else None
             return chunk(event.delta.content, event.finish_reason, lp)
 
         def usage_chunk(usage) -> dict:
@@ -80,7 +73,7 @@ async def completions(request: Request) -> Response:
     result = await unless_disconnected(request, state.pipeline.complete(prepared))
     if result.finish_reason == "error":
         raise generation_failed(result.error)
-    lp = completion_logprobs(result.logprobs) if params.logprobs else None
+    lp = completion_logprobs(result.logprobs) if sampling.logprobs else None
     out = chunk(result.message.content or "", result.finish_reason, lp)
     out["usage"] = usage_body(result.usage)
     return JSONResponse(out)

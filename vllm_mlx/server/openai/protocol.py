@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..engine.sampling import SamplingParams
+from ...request import Sampling
 
 
 class _Lenient(BaseModel):
@@ -88,18 +88,16 @@ class SamplingFields(_Lenient):
                 raise ValueError("logit_bias values must be between -100 and 100")
         return v
 
-    def sampling_params(self, defaults: SamplingParams) -> SamplingParams:
-        """Request values over the server's defaults (from the CLI)."""
-        d = defaults
-        return SamplingParams(
-            max_tokens=self.max_tokens or d.max_tokens,
-            temperature=d.temperature if self.temperature is None else self.temperature,
-            top_p=self.top_p or d.top_p,
-            top_k=max(self.top_k if self.top_k is not None else d.top_k, 0),
-            min_p=d.min_p if self.min_p is None else self.min_p,
-            repetition_penalty=self.repetition_penalty or d.repetition_penalty,
-            presence_penalty=self.presence_penalty or 0.0,
-            frequency_penalty=self.frequency_penalty or 0.0,
+    def sampling(self) -> Sampling:
+        """The sampling fields this request set (the pipeline fills in the defaults)."""
+        return Sampling(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            min_p=self.min_p,
+            repetition_penalty=self.repetition_penalty,
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
             logit_bias={int(k): v for k, v in (self.logit_bias or {}).items()},
             seed=self.seed,
             stop=list(self.stop or []),
@@ -121,7 +119,7 @@ class ChatCompletionRequest(SamplingFields):
     parallel_tool_calls: bool | None = None
     response_format: dict[str, Any] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
-    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
     thinking_token_budget: int | None = Field(default=None, ge=0)
 
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from ..chat.message import MessageDelta
-from ..pipeline import ChatEvent, Usage
-from .anthropic_convert import stop_reason, tool_use_id, usage_body
-from .errors import APIError
-from .keepalive import ANTHROPIC_PING
-from .openai_common import event_frames
-from .sse import sse_data
+from ...chat.message import MessageDelta
+from ...pipeline import ChatEvent, Usage
+from ..errors import APIError
+from ..ops.keepalive import ANTHROPIC_PING
+from ..sse import sse_data
+from ..streaming import event_frames
+from .convert import stop_reason, tool_use_id, usage_body
 
 
 def frame(body: dict) -> str:
@@ -75,16 +75,14 @@ class MessageStream:
     def finish(self, event: ChatEvent) -> list[str]:
         out = self._close()
         reason, sequence = stop_reason(event.finish_reason, event.stop_reason)
-        usage = event.usage
-        out.append(
-            frame(
-                {
-                    "type": "message_delta",
-                    "delta": {"stop_reason": reason, "stop_sequence": sequence},
-                    "usage": usage_body(usage or Usage(self.input_tokens)),
-                }
-            )
-        )
+        body = {
+            "type": "message_delta",
+            "delta": {"stop_reason": reason, "stop_sequence": sequence},
+            "usage": usage_body(event.usage or Usage(self.input_tokens)),
+        }
+        if event.constraint_gave_up:
+            body["constraint_gave_up"] = event.constraint_gave_up
+        out.append(frame(body))
         out.append(frame({"type": "message_stop"}))
         return out
 

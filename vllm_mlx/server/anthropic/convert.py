@@ -7,16 +7,14 @@ results become Anthropic content blocks and stop reasons.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 
-from ..chat.message import ParsedMessage, ToolCall
-from ..engine.sampling import SamplingParams
-from ..pipeline import ChatRequest, Usage
-from .anthropic_protocol import ContentBlock, Message, MessagesRequest, PromptFields, Tool
-from .errors import APIError
-from .openai_chat import check_tool_choice
+from ...chat.message import ParsedMessage, ToolCall
+from ...pipeline import Usage
+from ...request import ChatRequest, Sampling, Thinking
+from ..errors import APIError
+from .protocol import ContentBlock, Message, MessagesRequest, PromptFields, Tool
 
 log = logging.getLogger(__name__)
 
@@ -27,43 +25,38 @@ _IGNORED_BLOCKS = {"redacted_thinking"}
 _TEXT_ONLY = "this model accepts text only; {} content is not supported"
 
 
-def to_chat_request(body: PromptFields, defaults: SamplingParams) -> ChatRequest:
+def to_chat_request(body: PromptFields) -> ChatRequest:
     """The internal request for a Messages (or count_tokens) body."""
     tools = _tools(body.tools)
-    tool_choice, parallel = _tool_choice(body, tools)
-    thinking_budget, template_kwargs = None, {}
-    if body.thinking is not None and body.thinking.type == "enabled":
-        thinking_budget = body.thinking.budget_tokens
-    elif body.thinking is not None and body.thinking.type == "disabled":
-        template_kwargs["enable_thinking"] = False
-    return ChatRequest(
+    tool_choice, parallel = _tool_choice(body)
+    chat = ChatRequest(
         messages=_system(body.system) + _messages(body.messages),
-        params=(
-            _sampling(body, defaults)
-            if isinstance(body, MessagesRequest)
-            else dataclasses.replace(defaults)
-        ),
         tools=tools,
         tool_choice=tool_choice,
-        template_kwargs=template_kwargs,
-        # Anthropic's max_tokens is a cap (Claude Code asks for 32000): the handler fits it
-        # to the room the prompt leaves rather than rejecting it.
-        max_tokens_given=False,
-        thinking_budget=thinking_budget,
         parallel_tool_calls=parallel,
+        thinking=_thinking(body),
     )
+    if isinstance(body, MessagesRequest):
+        chat.sampling = Sampling(
+            temperature=body.temperature,
+            top_p=body.top_p,
+            top_k=body.top_k,
+            stop=list(body.stop_sequences or []),
+        )
+        # Anthropic's max_tokens is a cap (Claude Code asks for 32000): fitted to the room
+        # the prompt leaves rather than rejected.
+        chat.max_tokens, chat.max_tokens_policy = body.max_tokens, "cap"
+    return chat
 
 
-def _sampling(body: MessagesRequest, defaults: SamplingParams) -> SamplingParams:
-    return SamplingParams(
-        max_tokens=body.max_tokens,
-        temperature=defaults.temperature if body.temperature is None else body.temperature,
-        top_p=body.top_p or defaults.top_p,
-        top_k=defaults.top_k if body.top_k is None else body.top_k,
-        min_p=defaults.min_p,
-        repetition_penalty=defaults.repetition_penalty,
-        stop=list(body.stop_sequences or []),
-    )
+def _thinking(body: PromptFields) -> Thinking:
+    """``enabled`` (with its budget) and ``disabled`` switch; ``adaptive`` leaves the
+    template's default."""
+    if body.thinking is None or body.thinking.type not in ("enabled", "disabled"):
+        return Thinking()
+    if body.thinking.type == "disabled":
+        return Thinking(enabled=False)
+    return Thinking(enabled=True, budget=body.thinking.budget_tokens)
 
 
 def _system(system: str | list[ContentBlock] | None) -> list[dict]:
@@ -183,7 +176,7 @@ def _tools(tools: list[Tool] | None) -> list[dict] | None:
     return out or None
 
 
-def _tool_choice(body: PromptFields, tools: list[dict] | None) -> tuple[str | dict, bool]:
+def _tool_choice(body: PromptFields) -> tuple[str | dict, bool]:
     choice = body.tool_choice
     if choice is None:
         return "auto", True
@@ -192,7 +185,6 @@ def _tool_choice(body: PromptFields, tools: list[dict] | None) -> tuple[str | di
         if not choice.name:
             raise APIError(400, 'tool_choice type "tool" needs a name', param="tool_choice.name")
         mapped = {"type": "function", "function": {"name": choice.name}}
-    check_tool_choice(mapped, tools)
     return mapped, not choice.disable_parallel_tool_use
 
 

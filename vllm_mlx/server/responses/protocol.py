@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .errors import APIError, validation_error
+from ..errors import APIError, validation_error
 
 
 class _Lenient(BaseModel):

@@ -10,27 +10,26 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..chat.template import ChatTemplateError
-from ..pipeline import RequestError
-from .errors import APIError, parse_body
-from .openai_common import generation_failed, unless_disconnected
-from .responses_convert import (
-    assistant_message,
-    input_messages,
-    output_items,
-    status_of,
-    to_chat_request,
-)
-from .responses_mcp import MCPResponseRun, select_mcp_tools, stream_frames
-from .responses_object import ResponseObject
-from .responses_protocol import ResponsesRequest
-from .responses_store import ResponseStore, StoredResponse
-from .responses_stream import ResponseStream
-from .sse import sse_response
-from .state import server_state
+from ...chat.template import ChatTemplateError
+from ...request import RequestError
+from ..errors import APIError, parse_body
+from ..sse import sse_response
+from ..state import server_state
+from ..streaming import generation_failed, unless_disconnected
+from .convert import assistant_message, input_messages, output_items, status_of, to_chat_request
+from .mcp import MCPResponseRun, select_mcp_tools, stream_frames
+from .object import ResponseObject
+from .protocol import ResponsesRequest
+from .store import ResponseStore, StoredResponse
+from .stream import ResponseStream
 
 # Request fields whose errors the pipeline reports under chat-completions names.
-_PARAMS = {"response_format": "text.format", "messages": "input", "max_tokens": "max_output_tokens"}
+_PARAMS = {
+    "response_format": "text.format",
+    "messages": "input",
+    "max_tokens": "max_output_tokens",
+    "reasoning_effort": "reasoning.effort",
+}
 
 
 def response_store(request: Request) -> ResponseStore:
@@ -58,9 +57,7 @@ async def create_response(request: Request) -> Response:
     mcp = select_mcp_tools(body.tools, state.mcp)
     if mcp is not None:
         body.tool_choice = mcp.tool_choice(body.tool_choice)
-    chat, conversation = to_chat_request(
-        body, history, state.defaults, mcp.tools if mcp is not None else None
-    )
+    chat, conversation = to_chat_request(body, history, mcp.tools if mcp is not None else None)
     try:
         prepared = state.pipeline.prepare_chat(chat)
     except (RequestError, ChatTemplateError) as exc:
@@ -108,7 +105,11 @@ async def create_response(request: Request) -> Response:
     if status == "failed":
         raise generation_failed(result.error)
     final = response.body(
-        status, output_items(result.message), result.usage, incomplete_details=details
+        status,
+        output_items(result.message),
+        result.usage,
+        incomplete_details=details,
+        constraint_gave_up=result.constraint_gave_up,
     )
     keep(final)
     return JSONResponse(final)

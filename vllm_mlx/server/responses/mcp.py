@@ -14,22 +14,21 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from ..chat.message import MessageDelta, ParsedMessage, ToolCallDelta
-from ..chat.template import ChatTemplateError
-from ..mcp.catalog import CatalogEntry
-from ..mcp.executor import ToolResult
-from ..mcp.loop import run_tool_loop
-from ..pipeline import ChatRequest, ChatResult, Prepared, RequestError, Usage
-from .errors import APIError
-from .keepalive import OPENAI_KEEPALIVE, Idle, paced
-from .middleware import current_request
-from .openai_common import generation_failed
-from .responses_convert import new_item_id, status_of
-from .responses_stream import ResponseStream
-from .state import ServerState
+from ...mcp.catalog import CatalogEntry
+from ...mcp.executor import ToolResult
+from ...pipeline import ChatResult, Prepared
+from ...request import ChatRequest
+from ..errors import APIError
+from ..mcp.tool_loop import ToolLoopRun, call_budget
+from ..ops.keepalive import OPENAI_KEEPALIVE, Idle, paced
+from ..ops.middleware import current_request
+from ..state import ServerState
+from ..streaming import whole_delta
+from .convert import new_item_id, status_of
+from .stream import ResponseStream
 
 Send = Callable[[str], None]
 
@@ -179,8 +178,9 @@ def _unavailable(status: dict[str, Any]) -> str:
 
 
 class MCPResponseRun:
-    """One request's tool loop, writing its items into ``stream`` (whose frames go to
-    ``send``; a non-streamed request discards them and returns ``stream.final``)."""
+    """One request's tool loop (``server/mcp/tool_loop.py``) rendered as Responses items
+    into ``stream`` (whose frames go to ``send``; a non-streamed request discards them and
+    returns ``stream.final``)."""
 
     def __init__(
         self,
@@ -191,14 +191,16 @@ class MCPResponseRun:
         stream: ResponseStream,
         max_tool_calls: int | None,
     ):
-        self.state = state
-        self.chat = chat
-        self.prepared: Prepared | None = prepared  # the first turn, already validated
         self.selection = selection
         self.stream = stream
-        limit = state.mcp.config.max_tool_calls
-        self.budget = min(max_tool_calls or limit, limit)
-        self.results: list[ChatResult] = []
+        self.loop = ToolLoopRun(
+            state.pipeline,
+            chat,
+            prepared,
+            _ObservedCalls(state.mcp, self),
+            budget=call_budget(state.mcp, max_tool_calls),
+            allowed_tools=set(selection.entries),
+        )
         self.result: ChatResult | None = None  # all turns as one, once finished
         self.send: Send = lambda frame: None
 
@@ -209,41 +211,19 @@ class MCPResponseRun:
             self.send = send
         for server in self.selection.servers:
             self._list_tools(server)
-        runner = _ObservedCalls(self.state.mcp, self)
-        loop = await run_tool_loop(
-            self._generate,
-            self.chat.messages,
-            runner,
-            max_tool_calls=self.budget,
-            allowed_tools=set(self.selection.entries),
-        )
-        message = replace(loop.message, tool_calls=list(loop.pending_tool_calls))
-        self._emit(self.stream.delta(_whole(message)))
-        usage = Usage.summed(r.usage for r in self.results)
-        if loop.pending_tool_calls:
+        result = await self.loop.run()
+        self._emit(self.stream.delta(whole_delta(result.message)))
+        if result.finish_reason == "tool_calls":
             status, details = "completed", None
-        elif loop.cut_off:
+        elif self.loop.loop is not None and self.loop.loop.cut_off:
             status, details = "incomplete", {"reason": "max_tool_calls"}
         else:
-            status, details = status_of(self.results[-1].finish_reason)
-        self._emit(self.stream.finish_with(status, details, usage))
-        self.result = replace(self.results[-1], message=message, usage=usage)
-        return self.result
-
-    async def _generate(self, messages: list[dict]) -> ParsedMessage:
-        prepared = self.prepared
-        self.prepared = None
-        if prepared is None:  # later turns: the client's tool_choice applied to the first
-            turn = replace(self.chat, messages=messages, tool_choice="auto")
-            try:
-                prepared = self.state.pipeline.prepare_chat(turn)
-            except (RequestError, ChatTemplateError) as exc:  # e.g. the context is full
-                raise APIError(400, f"after {len(self.results)} turns: {exc}") from None
-        result = await self.state.pipeline.complete(prepared)
-        if result.finish_reason in ("error", "cancelled"):
-            raise generation_failed(result.error)
-        self.results.append(result)
-        return result.message
+            status, details = status_of(result.finish_reason)
+        self._emit(
+            self.stream.finish_with(status, details, result.usage, result.constraint_gave_up)
+        )
+        self.result = result
+        return result
 
     # -- items -----------------------------------------------------------------------------
 
@@ -336,15 +316,6 @@ class _ObservedCalls:
         result = await self.manager.call_tool(name, arguments)
         self.run.call_finished(index, result)
         return result
-
-
-def _whole(message: ParsedMessage) -> MessageDelta:
-    """A finished message as one delta, for the stream's item events."""
-    calls = [
-        ToolCallDelta(index=i, id=c.id, name=c.name, arguments=c.arguments)
-        for i, c in enumerate(message.tool_calls)
-    ]
-    return MessageDelta(message.reasoning_content or "", message.content or "", calls)
 
 
 async def stream_frames(run: MCPResponseRun) -> AsyncIterator[str]:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ..pipeline import Usage
-from .responses_convert import new_item_id, usage_body
-from .responses_protocol import ResponsesRequest
+from ...pipeline import Usage
+from .convert import new_item_id, usage_body
+from .protocol import ResponsesRequest
 
 
 @dataclass
@@ -27,9 +27,10 @@ class ResponseObject:
         *,
         incomplete_details: dict | None = None,
         error: dict | None = None,
+        constraint_gave_up: str | None = None,
     ) -> dict:
         req = self.request
-        return {
+        body = {
             "id": self.id,
             "object": "response",
             "created_at": self.created_at,
@@ -57,3 +58,6 @@ class ResponseObject:
             "usage": usage_body(usage),
             "metadata": req.metadata or {},
         }
+        if constraint_gave_up is not None:  # docs/constrained.md
+            body["constraint_gave_up"] = constraint_gave_up
+        return body

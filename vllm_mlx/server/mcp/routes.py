@@ -12,8 +12,8 @@ from pydantic import BaseModel, Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from .errors import APIError, parse_body
-from .state import server_state
+from ..errors import APIError, parse_body
+from ..state import server_state
 
 
 class ExecuteRequest(BaseModel):
