@@ -104,17 +104,19 @@ class ForcingSource:
 
 
 class EchoSource:
-    """Every sequence answers with its own prompt (then ends): what the template really
-    rendered, as text the client can read."""
+    """Every sequence answers with its own prompt, end-of-turn tokens left out (they would
+    stop it), then ends: what the template really rendered, as text the client can read."""
 
-    def __init__(self, eos_id: int):
-        self.eos_id = eos_id
+    def __init__(self, eos_ids: set[int]):
+        self.eos_ids = eos_ids
+        self.eos_id = min(eos_ids)
         self._rows: dict[int, list[int]] = {}
         self._next = 0
 
     def insert(self, prompt, *, max_tokens, **kwargs):
         uid, self._next = self._next, self._next + 1
-        self._rows[uid] = [*list(prompt)[: max_tokens - 1], self.eos_id]
+        echo = [t for t in prompt if t not in self.eos_ids]
+        self._rows[uid] = [*echo[: max_tokens - 1], self.eos_id]
         return uid, 0
 
     def remove(self, uid: int) -> None:
@@ -152,7 +154,7 @@ def echo_server(**parsers):
     """The real app in a thread whose every answer is the rendered prompt (the default
     model's tokenizer and template); yields (base URL, runtime)."""
     runtime: Runtime = build_replay_runtime("", **parsers)
-    runtime.engine.source = EchoSource(runtime.loaded.tokenizer.eos_token_id)
+    runtime.engine.source = EchoSource(set(runtime.loaded.tokenizer.eos_token_ids))
     try:
         with thread_server(create_app(ServerState(runtime.pipeline, "echo"))) as base:
             yield base, runtime

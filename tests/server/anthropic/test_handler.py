@@ -12,7 +12,7 @@ import anthropic
 import httpx
 import pytest
 from comparing import comparable_message
-from servers import FailingSource, replay_server, tiny_model_server
+from servers import FailingSource, echo_server, replay_server, tiny_model_server
 
 # anthropic 2.x dropped sampling arguments from messages.create; the API still has them
 GREEDY = {"temperature": 0}
@@ -282,39 +282,49 @@ def test_thinking_blocks_stream_and_replay():
 
 
 def test_tool_result_round_trip_renders_into_the_prompt():
-    with replay_client("It is sunny.", tool_parser="hermes") as (client, _):
-        messages = [
-            {"role": "user", "content": "Weather in Paris?"},
-            {
-                "role": "assistant",
-                "content": [
-                    {
-                        "type": "tool_use",
-                        "id": "toolu_1",
-                        "name": "get_weather",
-                        "input": {"city": "Paris"},
-                    },
-                ],
-            },
-            {
-                "role": "user",
-                "content": [
-                    {
-                        "type": "tool_result",
-                        "tool_use_id": "toolu_1",
-                        "content": [{"type": "text", "text": "sunny, 21C"}],
-                    },
-                    {"type": "text", "text": "Summarise."},
-                ],
-            },
-        ]
+    """An echo server answers with the rendered prompt itself: the tools, the history's
+    tool call (parsed back out of the echo as a tool_use) and the tool result are in it, and
+    count_tokens counts exactly that prompt."""
+    messages = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {
+            "role": "assistant",
+            "content": [
+                {
+                    "type": "tool_use",
+                    "id": "toolu_1",
+                    "name": "get_weather",
+                    "input": {"city": "Paris"},
+                },
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_1",
+                    "content": [{"type": "text", "text": "sunny, 21C"}],
+                },
+                {"type": "text", "text": "Summarise."},
+            ],
+        },
+    ]
+    with echo_server(tool_parser="hermes") as (base, _):
+        client = anthropic.Anthropic(base_url=base, api_key="k", max_retries=0)
         reply = client.messages.create(
-            model="m", max_tokens=50, messages=messages, tools=[WEATHER_TOOL]
+            model="m", max_tokens=2000, messages=messages, tools=[WEATHER_TOOL]
         )
-        base = client.messages.count_tokens(model="m", messages=messages[:1], tools=[WEATHER_TOOL])
-        full = client.messages.count_tokens(model="m", messages=messages, tools=[WEATHER_TOOL])
-    assert reply.content[0].text == "It is sunny." and reply.stop_reason == "end_turn"
-    assert full.input_tokens > base.input_tokens + 10
+        counted = client.messages.count_tokens(model="m", messages=messages, tools=[WEATHER_TOOL])
+    prompt = "".join(b.text for b in reply.content if b.type == "text")
+    assert '"name": "get_weather"' in prompt  # the tool, in the Hermes system prompt
+    assert "<tool_response>\nsunny, 21C\n</tool_response>" in prompt
+    assert prompt.index("sunny, 21C") < prompt.index("Summarise.")
+    calls = [(b.name, b.input) for b in reply.content if b.type == "tool_use"]
+    assert calls == [("get_weather", {"city": "Paris"})]  # the history's call, rendered
+    assert reply.usage.input_tokens + (reply.usage.cache_read_input_tokens or 0) == (
+        counted.input_tokens
+    )
 
 
 def test_mid_stream_failure_ends_with_an_error_event():

@@ -40,11 +40,18 @@ def test_thinking_token_budget_closes_the_block(tiny):
 
 
 def test_reasoning_effort_maps_to_a_budget_and_streams_like_non_stream(tiny):
-    client, _ = tiny
+    """ "minimal" is 256 reasoning tokens: with room for 300 the budget, not max_tokens,
+    closes the block and the answer goes on after it."""
+    client, tokenizer = tiny
     kwargs = dict(
-        model="m", messages=HELLO, max_tokens=40, temperature=0, reasoning_effort="minimal"
+        model="m", messages=HELLO, max_tokens=300, temperature=0, reasoning_effort="minimal"
     )
-    whole = client.chat.completions.create(**kwargs).choices[0].message
+    reply = client.chat.completions.create(**kwargs)
+    whole = reply.choices[0].message
+    assert 0 < reasoning_tokens(tokenizer, whole) <= 257  # close may merge a token
+    assert reply.usage.completion_tokens > reasoning_tokens(tokenizer, whole)
+    free = client.chat.completions.create(**{**kwargs, "reasoning_effort": None})
+    assert reasoning_tokens(tokenizer, free.choices[0].message) > 257  # no budget: thinks on
     chunks = list(client.chat.completions.create(**kwargs, stream=True))
     reasoning = "".join(
         getattr(c.choices[0].delta, "reasoning_content", None) or "" for c in chunks if c.choices

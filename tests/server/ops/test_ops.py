@@ -19,10 +19,11 @@ import httpx
 import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from servers import cli_server, thread_server
+from servers import ForcingSource, cli_server, thread_server
 
 from vllm_mlx.runtime import build_replay_runtime
 from vllm_mlx.server.app import create_app
+from vllm_mlx.server.ops.middleware import RequestIdLogFilter
 from vllm_mlx.server.state import ServerState
 
 REPLY = "The lighthouse keeper climbed the stairs at dusk and lit the lamp for the ships."
@@ -189,17 +190,62 @@ def test_metrics_show_in_flight_and_queued_requests(runtime, gate):
     assert value(samples, "vllm_mlx_requests_in_flight") == 1
 
 
-def test_metrics_registries_are_per_app_and_expose_the_hooks(runtime):
-    with serving(runtime) as (base_a, state_a, _), serving(runtime) as (base_b, _, _):
-        state_a.metrics.cache_hits.inc(2)
-        state_a.metrics.constraint_give_ups.inc()
-        state_a.metrics.mcp_servers_up.set(3)
+def test_metrics_registries_are_per_app(runtime):
+    with serving(runtime) as (base_a, _, _), serving(runtime) as (base_b, _, _):
+        reply = httpx.post(
+            f"{base_a}/v1/chat/completions", json={"model": "m", "messages": ASK}, timeout=60
+        )
+        assert reply.status_code == 200
         a, b = scrape(base_a), scrape(base_b)
-    assert value(a, "vllm_mlx_prefix_cache_hits_total") == 2
-    assert value(a, "vllm_mlx_constraint_give_ups_total") == 1
-    assert value(a, "vllm_mlx_mcp_servers_up") == 3
-    assert value(b, "vllm_mlx_prefix_cache_hits_total") == 0
-    assert ("vllm_mlx_mcp_servers_up", ()) in b
+    assert value(a, "vllm_mlx_generations_finished_total", finish_reason="stop") == 1
+    assert value(b, "vllm_mlx_generations_finished_total", finish_reason="stop") == 0
+    assert ("vllm_mlx_mcp_servers_up", ()) in b and value(b, "vllm_mlx_mcp_servers_up") == 0
+
+
+def test_constraint_give_up_reaches_the_metric_the_log_and_the_client(caplog):
+    """A caller that forces tokens the JSON constraint rejects (the replayed text is not
+    JSON): the constraint gives up; the client sees why, the counter counts each
+    generation once, and the log line carries the request id."""
+    runtime = build_replay_runtime("Not JSON at all, sorry.")
+    vocab = len(runtime.loaded.tokenizer.get_vocab())
+    runtime.engine.source = ForcingSource(runtime.engine.source, vocab)
+    body = {"model": "m", "messages": ASK, "response_format": {"type": "json_object"}}
+    caplog.handler.addFilter(RequestIdLogFilter())  # what `serve` installs on its handlers
+    try:
+        with serving(runtime) as (base, _, _), caplog.at_level(logging.WARNING):
+            whole = httpx.post(
+                f"{base}/v1/chat/completions",
+                json=body,
+                headers={"x-request-id": "give-up-1"},
+                timeout=60,
+            )
+            lines = sse_lines(base, "/v1/chat/completions", {**body, "stream": True})
+            samples = scrape(base)
+    finally:
+        runtime.close()
+    assert whole.status_code == 200
+    assert "constraint_gave_up" in whole.json() and whole.json()["constraint_gave_up"]
+    finals = [json.loads(x[6:]) for x in lines if x.startswith("data: {")]
+    assert [c.get("constraint_gave_up") is not None for c in finals if c["choices"]][-1]
+    assert value(samples, "vllm_mlx_constraint_give_ups_total") == 2
+    records = [r for r in caplog.records if "constraint gave up" in r.getMessage()]
+    assert any(getattr(r, "request_id", None) == "give-up-1" for r in records)
+
+
+def test_mcp_servers_up_is_the_managers_connected_count(runtime):
+    from mcp_servers.harness import toolbox_stdio
+
+    from vllm_mlx.mcp.config import parse_config
+    from vllm_mlx.mcp.manager import MCPManager
+
+    config = {"mcpServers": {"toolbox": toolbox_stdio(), "gone": {"command": "/nonexistent"}}}
+    manager = MCPManager(parse_config(config))
+    with serving(runtime, mcp=manager) as (base, _, _):  # the app's lifespan connects
+        samples = scrape(base)
+        status = httpx.get(f"{base}/health").json()["mcp"]
+    assert {name: s["state"] for name, s in status.items()}["toolbox"] == "connected"
+    assert status["gone"]["state"] != "connected"
+    assert value(samples, "vllm_mlx_mcp_servers_up") == 1
 
 
 def test_prefix_cache_hits_counted_from_usage():
