@@ -45,7 +45,7 @@ def tiny():
 @pytest.fixture(scope="module")
 def qwen_tiny():
     """The Qwen3-style template, whose reasoning re-tokenizes to the tokens generated (the
-    usage's reasoning count is re-tokenized from the text, docs/apis.md)."""
+    usage's reasoning count is re-tokenized from the text: pipeline.Usage)."""
     yield from clients()
 
 
