@@ -3,12 +3,16 @@ around a replay engine whose output the test chooses."""
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import mlx.core as mx
 import uvicorn
+from mcp_servers.harness import toolbox_stdio
 from tiny_models import QWEN3_STYLE_CHAT_TEMPLATE, build_tiny_model, build_tiny_tokenizer
 
 from vllm_mlx.engine.engine import Engine
@@ -25,6 +29,23 @@ def cli_server(*args: str, log_path: Path, timeout: float = 300):
     """`python -m vllm_mlx serve ARGS` on a free port; yields the base URL (no /v1)."""
     with launched_server(None, list(args), log_path, timeout) as server:
         yield server.base_url
+
+
+@contextmanager
+def mcp_cli_server(tmp: Path, *args: str, max_tool_calls: int = 3):
+    """`vllm-mlx serve ARGS --mcp-config` with the toolbox MCP server over stdio (Hermes
+    tool calls); yields the base URL once the manager lists the toolbox tools."""
+    config = tmp / "mcp.json"
+    config.write_text(
+        json.dumps({"mcpServers": {"toolbox": toolbox_stdio()}, "max_tool_calls": max_tool_calls})
+    )
+    cli = (*args, "--mcp-config", str(config), "--tool-call-parser", "hermes")
+    with cli_server(*cli, log_path=tmp / "server.log") as base:
+        for _ in range(100):  # the manager connects in the background of start-up
+            if httpx.get(f"{base}/v1/mcp/tools").json()["data"]:
+                break
+            time.sleep(0.2)
+        yield base
 
 
 @contextmanager

@@ -12,6 +12,7 @@ import anthropic
 import openai
 import pytest
 from servers import tiny_model_server
+from shared import GREEDY, HELLO
 
 from vllm_mlx.chat.thinking_switch import EFFORT_BUDGETS
 
@@ -23,8 +24,6 @@ THINKING_TEMPLATE = (
     "{% if thinking is defined and not thinking %}<think>\n\n</think>\n\n"
     "{% else %}<think>\n{% endif %}{% endif %}"
 )
-HELLO = [{"role": "user", "content": "Hello"}]
-GREEDY = {"temperature": 0}
 
 
 def clients(chat_template: str | None = None):

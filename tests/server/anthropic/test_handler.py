@@ -13,20 +13,8 @@ import httpx
 import pytest
 from comparing import comparable_message
 from servers import FailingSource, echo_server, replay_server, tiny_model_server
+from shared import FRANCE, GREEDY, WEATHER_ANTHROPIC
 
-# anthropic 2.x dropped sampling arguments from messages.create; the API still has them
-GREEDY = {"temperature": 0}
-FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
-WEATHER_TOOL = {
-    "name": "get_weather",
-    "description": "Current weather for a city",
-    "input_schema": {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "type": "object",
-        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-        "required": ["city"],
-    },
-}
 TOOL_REPLY = (
     "Let me check.<tool_call>\n"
     '{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n</tool_call>'
@@ -136,7 +124,7 @@ BAD_REQUESTS = [
     ),
     (
         "tool_choice names an unknown tool",
-        {"tools": [WEATHER_TOOL], "tool_choice": {"type": "tool", "name": "nope"}},
+        {"tools": [WEATHER_ANTHROPIC], "tool_choice": {"type": "tool", "name": "nope"}},
     ),
     ("temperature out of range", {"temperature": 1.5}),
 ]
@@ -171,7 +159,7 @@ def test_forced_tool_use_on_the_real_model(anthropic_client):
         max_tokens=60,
         extra_body=GREEDY,
         messages=[{"role": "user", "content": "Weather in Paris?"}],
-        tools=[WEATHER_TOOL],
+        tools=[WEATHER_ANTHROPIC],
         tool_choice={"type": "tool", "name": "get_weather"},
     )
     whole, _, final = create_and_stream(anthropic_client, **kwargs)
@@ -188,7 +176,7 @@ def test_forced_tool_use_on_the_real_model(anthropic_client):
 def test_tool_use_streams_input_incrementally_and_matches_non_stream():
     with replay_client(TOOL_REPLY, tool_parser="hermes") as (client, _):
         kwargs = dict(
-            model="claude-sonnet-4-5", max_tokens=200, messages=FRANCE, tools=[WEATHER_TOOL]
+            model="claude-sonnet-4-5", max_tokens=200, messages=FRANCE, tools=[WEATHER_ANTHROPIC]
         )
         whole, events, final = create_and_stream(client, **kwargs)
     assert [b.type for b in whole.content] == ["text", "tool_use"]
@@ -313,9 +301,11 @@ def test_tool_result_round_trip_renders_into_the_prompt():
     with echo_server(tool_parser="hermes") as (base, _):
         client = anthropic.Anthropic(base_url=base, api_key="k", max_retries=0)
         reply = client.messages.create(
-            model="m", max_tokens=2000, messages=messages, tools=[WEATHER_TOOL]
+            model="m", max_tokens=2000, messages=messages, tools=[WEATHER_ANTHROPIC]
         )
-        counted = client.messages.count_tokens(model="m", messages=messages, tools=[WEATHER_TOOL])
+        counted = client.messages.count_tokens(
+            model="m", messages=messages, tools=[WEATHER_ANTHROPIC]
+        )
     prompt = "".join(b.text for b in reply.content if b.type == "text")
     assert '"name": "get_weather"' in prompt  # the tool, in the Hermes system prompt
     assert "<tool_response>\nsunny, 21C\n</tool_response>" in prompt

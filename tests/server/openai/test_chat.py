@@ -10,10 +10,9 @@ import httpx
 import openai
 import pytest
 from comparing import comparable_usage
+from shared import FRANCE
 
 pytestmark = pytest.mark.slow
-
-FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 @pytest.fixture(scope="module")

@@ -4,39 +4,19 @@ max_tool_calls)."""
 
 from __future__ import annotations
 
-import json
-import time
-
 import httpx
 import openai
 import pytest
-from mcp_servers.harness import toolbox_stdio
-from servers import cli_server
-
-CALL = '<tool_call>\n{"name": "echo", "arguments": {"text": "ping"}}\n</tool_call>'
+from servers import mcp_cli_server
+from shared import ECHO_CALL
 
 
 @pytest.fixture(scope="module")
 def mcp_server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("mcp")
-    config = tmp / "mcp.json"
-    config.write_text(json.dumps({"mcpServers": {"toolbox": toolbox_stdio()}, "max_tool_calls": 3}))
     replay = tmp / "replay.txt"
-    replay.write_text(CALL)
-    with cli_server(
-        "--replay",
-        str(replay),
-        "--mcp-config",
-        str(config),
-        "--tool-call-parser",
-        "hermes",
-        log_path=tmp / "server.log",
-    ) as base:
-        # the manager connects in the background of start-up; wait for the tools
-        for _ in range(100):
-            if httpx.get(f"{base}/v1/mcp/tools").json()["data"]:
-                break
-            time.sleep(0.2)
+    replay.write_text(ECHO_CALL)
+    with mcp_cli_server(tmp, "--replay", str(replay)) as base:
         yield base
 
 

@@ -9,21 +9,10 @@ from contextlib import contextmanager
 import openai
 import pytest
 from servers import replay_server
+from shared import WEATHER_CHAT
 
 from vllm_mlx.runtime import build_replay_runtime
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-            },
-        },
-    }
-]
 ASK = [{"role": "user", "content": "Weather?"}]
 
 
@@ -59,7 +48,7 @@ def test_hermes_tool_calls_streamed_incrementally_and_whole():
         '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
     )
     with replay_client(text, tool_parser="hermes") as client:
-        whole, chunks = both_ways(client, tools=TOOLS)
+        whole, chunks = both_ways(client, tools=[WEATHER_CHAT])
     message = whole.choices[0].message
     assert whole.choices[0].finish_reason == "tool_calls"
     assert message.content == "Let me check."
@@ -94,7 +83,7 @@ def test_reasoning_then_content_streamed_and_whole():
 def test_tool_choice_none_leaves_markup_as_content():
     text = '<tool_call>\n{"name": "get_weather", "arguments": {}}\n</tool_call>'
     with replay_client(text, tool_parser="hermes") as client:
-        whole, chunks = both_ways(client, tools=TOOLS, tool_choice="none")
+        whole, chunks = both_ways(client, tools=[WEATHER_CHAT], tool_choice="none")
     assert whole.choices[0].message.tool_calls is None
     assert whole.choices[0].message.content == text
     assert "".join(ch.choices[0].delta.content or "" for ch in chunks) == text
@@ -109,7 +98,7 @@ def test_tool_choice_none_leaves_markup_as_content():
 )
 def test_unfinished_or_malformed_call_stays_in_content(text):
     with replay_client(text, tool_parser="hermes") as client:
-        whole, chunks = both_ways(client, tools=TOOLS)
+        whole, chunks = both_ways(client, tools=[WEATHER_CHAT])
     assert whole.choices[0].message.tool_calls is None
     assert whole.choices[0].message.content == text
     assert "".join(ch.choices[0].delta.content or "" for ch in chunks) == text

@@ -6,8 +6,7 @@ from __future__ import annotations
 import openai
 import pytest
 from servers import tiny_model_server
-
-HELLO = [{"role": "user", "content": "Hello"}]
+from shared import HELLO
 
 
 @pytest.fixture(scope="module")

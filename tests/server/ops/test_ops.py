@@ -18,9 +18,12 @@ import anthropic
 import httpx
 import openai
 import pytest
+from mcp_servers.harness import toolbox_stdio
 from prometheus_client.parser import text_string_to_metric_families
 from servers import ForcingSource, cli_server, thread_server
 
+from vllm_mlx.mcp.config import parse_config
+from vllm_mlx.mcp.manager import MCPManager
 from vllm_mlx.runtime import build_replay_runtime
 from vllm_mlx.server.app import create_app
 from vllm_mlx.server.ops.middleware import RequestIdLogFilter
@@ -233,11 +236,6 @@ def test_constraint_give_up_reaches_the_metric_the_log_and_the_client(caplog):
 
 
 def test_mcp_servers_up_is_the_managers_connected_count(runtime):
-    from mcp_servers.harness import toolbox_stdio
-
-    from vllm_mlx.mcp.config import parse_config
-    from vllm_mlx.mcp.manager import MCPManager
-
     config = {"mcpServers": {"toolbox": toolbox_stdio(), "gone": {"command": "/nonexistent"}}}
     manager = MCPManager(parse_config(config))
     with serving(runtime, mcp=manager) as (base, _, _):  # the app's lifespan connects

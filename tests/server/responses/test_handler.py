@@ -13,21 +13,12 @@ import openai
 import pytest
 from comparing import comparable_response
 from servers import FailingSource, replay_server, tiny_model_server
+from shared import WEATHER_RESPONSES
 
 from vllm_mlx.server.responses.store import ResponseStore, StoredResponse
 
 slow = pytest.mark.slow  # the real default model
 QUESTION = "What is the capital of France?"
-WEATHER_TOOL = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Current weather for a city",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-        "required": ["city"],
-    },
-}
 REPLY = (
     "<think>Weather needs a tool.</think>Let me check.<tool_call>\n"
     '{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n</tool_call>'
@@ -192,7 +183,7 @@ def test_codex_request_shape_is_accepted(real_server):
                 "content": [{"type": "input_text", "text": QUESTION}],
             },
         ],
-        "tools": [WEATHER_TOOL, {"type": "web_search"}, {"type": "namespace", "name": "x"}],
+        "tools": [WEATHER_RESPONSES, {"type": "web_search"}, {"type": "namespace", "name": "x"}],
         "tool_choice": "auto",
         "parallel_tool_calls": False,
         "reasoning": {"effort": "medium", "summary": "auto"},
@@ -216,7 +207,7 @@ def test_codex_request_shape_is_accepted(real_server):
 def test_reasoning_and_function_call_stream_incrementally_and_match():
     with replay_client(REPLY, tool_parser="hermes", reasoning_parser="qwen3") as (client, _):
         whole, events = create_and_stream(
-            client, model="m", input="Weather in Paris?", tools=[WEATHER_TOOL]
+            client, model="m", input="Weather in Paris?", tools=[WEATHER_RESPONSES]
         )
         output = [
             {"type": "function_call_output", "call_id": whole.output[2].call_id, "output": "sunny"}

@@ -6,39 +6,27 @@ max_tool_calls ends the loop)."""
 from __future__ import annotations
 
 import json
-import time
 from contextlib import contextmanager
 
 import httpx
 import openai
 import pytest
 from comparing import comparable_response
-from mcp_servers.harness import toolbox_stdio
-from servers import cli_server, thread_server
+from servers import mcp_cli_server, thread_server
+from shared import ECHO_CALL
 
 from vllm_mlx.runtime import build_replay_runtime
 from vllm_mlx.server.app import create_app
 from vllm_mlx.server.state import ServerState
 
-CALL = '<tool_call>\n{"name": "echo", "arguments": {"text": "ping"}}\n</tool_call>'
 ECHO = {"type": "mcp", "server_label": "toolbox", "allowed_tools": ["echo"]}
 NEVER = {**ECHO, "require_approval": "never"}
 
 
 @contextmanager
 def mcp_serve(tmp, *args: str, max_tool_calls: int = 3):
-    """`vllm-mlx serve ARGS --mcp-config` with the toolbox server; yields an SDK client
-    once the toolbox tools are listed."""
-    config = tmp / "mcp.json"
-    config.write_text(
-        json.dumps({"mcpServers": {"toolbox": toolbox_stdio()}, "max_tool_calls": max_tool_calls})
-    )
-    cli = (*args, "--mcp-config", str(config), "--tool-call-parser", "hermes")
-    with cli_server(*cli, log_path=tmp / "server.log") as base:
-        for _ in range(100):  # the manager connects in the background of start-up
-            if httpx.get(f"{base}/v1/mcp/tools").json()["data"]:
-                break
-            time.sleep(0.2)
+    """`vllm-mlx serve ARGS --mcp-config` with the toolbox server; yields an SDK client."""
+    with mcp_cli_server(tmp, *args, max_tool_calls=max_tool_calls) as base:
         yield openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=600)
 
 
@@ -46,7 +34,7 @@ def mcp_serve(tmp, *args: str, max_tool_calls: int = 3):
 def replay_client(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("responses_mcp_replay")
     replay = tmp / "replay.txt"
-    replay.write_text(CALL)
+    replay.write_text(ECHO_CALL)
     with mcp_serve(tmp, "--replay", str(replay)) as client:
         yield client
 
@@ -57,7 +45,7 @@ def mixed_client(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("responses_mcp_mixed")
     replay = tmp / "replay.txt"
     replay.write_text(
-        CALL
+        ECHO_CALL
         + '\n<tool_call>\n{"name": "echo", "arguments": {"text": 5}}\n</tool_call>'
         + '\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
     )
@@ -220,7 +208,7 @@ def test_bad_mcp_tools_are_openai_400s(replay_client, tool, param):
 
 
 def test_without_mcp_config_mcp_tools_are_a_400():
-    runtime = build_replay_runtime(CALL)
+    runtime = build_replay_runtime(ECHO_CALL)
     try:
         with thread_server(create_app(ServerState(runtime.pipeline, "replay"))) as base:
             client = openai.OpenAI(base_url=f"{base}/v1", api_key="k", max_retries=0)
