@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from .chat.message import MessageDelta, ParsedMessage
 from .chat.stream import OutputStream, make_output_stream
 from .chat.template import RenderedPrompt, encode_prompt, render_chat
-from .chat.thinking_switch import ThinkingDecision, decide_thinking
+from .chat.thinking_switch import ThinkingDecision, UnknownEffortError, decide_thinking
 from .constrained import ConstraintError, build_logits_processors
 from .engine.engine import Engine
 from .engine.sampling import LogitsProcessor, SamplingParams
@@ -137,9 +137,10 @@ class Pipeline:
                 template_kwargs=request.template_kwargs,
                 default_budget=self.default_thinking_budget,
             )
-        except ValueError as exc:
-            param = "reasoning_effort" if "effort" in str(exc) else "thinking_token_budget"
-            raise RequestError(str(exc), param) from None
+        except UnknownEffortError as exc:
+            raise RequestError(str(exc), "reasoning_effort") from None
+        except ValueError as exc:  # a negative budget
+            raise RequestError(str(exc), "thinking_token_budget") from None
         prompt = render_chat(
             self.tokenizer,
             request.messages,

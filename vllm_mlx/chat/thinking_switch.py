@@ -38,6 +38,10 @@ def thinking_key(chat_template: str | None) -> str | None:
     return None
 
 
+class UnknownEffortError(ValueError):
+    """A reasoning effort outside ``EFFORTS``."""
+
+
 @dataclass(frozen=True)
 class ThinkingDecision:
     """Whether to think (None: the template's default), its budget, and the template kwargs."""
@@ -64,7 +68,9 @@ def decide_thinking(
     """
     if effort is not None:
         if effort not in EFFORTS:
-            raise ValueError(f"unknown reasoning effort {effort!r}; valid: {', '.join(EFFORTS)}")
+            raise UnknownEffortError(
+                f"unknown reasoning effort {effort!r}; valid: {', '.join(EFFORTS)}"
+            )
         if enabled is None:
             enabled = effort != "none"
         if budget is None and effort != "none":
