@@ -53,6 +53,11 @@ class ToolLoopRun:
         self.turns: list[ChatResult] = []
         self.loop: LoopResult | None = None
 
+    @property
+    def cut_off(self) -> bool:
+        """The loop stopped because the call budget ran out."""
+        return self.loop is not None and self.loop.cut_off
+
     async def run(self) -> ChatResult:
         self.loop = loop = await run_tool_loop(
             self._generate,

@@ -141,7 +141,7 @@ def _text(content: str | list[dict], param: str) -> str:
 
 def function_tools(tools: list[dict] | None) -> list[dict] | None:
     """Responses function tools in chat form; hosted tools are skipped (logged). MCP tools
-    are resolved separately (``responses/mcp.py``)."""
+    are resolved separately (``responses/mcp_tools.py``)."""
     out = []
     for i, tool in enumerate(tools or []):
         if tool.get("type") == "mcp":

@@ -17,7 +17,8 @@ from ..sse import sse_response
 from ..state import server_state
 from ..streaming import generation_failed, unless_disconnected
 from .convert import assistant_message, input_messages, output_items, status_of, to_chat_request
-from .mcp import MCPResponseRun, select_mcp_tools, stream_frames
+from .mcp import MCPResponseRun, stream_frames
+from .mcp_tools import select_mcp_tools
 from .object import ResponseObject
 from .protocol import ResponsesRequest
 from .store import ResponseStore, StoredResponse
