@@ -22,9 +22,8 @@ from vllm_mlx.constrained import build_logits_processors
 from vllm_mlx.constrained.llguidance_backend import llguidance_tokenizer
 from vllm_mlx.constrained.lmfe_backend import lmfe_tokenizer_data
 from vllm_mlx.constrained.tokenizer_cache import eos_token_ids
-from vllm_mlx.engine.sampling import SamplingParams
 from vllm_mlx.models.loader import load_model
-from vllm_mlx.pipeline import ChatRequest
+from vllm_mlx.request import ChatRequest, Sampling
 from vllm_mlx.runtime import build_runtime
 
 SCHEMAS = {
@@ -128,9 +127,9 @@ def decode_rate(pipeline, response_format: dict | None, max_tokens: int, ban: di
     """Decode tokens/s of one greedy request (first token to last, so prefill is excluded)."""
     request = ChatRequest(
         [{"role": "user", "content": "Tell me a long story about a lighthouse keeper."}],
-        SamplingParams(max_tokens=max_tokens, temperature=0, logit_bias=dict(ban)),
+        Sampling(temperature=0, logit_bias=dict(ban)),
+        max_tokens=max_tokens,
         response_format=response_format,
-        max_tokens_given=True,
     )
     prepared = pipeline.prepare_chat(request)
     stamps = []

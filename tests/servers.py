@@ -3,12 +3,21 @@ around a replay engine whose output the test chooses."""
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
+import mlx.core as mx
 import uvicorn
+from mcp_servers.harness import toolbox_stdio
+from tiny_models import QWEN3_STYLE_CHAT_TEMPLATE, build_tiny_model, build_tiny_tokenizer
 
+from vllm_mlx.engine.engine import Engine
+from vllm_mlx.engine.sources import ModelBatchSource, Step
+from vllm_mlx.pipeline import Pipeline
 from vllm_mlx.runtime import Runtime, build_replay_runtime
 from vllm_mlx.server.app import create_app
 from vllm_mlx.server.launch import free_port, launched_server, wait_healthy
@@ -20,6 +29,23 @@ def cli_server(*args: str, log_path: Path, timeout: float = 300):
     """`python -m vllm_mlx serve ARGS` on a free port; yields the base URL (no /v1)."""
     with launched_server(None, list(args), log_path, timeout) as server:
         yield server.base_url
+
+
+@contextmanager
+def mcp_cli_server(tmp: Path, *args: str, max_tool_calls: int = 3):
+    """`vllm-mlx serve ARGS --mcp-config` with the toolbox MCP server over stdio (Hermes
+    tool calls); yields the base URL once the manager lists the toolbox tools."""
+    config = tmp / "mcp.json"
+    config.write_text(
+        json.dumps({"mcpServers": {"toolbox": toolbox_stdio()}, "max_tool_calls": max_tool_calls})
+    )
+    cli = (*args, "--mcp-config", str(config), "--tool-call-parser", "hermes")
+    with cli_server(*cli, log_path=tmp / "server.log") as base:
+        for _ in range(100):  # the manager connects in the background of start-up
+            if httpx.get(f"{base}/v1/mcp/tools").json()["data"]:
+                break
+            time.sleep(0.2)
+        yield base
 
 
 @contextmanager
@@ -62,6 +88,73 @@ class FailingSource:
         return self.inner.step()
 
 
+class ForcingSource:
+    """A caller that forces its tokens: every step runs the row's logits processors (as a
+    sampler would) and then emits the inner source's token whatever they masked, so a
+    constraint sees tokens it rejected and gives up, as in production when state
+    desynchronises."""
+
+    def __init__(self, inner, vocab: int):
+        self.inner, self.vocab = inner, vocab
+        self.rows: dict[int, tuple[list[int], list]] = {}  # uid -> (tokens so far, processors)
+
+    def insert(self, prompt, *, processors, **kwargs):
+        uid, cached = self.inner.insert(prompt, processors=processors, **kwargs)
+        self.rows[uid] = (list(prompt), list(processors))
+        return uid, cached
+
+    def remove(self, uid: int) -> None:
+        self.rows.pop(uid, None)
+        self.inner.remove(uid)
+
+    def reset(self) -> None:
+        self.rows.clear()
+        self.inner.reset()
+
+    def step(self):
+        for tokens, processors in self.rows.values():
+            logits = mx.zeros((1, self.vocab))
+            for processor in processors:
+                logits = processor(mx.array(tokens), logits)
+            mx.eval(logits)
+        steps, ended = self.inner.step()
+        for step in steps:
+            if step.uid in self.rows:
+                self.rows[step.uid][0].append(step.token)
+        return steps, ended
+
+
+class EchoSource:
+    """Every sequence answers with its own prompt, end-of-turn tokens left out (they would
+    stop it), then ends: what the template really rendered, as text the client can read."""
+
+    def __init__(self, eos_ids: set[int]):
+        self.eos_ids = eos_ids
+        self.eos_id = min(eos_ids)
+        self._rows: dict[int, list[int]] = {}
+        self._next = 0
+
+    def insert(self, prompt, *, max_tokens, **kwargs):
+        uid, self._next = self._next, self._next + 1
+        echo = [t for t in prompt if t not in self.eos_ids]
+        self._rows[uid] = [*echo[: max_tokens - 1], self.eos_id]
+        return uid, 0
+
+    def remove(self, uid: int) -> None:
+        self._rows.pop(uid, None)
+
+    def reset(self) -> None:
+        self._rows.clear()
+
+    def step(self):
+        steps = []
+        for uid, rest in list(self._rows.items()):
+            steps.append(Step(uid, rest.pop(0), None, not rest))
+            if not rest:
+                del self._rows[uid]
+        return steps, []
+
+
 @contextmanager
 def replay_server(text: str, fail_after: int | None = None, **parsers):
     """The real app in a thread, answering every request with ``text`` through the real
@@ -78,18 +171,27 @@ def replay_server(text: str, fail_after: int | None = None, **parsers):
 
 
 @contextmanager
-def tiny_model_server(reasoning_parser: str | None = "deepseek_r1", tool_parser="hermes"):
-    """The real app in a thread on a tiny random-weight model with think/tool tokens;
-    yields (base URL, tokenizer)."""
-    from tiny_models import build_tiny_model, build_tiny_tokenizer
+def echo_server(**parsers):
+    """The real app in a thread whose every answer is the rendered prompt (the default
+    model's tokenizer and template); yields (base URL, runtime)."""
+    runtime: Runtime = build_replay_runtime("", **parsers)
+    runtime.engine.source = EchoSource(set(runtime.loaded.tokenizer.eos_token_ids))
+    try:
+        with thread_server(create_app(ServerState(runtime.pipeline, "echo"))) as base:
+            yield base, runtime
+    finally:
+        runtime.close()
 
-    from vllm_mlx.engine.engine import Engine
-    from vllm_mlx.engine.sources import ModelBatchSource
-    from vllm_mlx.pipeline import Pipeline
-    from vllm_mlx.reasoning import ReasoningParserManager
-    from vllm_mlx.tool_parsers import ToolParserManager
 
-    tokenizer = build_tiny_tokenizer()
+@contextmanager
+def tiny_model_server(
+    reasoning_parser: str | None = "deepseek_r1",
+    tool_parser="hermes",
+    chat_template: str | None = None,
+):
+    """The real app in a thread on a tiny random-weight model with think/tool tokens (and
+    the Qwen3-style template, or ``chat_template``); yields (base URL, tokenizer)."""
+    tokenizer = build_tiny_tokenizer(chat_template=chat_template or QWEN3_STYLE_CHAT_TEMPLATE)
     engine = Engine(ModelBatchSource(build_tiny_model(tokenizer)), tokenizer)
     pipeline = Pipeline(
         engine,

@@ -12,8 +12,7 @@ import json
 import jsonschema
 import pytest
 
-from vllm_mlx.engine.sampling import SamplingParams
-from vllm_mlx.pipeline import ChatRequest
+from vllm_mlx.request import ChatRequest, Sampling
 from vllm_mlx.runtime import build_runtime
 
 pytestmark = pytest.mark.slow
@@ -163,12 +162,7 @@ def pipeline():
 
 
 def run(pipeline, messages, max_tokens, **fields):
-    request = ChatRequest(
-        messages,
-        SamplingParams(max_tokens=max_tokens, temperature=0),
-        max_tokens_given=True,
-        **fields,
-    )
+    request = ChatRequest(messages, Sampling(temperature=0), max_tokens=max_tokens, **fields)
     return pipeline.complete_sync(pipeline.prepare_chat(request))
 
 

@@ -2,7 +2,7 @@
 
 from tiny_models import QWEN3_STYLE_CHAT_TEMPLATE, build_tiny_tokenizer
 
-from vllm_mlx.chat.thinking_switch import decide_thinking, thinking_key
+from vllm_mlx.chat.thinking_switch import EFFORTS, decide_thinking, thinking_key
 
 
 def test_key_found_in_template_source():
@@ -13,7 +13,7 @@ def test_key_found_in_template_source():
 
 
 def test_reasoning_effort_none_turns_thinking_off_in_the_rendered_prompt():
-    decision = decide_thinking(QWEN3_STYLE_CHAT_TEMPLATE, reasoning_effort="none")
+    decision = decide_thinking(QWEN3_STYLE_CHAT_TEMPLATE, effort="none")
     assert decision.enabled is False and decision.budget is None
     tokenizer = build_tiny_tokenizer()
     text = tokenizer.apply_chat_template(
@@ -27,14 +27,26 @@ def test_reasoning_effort_none_turns_thinking_off_in_the_rendered_prompt():
 
 def test_budgets_and_precedence():
     template = "{% if thinking %}x{% endif %}"
-    low = decide_thinking(template, reasoning_effort="low")
+    low = decide_thinking(template, effort="low")
     assert (low.enabled, low.budget, low.template_kwargs) == (True, 1024, {"thinking": True})
-    anthropic = decide_thinking(template, thinking={"type": "enabled", "budget_tokens": 99})
+    anthropic = decide_thinking(template, enabled=True, budget=99)
     assert anthropic.budget == 99
-    off = decide_thinking(template, thinking={"type": "disabled"}, thinking_token_budget=5)
+    explicit = decide_thinking(template, effort="minimal", budget=99)
+    assert (explicit.enabled, explicit.budget) == (True, 99)
+    off = decide_thinking(template, enabled=False, budget=5)
     assert off.enabled is False and off.budget is None
-    forced = decide_thinking(
-        template, reasoning_effort="high", chat_template_kwargs={"thinking": False}
-    )
+    forced = decide_thinking(template, effort="high", template_kwargs={"thinking": False})
     assert forced.enabled is False and forced.template_kwargs == {"thinking": False}
     assert decide_thinking(None, default_budget=7).budget == 7
+
+
+def test_one_effort_table():
+    assert [decide_thinking(None, effort=e).budget for e in EFFORTS] == [
+        None,
+        256,
+        1024,
+        4096,
+        None,
+        None,
+    ]
+    assert decide_thinking(None, effort="none").enabled is False

@@ -85,8 +85,11 @@ _TRAINING_CORPUS = (
 
 
 @functools.lru_cache(maxsize=4)
-def build_tiny_tokenizer(vocab_size: int = 600) -> TokenizerWrapper:
-    """A byte-level BPE with reasoning/tool special tokens and a Qwen3-style template.
+def build_tiny_tokenizer(
+    vocab_size: int = 600, chat_template: str = QWEN3_STYLE_CHAT_TEMPLATE
+) -> TokenizerWrapper:
+    """A byte-level BPE with reasoning/tool special tokens and a Qwen3-style template (or
+    ``chat_template``).
 
     Cached per vocab size because building the detokenizer map costs a little; callers must
     treat the result as read-only.
@@ -105,7 +108,7 @@ def build_tiny_tokenizer(vocab_size: int = 600) -> TokenizerWrapper:
         tokenizer_object=bpe,
         eos_token=IM_END,
         pad_token=ENDOFTEXT,
-        chat_template=QWEN3_STYLE_CHAT_TEMPLATE,
+        chat_template=chat_template,
     )
     return TokenizerWrapper(hf, eos_token_ids=[bpe.token_to_id(ENDOFTEXT)])
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
 
-from .engine.sampling import SamplingParams
 from .models.loader import CpuWeights
-from .pipeline import ChatEvent, ChatRequest, ChatResult
+from .pipeline import ChatEvent, ChatResult
+from .request import ChatRequest, Sampling
 from .runtime import build_runtime
 
-_SAMPLING_FIELDS = {f.name for f in fields(SamplingParams)}
+_SAMPLING_FIELDS = {f.name for f in fields(Sampling)} | {"max_tokens"}
 
 
 @dataclass
@@ -24,8 +24,8 @@ class CompletionOutput:
 class LLM:
     """``LLM()`` serves the embedded default model; ``LLM("path/or.gguf")`` another.
 
-    Sampling keywords (``max_tokens``, ``temperature``, ``stop``, ``seed``…) are the fields of
-    ``SamplingParams``; unknown keywords are a TypeError.
+    Sampling keywords (``max_tokens``, ``temperature``, ``stop``, ``seed``…) are ``max_tokens``
+    and the fields of ``request.Sampling``; unknown keywords are a TypeError.
     """
 
     def __init__(
@@ -89,8 +89,8 @@ class LLM:
         )
 
     def generate_stream(self, prompt: str, **sampling) -> Iterator[ChatEvent]:
-        params, given = _params(sampling)
-        prepared = self._runtime.pipeline.prepare_completion(prompt, params, given)
+        fields_, max_tokens = _sampling(sampling)
+        prepared = self._runtime.pipeline.prepare_completion(prompt, fields_, max_tokens)
         return self._runtime.pipeline.stream_sync(prepared)
 
     def close(self) -> None:
@@ -103,23 +103,25 @@ class LLM:
         self.close()
 
     def _prepare_chat(self, messages, tools, tool_choice, response_format, sampling):
-        params, given = _params(sampling)
+        fields_, max_tokens = _sampling(sampling)
         request = ChatRequest(
             messages=messages,
-            params=params,
+            sampling=fields_,
+            max_tokens=max_tokens,
             tools=tools,
             tool_choice=tool_choice,
             response_format=response_format,
-            max_tokens_given=given,
         )
         return self._runtime.pipeline.prepare_chat(request)
 
 
-def _params(sampling: dict) -> tuple[SamplingParams, bool]:
+def _sampling(sampling: dict) -> tuple[Sampling, int | None]:
     unknown = set(sampling) - _SAMPLING_FIELDS
     if unknown:
         raise TypeError(
             f"unknown sampling argument(s): {', '.join(sorted(unknown))}; "
             f"valid: {', '.join(sorted(_SAMPLING_FIELDS))}"
         )
-    return SamplingParams(**sampling), "max_tokens" in sampling
+    sampling = dict(sampling)
+    max_tokens = sampling.pop("max_tokens", None)
+    return Sampling(**sampling), max_tokens

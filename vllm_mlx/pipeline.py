@@ -1,5 +1,6 @@
-"""The one internal request every API surface is translated into, and the pipeline that
-serves it: render the prompt, build the constraint chain, generate, parse.
+"""The pipeline that serves the protocol-neutral request (``request.ChatRequest``): decide
+what it means for this model (thinking switch and budget, token limit, sampling), render the
+prompt, build the constraint chain, generate, parse.
 
 Streaming and non-streaming share one path: a non-streaming answer is the stream consumed to
 its end, and its message is the output stream's own assembled message, so the two cannot
@@ -8,42 +9,28 @@ disagree.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from .chat.stream import OutputStream, make_output_stream
-from .chat.template import encode_prompt, render_chat
-from .chat.thinking_switch import decide_thinking
+from .chat.template import RenderedPrompt, encode_prompt, render_chat
+from .chat.thinking_switch import ThinkingDecision, UnknownEffortError, decide_thinking
 from .constrained import ConstraintError, build_logits_processors
 from .engine.engine import Engine
-from .engine.sampling import SamplingParams
+from .engine.sampling import LogitsProcessor, SamplingParams
 from .engine.types import GenerationChunk, GenerationRequest, TokenLogprob
 from .families.formats import ReasoningFormat, ToolCallFormat
 from .families.message import MessageDelta, ParsedMessage
+from .request import (
+    ChatRequest,
+    MaxTokensPolicy,
+    RequestError,
+    Sampling,
+    check_tool_choice,
+)
 
-
-class RequestError(ValueError):
-    """The request is invalid for this model (the HTTP layer answers 400 with ``param``)."""
-
-    def __init__(self, message: str, param: str | None = None):
-        super().__init__(message)
-        self.param = param
-
-
-@dataclass
-class ChatRequest:
-    messages: list[dict]
-    params: SamplingParams
-    tools: list[dict] | None = None
-    tool_choice: str | dict | None = None
-    response_format: dict | None = None
-    template_kwargs: dict = field(default_factory=dict)
-    max_tokens_given: bool = False
-    thinking_budget: int | None = None  # explicit cap on reasoning tokens
-    reasoning_effort: str | None = None  # OpenAI: none | minimal | low | medium | high
-    thinking: Any = None  # Anthropic {"type": "enabled"|"disabled", "budget_tokens": N}
-    parallel_tool_calls: bool = True
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -79,6 +66,7 @@ class ChatEvent:
     stop_reason: str | int | None = None
     error: str | None = None
     usage: Usage | None = None
+    constraint_gave_up: str | None = None  # why enforcing stopped mid-generation, if it did
 
 
 @dataclass
@@ -89,6 +77,7 @@ class ChatResult:
     usage: Usage
     logprobs: list[TokenLogprob]
     error: str | None = None
+    constraint_gave_up: str | None = None
 
 
 @dataclass
@@ -97,6 +86,18 @@ class Prepared:
 
     generation: GenerationRequest
     output: OutputStream
+
+    def constraint_gave_up(self) -> str | None:
+        """Why a constraint stopped enforcing during generation (None: it held, or none)."""
+        return _gave_up(self.generation.logits_processors)
+
+
+def _gave_up(processors: list[LogitsProcessor]) -> str | None:
+    for processor in processors:
+        reason = getattr(processor, "gave_up", None)
+        if reason:
+            return reason
+    return None
 
 
 class Pipeline:
@@ -110,6 +111,7 @@ class Pipeline:
         tool_format: ToolCallFormat | None = None,
         structured_backend: str = "auto",
         default_thinking_budget: int | None = None,
+        sampling_defaults: SamplingParams | None = None,
     ):
         self.engine = engine
         self.default_thinking_budget = default_thinking_budget
@@ -119,35 +121,53 @@ class Pipeline:
         self.default_max_tokens = default_max_tokens
         self.reasoning_format = reasoning_format  # the model's family, resolved by the runtime
         self.tool_format = tool_format
+        # what a request that leaves a sampling field unset gets (the CLI's --temperature…)
+        self.sampling_defaults = sampling_defaults or SamplingParams()
 
     # -- preparing -------------------------------------------------------------------------
 
-    def prepare_chat(self, request: ChatRequest) -> Prepared:
-        calls_allowed = bool(request.tools) and request.tool_choice != "none"
-        tools = request.tools if calls_allowed else None
+    def render(self, request: ChatRequest) -> tuple[RenderedPrompt, ThinkingDecision]:
+        """The prompt exactly as generation would see it (and ``count_tokens`` counts it):
+        tools unless tool_choice is "none", the thinking switch under the template's key."""
         try:
             thinking = decide_thinking(
                 getattr(self.tokenizer, "chat_template", None),
-                thinking=request.thinking,
-                reasoning_effort=request.reasoning_effort,
-                chat_template_kwargs=request.template_kwargs,
-                thinking_token_budget=request.thinking_budget,
+                enabled=request.thinking.enabled,
+                budget=request.thinking.budget,
+                effort=request.thinking.effort,
+                template_kwargs=request.template_kwargs,
                 default_budget=self.default_thinking_budget,
             )
-        except ValueError as exc:
+        except UnknownEffortError as exc:
             raise RequestError(str(exc), "reasoning_effort") from None
+        except ValueError as exc:  # a negative budget
+            raise RequestError(str(exc), "thinking_token_budget") from None
         prompt = render_chat(
-            self.tokenizer, request.messages, tools=tools, template_kwargs=thinking.template_kwargs
+            self.tokenizer,
+            request.messages,
+            tools=self._tools(request),
+            template_kwargs=thinking.template_kwargs,
         )
-        params = self._fit_max_tokens(
-            request.params, len(prompt.token_ids), request.max_tokens_given
+        return prompt, thinking
+
+    @staticmethod
+    def _tools(request: ChatRequest) -> list[dict] | None:
+        return request.tools if request.tools and request.tool_choice != "none" else None
+
+    def prepare_chat(self, request: ChatRequest) -> Prepared:
+        check_tool_choice(request.tool_choice, request.tools)
+        prompt, thinking = self.render(request)
+        tools = self._tools(request)
+        max_tokens = self._fit_max_tokens(
+            request.max_tokens, request.max_tokens_policy, len(prompt.token_ids)
         )
-        tool_format = self.tool_format if calls_allowed else None
+        params = request.sampling.resolve(self.sampling_defaults, max_tokens)
+        tool_format = self.tool_format if tools else None
         try:
             processors = build_logits_processors(
                 self.tokenizer,
                 response_format=request.response_format,
-                tool_choice=request.tool_choice if calls_allowed else None,
+                tool_choice=request.tool_choice if tools else None,
                 tools=tools,
                 tool_format=tool_format,
                 reasoning_format=self.reasoning_format,
@@ -157,7 +177,7 @@ class Pipeline:
                 parallel_tool_calls=request.parallel_tool_calls,
             )
         except ConstraintError as exc:
-            raise RequestError(str(exc), "response_format") from None
+            raise RequestError(str(exc), exc.param) from None
         output = make_output_stream(
             reasoning_format=self.reasoning_format,
             tool_format=tool_format,
@@ -168,20 +188,23 @@ class Pipeline:
         return Prepared(generation, output)
 
     def prepare_completion(
-        self, prompt: str | list[int], params: SamplingParams, max_tokens_given: bool
+        self, prompt: str | list[int], sampling: Sampling, max_tokens: int | None
     ) -> Prepared:
         token_ids = (
             list(prompt) if isinstance(prompt, list) else encode_prompt(self.tokenizer, prompt)
         )
         if not token_ids:
             raise RequestError("prompt must not be empty", "prompt")
-        params = self._fit_max_tokens(params, len(token_ids), max_tokens_given)
+        fitted = self._fit_max_tokens(max_tokens, "exact", len(token_ids))
+        params = sampling.resolve(self.sampling_defaults, fitted)
         output = make_output_stream(reasoning_format=None, tool_format=None)
         return Prepared(GenerationRequest(token_ids, params), output)
 
     def _fit_max_tokens(
-        self, params: SamplingParams, prompt_len: int, given: bool
-    ) -> SamplingParams:
+        self, requested: int | None, policy: MaxTokensPolicy, prompt_len: int
+    ) -> int:
+        """The completion's token limit: the server default cut to the room the prompt
+        leaves when none was asked; the asked one under ``policy`` otherwise."""
         room = self.context_length - prompt_len
         if room <= 0:
             raise RequestError(
@@ -189,16 +212,18 @@ class Pipeline:
                 f"but the prompt has {prompt_len} tokens.",
                 "messages",
             )
-        if given and params.max_tokens > room:
+        if requested is None:
+            return min(self.default_max_tokens, room)
+        if policy == "cap":
+            return min(requested, room)
+        if requested > room:
             raise RequestError(
                 f"This model's maximum context length is {self.context_length} tokens. "
-                f"However, you requested {prompt_len + params.max_tokens} tokens "
-                f"({prompt_len} in the prompt, {params.max_tokens} for the completion).",
+                f"However, you requested {prompt_len + requested} tokens "
+                f"({prompt_len} in the prompt, {requested} for the completion).",
                 "max_tokens",
             )
-        if not given:
-            params.max_tokens = min(self.default_max_tokens, room)
-        return params
+        return requested
 
     # -- running ---------------------------------------------------------------------------
 
@@ -207,12 +232,12 @@ class Pipeline:
 
     async def stream(self, prepared: Prepared) -> AsyncIterator[ChatEvent]:
         async for chunk in self.engine.generate(prepared.generation):
-            for event in _events(prepared.output, chunk, self._count_tokens):
+            for event in _events(prepared, chunk, self._count_tokens):
                 yield event
 
     def stream_sync(self, prepared: Prepared) -> Iterator[ChatEvent]:
         for chunk in self.engine.generate_sync(prepared.generation):
-            yield from _events(prepared.output, chunk, self._count_tokens)
+            yield from _events(prepared, chunk, self._count_tokens)
 
     async def complete(self, prepared: Prepared) -> ChatResult:
         events = [event async for event in self.stream(prepared)]
@@ -231,14 +256,17 @@ class Pipeline:
             usage=last.usage or Usage(),
             logprobs=[lp for e in events for lp in e.logprobs],
             error=last.error,
+            constraint_gave_up=last.constraint_gave_up,
         )
 
 
 def _events(
-    output: OutputStream, chunk: GenerationChunk, count_tokens: Callable[[str], int]
+    prepared: Prepared, chunk: GenerationChunk, count_tokens: Callable[[str], int]
 ) -> list[ChatEvent]:
     """The parsed deltas for one engine chunk; a final chunk also flushes the parser, and
-    its flushed text travels on the terminal event with the finish reason and usage."""
+    its flushed text travels on the terminal event with the finish reason, the usage and
+    a constraint's give-up (logged here, inside the request, so the log line has its id)."""
+    output = prepared.output
     delta = output.feed(chunk.text) if chunk.text else MessageDelta()
     if chunk.finish_reason is None:
         return [ChatEvent(delta, chunk.logprobs)]
@@ -255,5 +283,12 @@ def _events(
         count_tokens(reasoning) if reasoning else 0,
     )
     logprobs = [] if events else chunk.logprobs
-    events.append(ChatEvent(rest, logprobs, reason, chunk.stop_reason, chunk.error, usage))
+    gave_up = prepared.constraint_gave_up()
+    if gave_up is not None:
+        log.warning(
+            "generation %s: constraint gave up, output unconstrained from there: %s",
+            prepared.generation.request_id,
+            gave_up,
+        )
+    events.append(ChatEvent(rest, logprobs, reason, chunk.stop_reason, chunk.error, usage, gave_up))
     return events

@@ -13,6 +13,7 @@ from .chat.tool_prompt import FALLBACK_TOOL_PARSER
 from .engine.cpu import openblas_preloaded
 from .engine.engine import Engine
 from .engine.prefix_cache import PrefixCache
+from .engine.sampling import SamplingParams
 from .engine.sources import ModelBatchSource, ReplayBatchSource, TokenSource
 from .families.formats import ReasoningFormat, ToolCallFormat
 from .models.loader import CpuWeights, LoadedModel, load_model, load_tokenizer_only
@@ -47,6 +48,7 @@ def build_runtime(
     prefix_cache_mb: int = 512,
     structured_backend: str = "auto",
     default_thinking_budget: int | None = None,
+    sampling_defaults: SamplingParams | None = None,
     progress: bool = True,
 ) -> Runtime:
     if cpu_weights == "auto" and sys.platform.startswith("linux") and not openblas_preloaded():
@@ -66,6 +68,7 @@ def build_runtime(
         default_max_tokens=default_max_tokens,
         structured_backend=structured_backend,
         default_thinking_budget=default_thinking_budget,
+        sampling_defaults=sampling_defaults,
     )
 
 
@@ -76,6 +79,7 @@ def build_replay_runtime(
     default_max_tokens: int = 2048,
     reasoning_parser: str | None = None,
     tool_parser: str | None = None,
+    sampling_defaults: SamplingParams | None = None,
 ) -> Runtime:
     """A runtime that answers every request with ``text`` (then EOS), tokenized by the
     model's real tokenizer, at no model cost: for measuring the server's own per-token cost
@@ -89,6 +93,7 @@ def build_replay_runtime(
         reasoning_parser=reasoning_parser,
         tool_parser=tool_parser,
         default_max_tokens=default_max_tokens,
+        sampling_defaults=sampling_defaults,
     )
 
 

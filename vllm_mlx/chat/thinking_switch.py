@@ -2,8 +2,8 @@
 
 Templates disagree on the switch's name (``enable_thinking`` for Qwen3, ``thinking`` for
 DeepSeek V3.1, ``thinking_mode`` elsewhere); passing the wrong one is silently ignored. The key
-is found by reading the template source, and request fields (OpenAI ``reasoning_effort``,
-Anthropic ``thinking``, ``enable_thinking``, ``chat_template_kwargs``) are mapped onto it.
+is found by reading the template source, and the request's thinking intent (on/off, budget,
+effort; see ``vllm_mlx.request.Thinking``) is mapped onto it, for every API surface alike.
 """
 
 from __future__ import annotations
@@ -15,8 +15,17 @@ from typing import Any
 # Template variables that switch thinking, in order of preference when several appear.
 THINKING_KEYS = ("enable_thinking", "thinking", "thinking_mode", "enable_reasoning", "reasoning")
 
-# reasoning_effort -> thinking token budget (None: no cap).
-EFFORT_BUDGETS: dict[str, int | None] = {"minimal": 256, "low": 1024, "medium": 4096, "high": None}
+# reasoning effort -> thinking token budget (None: no cap); "none" switches thinking off.
+# The one table for every surface (chat ``reasoning_effort``, Responses
+# ``reasoning.effort``, the Python API): docs/apis.md.
+EFFORT_BUDGETS: dict[str, int | None] = {
+    "minimal": 256,
+    "low": 1024,
+    "medium": 4096,
+    "high": None,
+    "xhigh": None,
+}
+EFFORTS = ("none", *EFFORT_BUDGETS)
 
 
 def thinking_key(chat_template: str | None) -> str | None:
@@ -27,6 +36,10 @@ def thinking_key(chat_template: str | None) -> str | None:
         if re.search(rf"\b{re.escape(key)}\b", chat_template):
             return key
     return None
+
+
+class UnknownEffortError(ValueError):
+    """A reasoning effort outside ``EFFORTS``."""
 
 
 @dataclass(frozen=True)
@@ -41,45 +54,34 @@ class ThinkingDecision:
 def decide_thinking(
     chat_template: str | None,
     *,
-    thinking: Any = None,
-    reasoning_effort: str | None = None,
-    enable_thinking: bool | None = None,
-    chat_template_kwargs: dict[str, Any] | None = None,
-    thinking_token_budget: int | None = None,
+    enabled: bool | None = None,
+    budget: int | None = None,
+    effort: str | None = None,
+    template_kwargs: dict[str, Any] | None = None,
     default_budget: int | None = None,
 ) -> ThinkingDecision:
-    """Map request fields onto the template's switch and a budget.
+    """Map a request's thinking intent onto the template's switch and a budget.
 
-    Precedence: explicit ``chat_template_kwargs`` > ``enable_thinking`` > Anthropic
-    ``thinking`` ({"type": "enabled"|"disabled", "budget_tokens": N} or a bool) >
-    ``reasoning_effort`` ("none" disables; others set budgets).
+    Precedence: explicit ``template_kwargs`` > ``enabled`` / ``budget`` > ``effort``
+    ("none" disables; the others enable with ``EFFORT_BUDGETS``). ValueError for an unknown
+    effort or a negative budget.
     """
-    enabled: bool | None = None
-    budget = thinking_token_budget
-    if reasoning_effort is not None:
-        if reasoning_effort == "none":
-            enabled = False
-        else:
-            enabled = True
-            if reasoning_effort not in EFFORT_BUDGETS:
-                raise ValueError(
-                    f"unknown reasoning_effort {reasoning_effort!r}; valid: none, "
-                    + ", ".join(EFFORT_BUDGETS)
-                )
-            budget = budget if budget is not None else EFFORT_BUDGETS[reasoning_effort]
-    if isinstance(thinking, dict):
-        enabled = thinking.get("type") != "disabled"
-        if enabled and thinking.get("budget_tokens") is not None:
-            budget = int(thinking["budget_tokens"])
-    elif isinstance(thinking, bool):
-        enabled = thinking
-    if enable_thinking is not None:
-        enabled = enable_thinking
+    if effort is not None:
+        if effort not in EFFORTS:
+            raise UnknownEffortError(
+                f"unknown reasoning effort {effort!r}; valid: {', '.join(EFFORTS)}"
+            )
+        if enabled is None:
+            enabled = effort != "none"
+        if budget is None and effort != "none":
+            budget = EFFORT_BUDGETS[effort]
+    if budget is not None and budget < 0:
+        raise ValueError("thinking budget must be >= 0")
     key = thinking_key(chat_template)
     kwargs: dict[str, Any] = {}
     if key is not None and enabled is not None:
         kwargs[key] = enabled
-    for name, value in (chat_template_kwargs or {}).items():
+    for name, value in (template_kwargs or {}).items():
         kwargs[name] = value
         if name in THINKING_KEYS and isinstance(value, bool):
             enabled = value

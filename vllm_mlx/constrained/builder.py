@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from vllm_mlx.families.formats import ReasoningFormat, ToolCallFormat
@@ -46,6 +47,17 @@ def json_schema_constraint(tokenizer: Any, schema: dict, backend: str) -> Conten
     return constraint
 
 
+@contextmanager
+def _blaming(param: str) -> Iterator[None]:
+    """Constraint errors raised inside name ``param`` (unless they name a field already)."""
+    try:
+        yield
+    except ConstraintError as exc:
+        if exc.param is None:
+            exc.param = param
+        raise
+
+
 def _encode(tokenizer: Any, text: str) -> list[int]:
     return hf_tokenizer(tokenizer).encode(text, add_special_tokens=False)
 
@@ -70,19 +82,22 @@ def build_logits_processors(
     generation starts inside it. Raises ConstraintError for anything that cannot be enforced.
     """
     if thinking_budget is not None and thinking_budget < 0:
-        raise ConstraintError("thinking budget must be >= 0")
+        raise ConstraintError("thinking budget must be >= 0", "thinking_token_budget")
     backend = resolve_backend(backend)
-    schema = schema_from_response_format(response_format)
-    inner = forced_tool_call_constraint(
-        tokenizer,
-        tool_choice=tool_choice,
-        tools=tools,
-        tool_format=tool_format,
-        parallel_tool_calls=parallel_tool_calls,
-        content_schema=schema,
-    )
+    with _blaming("response_format"):
+        schema = schema_from_response_format(response_format)
+    with _blaming("tool_choice"):
+        inner = forced_tool_call_constraint(
+            tokenizer,
+            tool_choice=tool_choice,
+            tools=tools,
+            tool_format=tool_format,
+            parallel_tool_calls=parallel_tool_calls,
+            content_schema=schema,
+        )
     if inner is None and schema is not None:
-        inner = json_schema_constraint(tokenizer, schema, backend)
+        with _blaming("response_format"):
+            inner = json_schema_constraint(tokenizer, schema, backend)
 
     if reasoning_format is None:
         # No reasoning block in this family: a budget has nothing to cut.

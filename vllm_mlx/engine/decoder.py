@@ -28,7 +28,6 @@ class RequestDecoder:
             "completion_tokens": 0,
             "cached_tokens": cached_tokens,
         }
-        self.done = False
 
     def on_token(self, token: int, logprobs: mx.array | None, at_limit: bool) -> GenerationChunk:
         """Decode one generated token; ``at_limit``: it is the last one max_tokens allows."""
@@ -70,7 +69,6 @@ class RequestDecoder:
         return self._finish(tail, reason, None, error=error)
 
     def _finish(self, text: str, reason: str, stop_reason, **extra) -> GenerationChunk:
-        self.done = True
         return GenerationChunk(
             text=text, finish_reason=reason, stop_reason=stop_reason, **self.usage, **extra
         )

@@ -85,6 +85,10 @@ class MCPManager:
         """True for offered tools and for blocked ones (whose calls get a "blocked" answer)."""
         return name in self.catalog.entries or name in self.catalog.blocked
 
+    def connected_count(self) -> int:
+        """How many servers are connected now (the ``mcp_servers_up`` gauge)."""
+        return sum(1 for c in self.connections.values() if c.state == "connected")
+
     def status(self) -> dict[str, Any]:
         """Per-server state for /health and ``GET /v1/mcp/servers``."""
         return {name: c.status() for name, c in self.connections.items()}

@@ -14,17 +14,17 @@ from starlette.routing import Route
 
 from ..chat.template import ChatTemplateError
 from ..engine.engine import QueueFullError
-from ..pipeline import RequestError
-from . import mcp_routes
-from .anthropic_messages import count_tokens, create_message
+from ..request import RequestError
+from .anthropic.handler import count_tokens, create_message
 from .errors import APIError, error_response
 from .info import health, list_models, root
-from .limits import BodySizeLimit
-from .metrics import metrics_endpoint
-from .middleware import operations_middleware
-from .openai_chat import chat_completions
-from .openai_completions import completions
-from .responses_handler import create_response, get_response
+from .mcp import routes as mcp_routes
+from .openai.chat import chat_completions
+from .openai.completions import completions
+from .ops.limits import BodySizeLimit
+from .ops.metrics import metrics_endpoint
+from .ops.middleware import operations_middleware
+from .responses.handler import create_response, get_response
 from .state import ServerState
 
 log = logging.getLogger(__name__)
@@ -103,5 +103,7 @@ def create_app(state: ServerState) -> Starlette:
     )
     engine = state.pipeline.engine
     state.metrics.watch_engine(lambda: engine.queue_depth, lambda: engine.running)
+    if state.mcp is not None:
+        state.metrics.watch_mcp(state.mcp.connected_count)
     app.state.vllm = state
     return app

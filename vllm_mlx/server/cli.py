@@ -121,7 +121,7 @@ def serve(model: str | None, **opts) -> None:
         level=opts["log_level"].upper(),
         format="%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s",
     )
-    from .middleware import install_request_id_logging
+    from .ops.middleware import install_request_id_logging
 
     install_request_id_logging()
     import uvicorn
@@ -132,18 +132,31 @@ def serve(model: str | None, **opts) -> None:
     from .app import create_app
     from .state import ServerState
 
+    defaults = SamplingParams(
+        max_tokens=opts["max_tokens"],
+        temperature=opts["temperature"],
+        top_p=opts["top_p"],
+        top_k=opts["top_k"],
+        min_p=opts["min_p"],
+        repetition_penalty=opts["repetition_penalty"],
+    )
     parsers = dict(reasoning_parser=opts["reasoning_parser"], tool_parser=opts["tool_call_parser"])
     mcp = _mcp_manager(opts["mcp_config"]) if opts["mcp_config"] else None
     try:
         if replay_file is not None:
             runtime = build_replay_runtime(
-                replay_file.read(), model, default_max_tokens=opts["max_tokens"], **parsers
+                replay_file.read(),
+                model,
+                default_max_tokens=opts["max_tokens"],
+                sampling_defaults=defaults,
+                **parsers,
             )
         else:
             runtime = build_runtime(
                 model,
                 cpu_weights=opts["cpu_weights"],
                 default_max_tokens=opts["max_tokens"],
+                sampling_defaults=defaults,
                 max_queue=opts["max_queue"],
                 max_num_seqs=opts["max_num_seqs"],
                 prefix_cache_mb=opts["prefix_cache_mb"],
@@ -153,18 +166,9 @@ def serve(model: str | None, **opts) -> None:
             )
     except (ModelLoadError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
-    defaults = SamplingParams(
-        max_tokens=opts["max_tokens"],
-        temperature=opts["temperature"],
-        top_p=opts["top_p"],
-        top_k=opts["top_k"],
-        min_p=opts["min_p"],
-        repetition_penalty=opts["repetition_penalty"],
-    )
     state = ServerState(
         pipeline=runtime.pipeline,
         served_model_name=opts["served_model_name"] or runtime.loaded.name,
-        defaults=defaults,
         max_body_bytes=opts["max_body_mb"] * 1024 * 1024,
         api_key=opts["api_key"] or None,
         allowed_origins=[

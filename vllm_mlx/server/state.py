@@ -1,4 +1,5 @@
-"""What the HTTP handlers share: the pipeline, the served name and the defaults."""
+"""What the HTTP handlers share: the pipeline (with its sampling defaults), the served
+name, the operations settings and the MCP manager."""
 
 from __future__ import annotations
 
@@ -7,16 +8,14 @@ from typing import Any
 
 from starlette.requests import Request
 
-from ..engine.sampling import SamplingParams
 from ..pipeline import Pipeline
-from .metrics import ServerMetrics
+from .ops.metrics import ServerMetrics
 
 
 @dataclass
 class ServerState:
     pipeline: Pipeline
     served_model_name: str
-    defaults: SamplingParams = field(default_factory=SamplingParams)
     max_body_bytes: int = 16 * 1024 * 1024
     # operations (docs/operations.md)
     api_key: str | None = None

@@ -1,0 +1,69 @@
+"""POST /v1/messages and POST /v1/messages/count_tokens (Anthropic Messages API).
+
+Any model id is accepted (Claude Code sends its own) and the served name is reported.
+Errors raised here are rendered in Anthropic's shape by the app, because of the path.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ...pipeline import ChatResult
+from ..errors import parse_body
+from ..sse import sse_response
+from ..state import server_state
+from ..streaming import generation_failed, unless_disconnected
+from .convert import content_blocks, stop_reason, to_chat_request, usage_body
+from .protocol import MessagesRequest, PromptFields
+from .stream import MessageStream
+
+
+async def create_message(request: Request) -> Response:
+    state = server_state(request)
+    body = await parse_body(request, MessagesRequest)
+    prepared = state.pipeline.prepare_chat(to_chat_request(body))  # invalid: 400 (app.py)
+    message_id = "msg_" + uuid.uuid4().hex[:24]
+    model = state.served_model_name
+
+    if body.stream:
+        stream = MessageStream(message_id, model, len(prepared.generation.prompt_tokens))
+
+        async def frames():
+            for out in stream.start():
+                yield out
+            async for out in stream.frames(state.pipeline.stream(prepared)):
+                yield out
+
+        return sse_response(frames(), stream.error)
+
+    result = await unless_disconnected(request, state.pipeline.complete(prepared))
+    if result.finish_reason == "error":
+        raise generation_failed(result.error)
+    return JSONResponse(message_body(result, message_id, model))
+
+
+async def count_tokens(request: Request) -> Response:
+    """The prompt's token count, rendered by the pipeline exactly as /v1/messages renders
+    it (thinking switch included), without building constraints or fitting the context."""
+    state = server_state(request)
+    body = await parse_body(request, PromptFields)
+    prompt, _ = state.pipeline.render(to_chat_request(body))  # template errors: 400
+    return JSONResponse({"input_tokens": len(prompt.token_ids)})
+
+
+def message_body(result: ChatResult, message_id: str, model: str) -> dict:
+    reason, sequence = stop_reason(result.finish_reason, result.stop_reason)
+    return {
+        "id": message_id,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content_blocks(result.message),
+        "stop_reason": reason,
+        "stop_sequence": sequence,
+        "usage": usage_body(result.usage),
+        **({"constraint_gave_up": result.constraint_gave_up} if result.constraint_gave_up else {}),
+    }

@@ -1,0 +1,109 @@
+"""POST /v1/chat/completions."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ...pipeline import ChatEvent, ChatResult
+from ..errors import parse_body
+from ..mcp.tool_loop import ToolLoopRun, call_budget
+from ..sse import sse_data, sse_response
+from ..state import server_state
+from ..streaming import generation_failed, unless_disconnected, whole_delta
+from .convert import completion_body, delta_body, to_chat_request, with_give_up
+from .mcp import mcp_calls, mcp_options, with_mcp_tools
+from .protocol import ChatCompletionRequest
+from .stream import DONE, chat_logprobs, error_frames, new_id, now, openai_frames, usage_body
+
+
+async def chat_completions(request: Request) -> Response:
+    state = server_state(request)
+    body = await parse_body(request, ChatCompletionRequest)
+    chat = to_chat_request(body)
+    mcp = mcp_options((body.model_extra or {}).get("mcp"))
+    if mcp is not None:
+        chat = with_mcp_tools(chat, state.mcp, mcp)
+    prepared = state.pipeline.prepare_chat(chat)  # invalid requests: 400 (app.py)
+
+    response_id, created, model = new_id("chatcmpl"), now(), state.served_model_name
+
+    def head() -> dict:
+        return {
+            "id": response_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+        }
+
+    def chunk(choice_delta: dict, finish_reason: str | None = None, logprobs=None) -> dict:
+        choice = {
+            "index": 0,
+            "delta": choice_delta,
+            "logprobs": logprobs,
+            "finish_reason": finish_reason,
+        }
+        return {**head(), "choices": [choice]}
+
+    def usage_chunk(usage) -> dict:
+        return {**head(), "choices": [], "usage": usage_body(usage)}
+
+    def on_error(exc: Exception) -> list[str]:
+        return error_frames(exc, lambda reason: chunk({}, reason))
+
+    if mcp is not None:
+        run = ToolLoopRun(
+            state.pipeline,
+            chat,
+            prepared,
+            state.mcp,
+            budget=call_budget(state.mcp, mcp.max_tool_calls),
+        )
+        result = await unless_disconnected(request, run.run())
+        if body.stream:
+
+            async def result_frames() -> AsyncIterator[str]:
+                """The finished result as a stream: role, one whole delta, finish, usage."""
+                yield sse_data(chunk({"role": "assistant", "content": ""}))
+                yield sse_data(chunk(delta_body(whole_delta(result.message))))
+                yield sse_data(
+                    with_give_up(chunk({}, result.finish_reason), result.constraint_gave_up)
+                )
+                if body.include_usage:
+                    yield sse_data(usage_chunk(result.usage))
+                yield DONE
+
+            return sse_response(result_frames(), on_error)
+        out = completion_body(result, response_id, created, model, body.logprobs)
+        assert run.loop is not None
+        out["mcp_calls"] = mcp_calls(run.loop)
+        return JSONResponse(out)
+
+    if body.stream:
+
+        def event_chunk(event: ChatEvent) -> dict | None:
+            fields = delta_body(event.delta)
+            if not fields and event.finish_reason is None and not event.logprobs:
+                return None
+            logprobs = chat_logprobs(event.logprobs) if body.logprobs else None
+            return with_give_up(
+                chunk(fields, event.finish_reason, logprobs), event.constraint_gave_up
+            )
+
+        async def frames() -> AsyncIterator[str]:
+            yield sse_data(chunk({"role": "assistant", "content": ""}))
+            async for frame in openai_frames(
+                state.pipeline.stream(prepared),
+                event_chunk,
+                usage_chunk if body.include_usage else None,
+            ):
+                yield frame
+
+        return sse_response(frames(), on_error)
+
+    result: ChatResult = await unless_disconnected(request, state.pipeline.complete(prepared))
+    if result.finish_reason == "error":
+        raise generation_failed(result.error)
+    return JSONResponse(completion_body(result, response_id, created, model, body.logprobs))

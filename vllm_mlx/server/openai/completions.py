@@ -1,0 +1,88 @@
+"""POST /v1/completions: raw prompts, no chat template and no parsing."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ...engine.types import TokenLogprob
+from ...pipeline import ChatEvent
+from ..errors import APIError, parse_body
+from ..sse import sse_response
+from ..state import server_state
+from ..streaming import generation_failed, unless_disconnected
+from .protocol import CompletionRequest
+from .stream import error_frames, new_id, now, openai_frames, usage_body
+
+
+async def completions(request: Request) -> Response:
+    state = server_state(request)
+    body = await parse_body(request, CompletionRequest)
+    if body.n != 1:
+        raise APIError(400, "n > 1 is not supported by this server", param="n")
+    if body.echo or body.suffix:
+        raise APIError(400, "echo and suffix are not supported", param="echo")
+    prompt = body.prompt
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+        if len(prompt) != 1:
+            raise APIError(400, "one prompt per request is supported", param="prompt")
+        prompt = prompt[0]
+    sampling = body.sampling()
+    sampling.logprobs = body.logprobs is not None
+    sampling.top_logprobs = body.logprobs or 0
+    prepared = state.pipeline.prepare_completion(prompt, sampling, body.max_tokens)
+
+    response_id, created, model = new_id("cmpl"), now(), state.served_model_name
+
+    def chunk(text: str, finish_reason: str | None, logprobs=None) -> dict:
+        return {
+            "id": response_id,
+            "object": "text_completion",
+            "created": created,
+            "model": model,
+            "choices": [
+                {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
+            ],
+        }
+
+    if body.stream:
+
+        def event_chunk(event: ChatEvent) -> dict | None:
+            if not event.delta.content and event.finish_reason is None:
+                return None
+            lp = completion_logprobs(event.logprobs) if sampling.logprobs else None
+            return chunk(event.delta.content, event.finish_reason, lp)
+
+        def usage_chunk(usage) -> dict:
+            return {
+                "id": response_id,
+                "object": "text_completion",
+                "created": created,
+                "model": model,
+                "choices": [],
+                "usage": usage_body(usage),
+            }
+
+        frames = openai_frames(
+            state.pipeline.stream(prepared),
+            event_chunk,
+            usage_chunk if body.include_usage else None,
+        )
+        return sse_response(frames, lambda exc: error_frames(exc, lambda r: chunk("", r)))
+
+    result = await unless_disconnected(request, state.pipeline.complete(prepared))
+    if result.finish_reason == "error":
+        raise generation_failed(result.error)
+    lp = completion_logprobs(result.logprobs) if sampling.logprobs else None
+    out = chunk(result.message.content or "", result.finish_reason, lp)
+    out["usage"] = usage_body(result.usage)
+    return JSONResponse(out)
+
+
+def completion_logprobs(entries: list[TokenLogprob]) -> dict:
+    """The legacy completions logprobs layout."""
+    return {
+        "tokens": [e.token for e in entries],
+        "token_logprobs": [e.logprob for e in entries],
+        "top_logprobs": [{t.token: t.logprob for t in e.top_logprobs} for e in entries],
+    }

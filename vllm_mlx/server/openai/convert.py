@@ -1,0 +1,119 @@
+"""OpenAI chat completions <-> the protocol-neutral request and result: shape only (what a
+field means for the model is the pipeline's decision)."""
+
+from __future__ import annotations
+
+import json
+
+from ...families.message import MessageDelta
+from ...pipeline import ChatResult
+from ...request import ChatRequest, Thinking
+from ..errors import APIError
+from .protocol import ChatCompletionRequest, ChatMessage
+from .stream import chat_logprobs, usage_body
+
+
+def to_chat_request(body: ChatCompletionRequest) -> ChatRequest:
+    if body.n != 1:
+        raise APIError(400, "n > 1 is not supported by this server", param="n")
+    sampling = body.sampling()
+    sampling.logprobs = body.logprobs
+    sampling.top_logprobs = body.top_logprobs or 0
+    if sampling.top_logprobs and not sampling.logprobs:
+        raise APIError(400, "top_logprobs requires logprobs: true", param="top_logprobs")
+    tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
+    return ChatRequest(
+        messages=[message_dict(m, i) for i, m in enumerate(body.messages)],
+        sampling=sampling,
+        max_tokens=body.max_completion_tokens or body.max_tokens,
+        max_tokens_policy="exact",
+        tools=tools,
+        tool_choice=body.tool_choice,
+        parallel_tool_calls=body.parallel_tool_calls is not False,
+        response_format=body.response_format,
+        thinking=Thinking(effort=body.reasoning_effort, budget=body.thinking_token_budget),
+        template_kwargs=dict(body.chat_template_kwargs or {}),
+    )
+
+
+def message_dict(message: ChatMessage, index: int) -> dict:
+    """A message as templates expect it: content as text, tool calls with JSON arguments."""
+    out = message.model_dump(exclude_none=True)
+    if isinstance(message.content, list):
+        texts = []
+        for j, part in enumerate(message.content):
+            if part.type in ("text", "input_text"):
+                texts.append(part.text or "")
+            elif part.type in ("image_url", "input_image", "image"):
+                raise APIError(
+                    400,
+                    "this model accepts text only; image content is not supported",
+                    param=f"messages.{index}.content.{j}",
+                )
+            else:
+                raise APIError(
+                    400,
+                    f"unsupported content part type {part.type!r}",
+                    param=f"messages.{index}.content.{j}.type",
+                )
+        out["content"] = "".join(texts)
+    if message.role == "developer":
+        out["role"] = "system"
+    if message.role == "tool" and not message.tool_call_id:
+        out.setdefault("tool_call_id", "")
+    for call in out.get("tool_calls", []):
+        args = call["function"].get("arguments")
+        if not isinstance(args, str):
+            call["function"]["arguments"] = json.dumps(args)
+    return out
+
+
+def delta_body(delta: MessageDelta) -> dict:
+    fields: dict = {}
+    if delta.reasoning_content:
+        fields["reasoning_content"] = delta.reasoning_content
+    if delta.content:
+        fields["content"] = delta.content
+    if delta.tool_calls:
+        fields["tool_calls"] = [
+            {
+                "index": c.index,
+                **({"id": c.id, "type": "function"} if c.id else {}),
+                "function": {**({"name": c.name} if c.name else {}), "arguments": c.arguments},
+            }
+            for c in delta.tool_calls
+        ]
+    return fields
+
+
+def completion_body(
+    result: ChatResult, response_id: str, created: int, model: str, logprobs: bool
+) -> dict:
+    message = result.message.to_openai()
+    message["role"] = "assistant"
+    if not message["tool_calls"]:
+        del message["tool_calls"]
+    body = {
+        "id": response_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": chat_logprobs(result.logprobs) if logprobs else None,
+                "finish_reason": result.finish_reason,
+            }
+        ],
+        "usage": usage_body(result.usage),
+    }
+    return with_give_up(body, result.constraint_gave_up)
+
+
+def with_give_up(body: dict, gave_up: str | None) -> dict:
+    """``constraint_gave_up`` on the finished body when enforcing stopped mid-generation
+    (docs/constrained.md): the output is not guaranteed to match from there on."""
+    if gave_up is not None:
+        body["constraint_gave_up"] = gave_up
+    return body

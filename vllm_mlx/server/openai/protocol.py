@@ -1,0 +1,130 @@
+"""OpenAI request bodies, validated. Unknown fields are accepted and ignored, as clients send
+many; known fields are checked so a bad value is a 400 that names it."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ...request import Sampling
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class ContentPart(_Lenient):
+    type: str
+    text: str | None = None
+
+
+class FunctionCall(_Lenient):
+    name: str
+    arguments: str | dict = "{}"
+
+
+class ToolCallIn(_Lenient):
+    id: str | None = None
+    type: str = "function"
+    function: FunctionCall
+
+
+class ChatMessage(_Lenient):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCallIn] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+
+
+class FunctionDef(_Lenient):
+    name: str = Field(min_length=1)
+    description: str | None = None
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+class Tool(_Lenient):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class SamplingFields(_Lenient):
+    """Fields shared by chat and text completions."""
+
+    model: str | None = None
+    max_tokens: int | None = Field(default=None, gt=0)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    top_k: int | None = Field(default=None, ge=-1)
+    min_p: float | None = Field(default=None, ge=0, le=1)
+    n: int = Field(default=1, ge=1)
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    repetition_penalty: float | None = Field(default=None, gt=0)
+    logit_bias: dict[str, float] | None = None
+    seed: int | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_list(cls, v: str | list[str] | None) -> list[str]:
+        stops = [v] if isinstance(v, str) else list(v or [])
+        if len(stops) > 16:
+            raise ValueError("at most 16 stop sequences are supported")
+        return stops
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias_keys(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        for key, value in (v or {}).items():
+            if not key.lstrip("-").isdigit():
+                raise ValueError(f"logit_bias keys must be token ids, got {key!r}")
+            if not -100 <= value <= 100:
+                raise ValueError("logit_bias values must be between -100 and 100")
+        return v
+
+    def sampling(self) -> Sampling:
+        """The sampling fields this request set (the pipeline fills in the defaults)."""
+        return Sampling(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            min_p=self.min_p,
+            repetition_penalty=self.repetition_penalty,
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
+            logit_bias={int(k): v for k, v in (self.logit_bias or {}).items()},
+            seed=self.seed,
+            stop=list(self.stop or []),
+            stop_token_ids=list(self.stop_token_ids or []),
+        )
+
+    @property
+    def include_usage(self) -> bool:
+        return bool((self.stream_options or {}).get("include_usage"))
+
+
+class ChatCompletionRequest(SamplingFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(default=None, gt=0)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: dict[str, Any] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    thinking_token_budget: int | None = Field(default=None, ge=0)
+
+
+class CompletionRequest(SamplingFields):
+    prompt: str | list[int] | list[str]
+    logprobs: int | None = Field(default=None, ge=0, le=20)
+    echo: bool = False
+    suffix: str | None = None

@@ -1,0 +1,289 @@
+"""OpenAI Responses <-> the internal chat request and result.
+
+Input items become OpenAI chat messages (the pipeline's one input format) so the Responses
+surface shares every template, parser and constraint with chat completions; the parsed
+message becomes ``reasoning`` / ``message`` / ``function_call`` output items.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from ...families.message import ParsedMessage
+from ...pipeline import Usage
+from ...request import ChatRequest, Sampling, Thinking
+from ..errors import APIError
+from .protocol import (
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    McpCallItem,
+    McpListToolsItem,
+    MessageItem,
+    ReasoningItem,
+    ResponsesRequest,
+    input_item,
+)
+
+log = logging.getLogger(__name__)
+
+_TEXT_ONLY = "this model accepts text only; {} content is not supported"
+
+
+def new_item_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:24]}"
+
+
+def to_chat_request(
+    body: ResponsesRequest, history: list[dict], server_tools: list[dict] | None = None
+) -> tuple[ChatRequest, list[dict]]:
+    """The internal request, and the conversation (``history`` + this input, without the
+    instructions, which do not carry over) to store for a later ``previous_response_id``.
+    ``server_tools`` are the MCP tools (chat form) the model sees besides the client's."""
+    conversation = history + input_messages(body.input)
+    system = [{"role": "system", "content": body.instructions}] if body.instructions else []
+    chat = ChatRequest(
+        messages=system + conversation,
+        sampling=Sampling(temperature=body.temperature, top_p=body.top_p),
+        max_tokens=body.max_output_tokens,
+        max_tokens_policy="exact",
+        tools=[*(function_tools(body.tools) or []), *(server_tools or [])] or None,
+        tool_choice=_tool_choice(body.tool_choice),
+        parallel_tool_calls=body.parallel_tool_calls is not False,
+        response_format=_response_format(body),
+        thinking=Thinking(effort=body.reasoning.effort if body.reasoning else None),
+    )
+    return chat, conversation
+
+
+def input_messages(data: str | list[dict]) -> list[dict]:
+    if isinstance(data, str):
+        return [{"role": "user", "content": data}] if data else []
+    out: list[dict] = []
+    open_assistant = False  # reasoning, text and calls of one assistant turn merge
+    for i, raw in enumerate(data):
+        item = input_item(raw, i)
+        if isinstance(item, McpListToolsItem):
+            continue
+        if isinstance(item, McpCallItem):
+            # an MCP call the server ran: the model's call, then the tool's answer
+            if not open_assistant:
+                out.append({"role": "assistant", "content": ""})
+            call = {"name": item.name, "arguments": item.arguments}
+            out[-1].setdefault("tool_calls", []).append(
+                {"id": item.id, "type": "function", "function": call}
+            )
+            out.append({"role": "tool", "tool_call_id": item.id, "content": _mcp_text(item)})
+            open_assistant = False
+        elif isinstance(item, MessageItem) and item.role != "assistant":
+            role = "system" if item.role == "developer" else item.role
+            out.append({"role": role, "content": _text(item.content, f"input.{i}.content")})
+            open_assistant = False
+        elif isinstance(item, FunctionCallOutputItem):
+            content = _text(item.output, f"input.{i}.output")
+            out.append({"role": "tool", "tool_call_id": item.call_id, "content": content})
+            open_assistant = False
+        else:
+            if not open_assistant:
+                out.append({"role": "assistant", "content": ""})
+                open_assistant = True
+            _add_to_assistant(out[-1], item, i)
+    return out
+
+
+def _add_to_assistant(message: dict, item, i: int) -> None:
+    if isinstance(item, MessageItem):
+        message["content"] += _text(item.content, f"input.{i}.content")
+    elif isinstance(item, FunctionCallItem):
+        call = {"name": item.name, "arguments": item.arguments}
+        message.setdefault("tool_calls", []).append(
+            {"id": item.call_id, "type": "function", "function": call}
+        )
+    elif isinstance(item, ReasoningItem):
+        parts = item.content if item.content else item.summary
+        text = "".join(p.get("text") or "" for p in parts)
+        if text:
+            message["reasoning_content"] = message.get("reasoning_content", "") + text
+
+
+def _mcp_text(item: McpCallItem) -> str:
+    """What the tool answered: its output, or its error (a string or an error object)."""
+    if item.error is None:
+        return item.output or ""
+    if isinstance(item.error, str):
+        return item.error
+    content = item.error.get("content")
+    if isinstance(content, list):
+        return "".join(p.get("text") or "" for p in content if isinstance(p, dict))
+    return str(content if content is not None else item.error.get("message", ""))
+
+
+def _text(content: str | list[dict], param: str) -> str:
+    if isinstance(content, str):
+        return content
+    texts = []
+    for k, part in enumerate(content):
+        kind = part.get("type")
+        if kind in ("input_text", "output_text", "text", "summary_text", "reasoning_text"):
+            texts.append(part.get("text") or "")
+        elif kind == "refusal":
+            texts.append(part.get("refusal") or "")
+        elif kind in ("input_image", "input_file", "input_audio"):
+            raise APIError(
+                400, _TEXT_ONLY.format(kind.removeprefix("input_")), param=f"{param}.{k}"
+            )
+        else:
+            raise APIError(
+                400, f"unsupported content part type {kind!r}", param=f"{param}.{k}.type"
+            )
+    return "".join(texts)
+
+
+def function_tools(tools: list[dict] | None) -> list[dict] | None:
+    """Responses function tools in chat form; hosted tools are skipped (logged). MCP tools
+    are resolved separately (``responses/mcp_tools.py``)."""
+    out = []
+    for i, tool in enumerate(tools or []):
+        if tool.get("type") == "mcp":
+            continue
+        if tool.get("type") != "function":
+            log.info("skipping Responses tool of type %r (not served here)", tool.get("type"))
+            continue
+        if not isinstance(tool.get("name"), str) or not tool["name"]:
+            raise APIError(400, "function tools need a name", param=f"tools.{i}.name")
+        function = {
+            "name": tool["name"],
+            "parameters": tool.get("parameters") or {"type": "object", "properties": {}},
+        }
+        if tool.get("description"):
+            function["description"] = tool["description"]
+        out.append({"type": "function", "function": function})
+    return out or None
+
+
+def _tool_choice(choice: str | dict | None) -> str | dict:
+    if choice is None:
+        return "auto"
+    if isinstance(choice, str):
+        if choice not in ("auto", "none", "required"):
+            raise APIError(400, f"unknown tool_choice {choice!r}", param="tool_choice")
+        return choice
+    if choice.get("type") == "function" and choice.get("name"):
+        return {"type": "function", "function": {"name": choice["name"]}}
+    if choice.get("type") == "mcp":  # a named tool, or any tool, of an MCP server
+        name = choice.get("name")
+        return {"type": "function", "function": {"name": name}} if name else "required"
+    raise APIError(
+        400,
+        'tool_choice must be "auto", "none", "required", {"type": "function", "name": ...} '
+        'or {"type": "mcp", "server_label": ..., "name": ...}',
+        param="tool_choice",
+    )
+
+
+def _response_format(body: ResponsesRequest) -> dict | None:
+    fmt = body.text.format if body.text else None
+    if not fmt or fmt.get("type") == "text":
+        return None
+    if fmt.get("type") == "json_object":
+        return {"type": "json_object"}
+    if fmt.get("type") == "json_schema":
+        if not isinstance(fmt.get("schema"), dict):
+            raise APIError(
+                400, "text.format.schema must be a JSON schema object", param="text.format.schema"
+            )
+        spec = {"name": fmt.get("name") or "response", "schema": fmt["schema"]}
+        if "strict" in fmt:
+            spec["strict"] = fmt["strict"]
+        return {"type": "json_schema", "json_schema": spec}
+    raise APIError(
+        400, f"unsupported text.format type {fmt.get('type')!r}", param="text.format.type"
+    )
+
+
+# -- results ------------------------------------------------------------------------------
+
+
+def reasoning_item(item_id: str, text: str) -> dict:
+    return {
+        "id": item_id,
+        "type": "reasoning",
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": text}],
+    }
+
+
+def output_text_part(text: str) -> dict:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def message_item(item_id: str, text: str, status: str = "completed") -> dict:
+    content = [output_text_part(text)] if status == "completed" or text else []
+    return {
+        "id": item_id,
+        "type": "message",
+        "status": status,
+        "role": "assistant",
+        "content": content,
+    }
+
+
+def function_call_item(
+    item_id: str, call_id: str, name: str, arguments: str, status: str = "completed"
+) -> dict:
+    return {
+        "id": item_id,
+        "type": "function_call",
+        "status": status,
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+    }
+
+
+def output_items(message: ParsedMessage) -> list[dict]:
+    items = []
+    if message.reasoning_content:
+        items.append(reasoning_item(new_item_id("rs"), message.reasoning_content))
+    if message.content:
+        items.append(message_item(new_item_id("msg"), message.content))
+    for call in message.tool_calls:
+        items.append(function_call_item(new_item_id("fc"), call.id, call.name, call.arguments))
+    return items
+
+
+def assistant_message(output: list[dict]) -> dict:
+    """The output items as the assistant chat message a follow-up request replays."""
+    message: dict = {"role": "assistant", "content": ""}
+    for item in output:
+        if item["type"] == "reasoning":
+            message["reasoning_content"] = "".join(p["text"] for p in item["content"])
+        elif item["type"] == "message":
+            message["content"] += "".join(p["text"] for p in item["content"])
+        elif item["type"] == "function_call":
+            call = {"name": item["name"], "arguments": item["arguments"]}
+            message.setdefault("tool_calls", []).append(
+                {"id": item["call_id"], "type": "function", "function": call}
+            )
+    return message
+
+
+def usage_body(usage: Usage | None) -> dict | None:
+    if usage is None:
+        return None
+    return {
+        "input_tokens": usage.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "output_tokens": usage.completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+        "total_tokens": usage.total_tokens,
+    }
+
+
+def status_of(finish_reason: str) -> tuple[str, dict | None]:
+    """Response ``status`` and ``incomplete_details`` for the pipeline's finish reason."""
+    if finish_reason == "length":
+        return "incomplete", {"reason": "max_output_tokens"}
+    if finish_reason in ("error", "cancelled"):
+        return "failed", None
+    return "completed", None

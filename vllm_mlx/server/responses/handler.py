@@ -1,0 +1,123 @@
+"""POST /v1/responses and GET /v1/responses/{id} (OpenAI Responses API).
+
+Any model id is accepted (Codex sends its own) and the served name is reported. Everything
+that can fail with 400/404 (bad items, unknown ``previous_response_id``, bad schema) fails
+before a stream starts; after that a stream always ends with its terminal event.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ...chat.template import ChatTemplateError
+from ...request import RequestError
+from ..errors import APIError, parse_body
+from ..sse import sse_response
+from ..state import server_state
+from ..streaming import generation_failed, unless_disconnected
+from .convert import assistant_message, input_messages, output_items, status_of, to_chat_request
+from .mcp import MCPResponseRun, stream_frames
+from .mcp_tools import select_mcp_tools
+from .object import ResponseObject
+from .protocol import ResponsesRequest
+from .store import ResponseStore, StoredResponse
+from .stream import ResponseStream
+
+# Request fields whose errors the pipeline reports under chat-completions names.
+_PARAMS = {
+    "response_format": "text.format",
+    "messages": "input",
+    "max_tokens": "max_output_tokens",
+    "reasoning_effort": "reasoning.effort",
+}
+
+
+def response_store(request: Request) -> ResponseStore:
+    """The app's store, made on first use (one per app, so test servers do not share)."""
+    app_state = request.app.state
+    if not hasattr(app_state, "responses_store"):
+        app_state.responses_store = ResponseStore()
+    return app_state.responses_store
+
+
+async def create_response(request: Request) -> Response:
+    state = server_state(request)
+    store = response_store(request)
+    body = await parse_body(request, ResponsesRequest)
+    history: list[dict] = []
+    if body.previous_response_id is not None:
+        previous = store.get(body.previous_response_id)
+        if previous is None:
+            raise APIError(
+                404,
+                f"no stored response with id {body.previous_response_id!r}",
+                param="previous_response_id",
+            )
+        history = previous.conversation
+    mcp = select_mcp_tools(body.tools, state.mcp)
+    if mcp is not None:
+        body.tool_choice = mcp.tool_choice(body.tool_choice)
+    chat, conversation = to_chat_request(body, history, mcp.tools if mcp is not None else None)
+    try:
+        prepared = state.pipeline.prepare_chat(chat)
+    except (RequestError, ChatTemplateError) as exc:
+        param = getattr(exc, "param", None)
+        raise APIError(400, str(exc), param=_PARAMS.get(param, param)) from None
+    response = ResponseObject(body, state.served_model_name)
+
+    def keep(final: dict | None) -> None:
+        if body.store and final is not None and final["status"] in ("completed", "incomplete"):
+            # MCP calls replay as the assistant's tool calls and their results
+            output = final["output"]
+            turn = input_messages(output) if mcp is not None else [assistant_message(output)]
+            store.put(response.id, StoredResponse(final, conversation + turn))
+
+    if mcp is not None:
+        run = MCPResponseRun(
+            state, chat, prepared, mcp, ResponseStream(response), body.max_tool_calls
+        )
+        if body.stream:
+
+            async def mcp_frames():
+                async for out in stream_frames(run):
+                    yield out
+                keep(run.stream.final)
+
+            return sse_response(mcp_frames(), run.stream.failed)
+        await unless_disconnected(request, run.run())
+        keep(run.stream.final)
+        return JSONResponse(run.stream.final)
+
+    if body.stream:
+        stream = ResponseStream(response)
+
+        async def frames():
+            for out in stream.start():
+                yield out
+            async for out in stream.frames(state.pipeline.stream(prepared)):
+                yield out
+            keep(stream.final)
+
+        return sse_response(frames(), stream.failed)
+
+    result = await unless_disconnected(request, state.pipeline.complete(prepared))
+    status, details = status_of(result.finish_reason)
+    if status == "failed":
+        raise generation_failed(result.error)
+    final = response.body(
+        status,
+        output_items(result.message),
+        result.usage,
+        incomplete_details=details,
+        constraint_gave_up=result.constraint_gave_up,
+    )
+    keep(final)
+    return JSONResponse(final)
+
+
+async def get_response(request: Request) -> Response:
+    entry = response_store(request).get(request.path_params["response_id"])
+    if entry is None:
+        raise APIError(404, f"no stored response with id {request.path_params['response_id']!r}")
+    return JSONResponse(entry.body)

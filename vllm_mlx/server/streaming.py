@@ -1,0 +1,83 @@
+"""What every surface's handler shares: the stream loop over pipeline events, a request
+that stops when its client leaves, and a failed generation as an error.
+
+Through the request's context (``ops.middleware.current_request``): keep-alives, metrics,
+the deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import aclosing
+from typing import TypeVar
+
+from starlette.requests import Request
+
+from ..families.message import MessageDelta, ParsedMessage, ToolCallDelta
+from ..pipeline import ChatEvent, ChatResult
+from .errors import APIError
+from .ops.keepalive import Idle, RequestTimeout
+from .ops.middleware import current_request
+
+T = TypeVar("T")
+
+
+def whole_delta(message: ParsedMessage) -> MessageDelta:
+    """A finished message as one delta: a tool loop's answer, generated whole, streamed."""
+    calls = [
+        ToolCallDelta(index=i, id=c.id, name=c.name, arguments=c.arguments)
+        for i, c in enumerate(message.tool_calls)
+    ]
+    return MessageDelta(message.reasoning_content or "", message.content or "", calls)
+
+
+def generation_failed(message: str | None) -> APIError:
+    return APIError(500, f"generation failed: {message or 'unknown error'}")
+
+
+async def event_frames(
+    events: AsyncIterator[ChatEvent],
+    idle_frame: str,
+    on_event: Callable[[ChatEvent], Iterable[str]],
+    on_finish: Callable[[ChatEvent], Iterable[str]],
+) -> AsyncIterator[str]:
+    """Every API's stream loop: ``on_event(event)`` for each event and ``on_finish`` after
+    the final one, ``idle_frame`` while waiting, and a failed generation raised (so the
+    stream's on_error frames end it)."""
+    async with aclosing(current_request().watch(events)) as watched:
+        async for event in watched:
+            if isinstance(event, Idle):
+                yield idle_frame
+                continue
+            if event.finish_reason == "error":
+                raise generation_failed(event.error)
+            for frame in on_event(event):
+                yield frame
+            if event.finish_reason is not None:
+                for frame in on_finish(event):
+                    yield frame
+                return
+
+
+async def unless_disconnected(request: Request, work: Awaitable[T], poll: float = 0.25) -> T:
+    """Await ``work``, cancelling it (and so its generation) if the client goes away or the
+    request's deadline passes; a ``ChatResult`` is counted in the metrics."""
+    context = current_request()
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=poll)
+            if done:
+                result = task.result()
+                if isinstance(result, ChatResult):
+                    context.observe_result(result)
+                return result
+            if context.expired():
+                raise RequestTimeout(context.timeout or 0)
+            if await request.is_disconnected():
+                task.cancel()
+                raise APIError(499, "client disconnected")
+    finally:
+        if not task.done():
+            task.cancel()
