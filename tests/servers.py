@@ -18,10 +18,12 @@ from tiny_models import QWEN3_STYLE_CHAT_TEMPLATE, build_tiny_model, build_tiny_
 from vllm_mlx.engine.engine import Engine
 from vllm_mlx.engine.sources import ModelBatchSource, Step
 from vllm_mlx.pipeline import Pipeline
+from vllm_mlx.reasoning import ReasoningParserManager
 from vllm_mlx.runtime import Runtime, build_replay_runtime
 from vllm_mlx.server.app import create_app
 from vllm_mlx.server.launch import free_port, launched_server, wait_healthy
 from vllm_mlx.server.state import ServerState
+from vllm_mlx.tool_parsers import ToolParserManager
 
 
 @contextmanager

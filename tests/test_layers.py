@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("families",),  # the family vocabulary: formats, dialects, registry, message types
     ("reasoning", "tool_parsers", "constrained", "engine", "models", "mcp"),
-    ("chat",),  # output stream, prompt rendering, thinking switch, `parse` command
+    ("chat", "request"),  # output stream, prompt rendering, thinking switch; the request
     ("pipeline",),
     ("runtime",),
     ("llm", "server"),

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ...families.message import ParsedMessage
 from ...chat.template import ChatTemplateError
+from ...families.message import ParsedMessage
 from ...mcp.loop import LoopResult, ToolRunner, run_tool_loop
 from ...pipeline import ChatResult, Pipeline, Prepared, Usage
 from ...request import ChatRequest, RequestError
