@@ -61,7 +61,9 @@ def run_cli(cases: list[dict], chunk_size: int | None) -> list[dict]:
     )
     out = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
     if len(out) != len(cases):
-        sys.exit(f"parse --jsonl returned {len(out)} results for {len(cases)} cases:\n{proc.stderr}")
+        sys.exit(
+            f"parse --jsonl returned {len(out)} results for {len(cases)} cases:\n{proc.stderr}"
+        )
     return out
 
 
@@ -83,13 +85,15 @@ def _shape(message: dict) -> dict:
 def compare(expected: dict, got: dict) -> tuple[str, str] | None:
     """None when ``got`` is what the case expects, else (kind, short explanation)."""
     if "error" in got:
-        kind = "unknown-parser" if "unknown" in got["error"] and "parser" in got["error"] else "error"
-        return kind, got["error"][:160]
+        kind = (
+            "unknown-parser" if "unknown" in got["error"] and "parser" in got["error"] else "error"
+        )
+        return kind, got["error"].split("; valid names")[0][:160]
     calls = [(c["function"]["name"], _args(c["function"]["arguments"])) for c in got["tool_calls"]]
     want = [(c["name"], c["arguments"]) for c in expected["tool_calls"]]
     if calls != want:
         return "calls", f"got {calls!r} want {want!r}"
-    for have, should in zip(got["tool_calls"], expected["tool_calls"]):
+    for have, should in zip(got["tool_calls"], expected["tool_calls"], strict=True):
         if "id" in should and have.get("id") != should["id"]:
             return "id", f"call id: got {have.get('id')!r} want {should['id']!r}"
     for field in ("content", "reasoning_content"):
@@ -130,13 +134,14 @@ def main() -> None:
         extra = f" [stream!=whole in c{','.join(map(str, disagree))}]" if disagree else ""
         failures.append(f"{case['id']} [{first[0]}] ({modes_failed}){extra}: {first[1]}")
     head = ["whole"] + [f"c{m}" for m in modes[1:]] + ["all"]
-    print(f"{'family':<16}{'cases':>6}" + "".join(f"{h:>7}" for h in head))
+    width = max(len(f) for f in total) + 2
+    print(f"{'family':<{width}}{'cases':>6}" + "".join(f"{h:>7}" for h in head))
     for fam in sorted(total):
         cells = [passed[(fam, m)] for m in modes] + [passed[(fam, "all")]]
-        print(f"{fam:<16}{total[fam]:>6}" + "".join(f"{c:>7}" for c in cells))
+        print(f"{fam:<{width}}{total[fam]:>6}" + "".join(f"{c:>7}" for c in cells))
     cells = [sum(passed[(f, m)] for f in total) for m in modes]
     cells.append(sum(passed[(f, "all")] for f in total))
-    print(f"{'TOTAL':<16}{sum(total.values()):>6}" + "".join(f"{c:>7}" for c in cells))
+    print(f"{'TOTAL':<{width}}{sum(total.values()):>6}" + "".join(f"{c:>7}" for c in cells))
     print("\nfailure kinds (first failing mode):", dict(kinds.most_common()))
     print(f"\nfailures ({len(failures)}):")
     for line in failures[: opts.max_failures]:
