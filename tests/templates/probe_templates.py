@@ -4,7 +4,8 @@ A phase-1 probe for issue 11 ("real model families"): every template here reprod
 real chat templates do (see README.md). For each one the probe renders a conversation with a
 tool call (content: null, a client id ``call_1``) and its result, then says whether rendering
 worked, whether the tools, the earlier call and the result reach the prompt, whether a plain
-request without tools renders, what the prompt tail is, which thinking switch was found, and which parsers detection picks.
+request without tools renders, what the prompt tail is, which thinking switch was found, and
+which parsers detection picks.
 
     PYTHONPATH=/work/main python tests/templates/probe_templates.py [TEMPLATE ...]
 
