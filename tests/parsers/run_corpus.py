@@ -110,6 +110,12 @@ def main() -> None:
     ap.add_argument("--family", action="append", help="only these corpus files (repeatable)")
     ap.add_argument("--corpus", type=Path, default=CORPUS)
     ap.add_argument("--max-failures", type=int, default=400, help="failure lines to print")
+    ap.add_argument(
+        "--fail-on",
+        choices=["none", "stream", "any"],
+        default="none",
+        help="exit 1 when streamed results differ from whole ones (stream) or any case fails",
+    )
     opts = ap.parse_args()
     cases = load_cases(opts.corpus, set(opts.family) if opts.family else None)
     modes: list[int | None] = [None] + [int(c) for c in opts.chunks.split(",") if c.strip()]
@@ -118,10 +124,12 @@ def main() -> None:
     total = collections.Counter(c["family"] for c in cases)
     kinds = collections.Counter()
     failures = []
+    stream_mismatches = 0
     for i, case in enumerate(cases):
         verdicts = {m: compare(case["expected"], results[m][i]) for m in modes}
         whole = results[None][i]
         disagree = [m for m in modes[1:] if _shape(results[m][i]) != _shape(whole)]
+        stream_mismatches += bool(disagree)
         for m, v in verdicts.items():
             if v is None:
                 passed[(case["family"], m)] += 1
@@ -143,9 +151,12 @@ def main() -> None:
     cells.append(sum(passed[(f, "all")] for f in total))
     print(f"{'TOTAL':<{width}}{sum(total.values()):>6}" + "".join(f"{c:>7}" for c in cells))
     print("\nfailure kinds (first failing mode):", dict(kinds.most_common()))
+    print(f"streamed != whole: {stream_mismatches} case(s)")
     print(f"\nfailures ({len(failures)}):")
     for line in failures[: opts.max_failures]:
         print(" ", line)
+    if (opts.fail_on == "stream" and stream_mismatches) or (opts.fail_on == "any" and failures):
+        sys.exit(1)
 
 
 if __name__ == "__main__":
