@@ -12,6 +12,7 @@ from tiny_models import QWEN3_STYLE_CHAT_TEMPLATE
 
 from vllm_mlx.chat.jinja_sandbox import RenderLimits
 from vllm_mlx.chat.template import (
+    MAX_REQUEST_TEMPLATE_CHARS,
     RENDERER_KEYS,
     ChatTemplateError,
     TemplateLimitError,
@@ -256,3 +257,14 @@ def test_the_server_answers_400_for_template_kwargs_it_owns(openai_client, kwarg
             extra_body={"chat_template_kwargs": kwargs},
         )
     assert message in str(info.value)
+
+
+def test_an_oversized_request_template_is_refused_before_compiling(tokenizer):
+    huge = "{{ 1 }}" * (MAX_REQUEST_TEMPLATE_CHARS // 7 + 1)
+    with pytest.raises(ChatTemplateError, match="characters"):
+        render_chat(
+            tokenizer,
+            MESSAGES[:2],
+            template_kwargs={"chat_template": huge},
+            allow_request_templates=True,
+        )

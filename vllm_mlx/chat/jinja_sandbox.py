@@ -138,8 +138,10 @@ def _check_amplifier(budget: RenderBudget, name: str, target: Any, args: list[An
         if isinstance(items, (list, tuple, str)):
             budget.check_size(len(target) * len(items), "the joined text")
     elif name in {"indent", "wordwrap"} and isinstance(target, str):
+        # indent adds its (string) width to every line; wordwrap may wrap after each character
         piece = max((_length(a) for a in args if isinstance(a, str)), default=0)
-        budget.check_size(len(target) + piece * (target.count("\n") + len(target) // 8 + 1))
+        pieces = target.count("\n") + 1 if name == "indent" else len(target)
+        budget.check_size(len(target) + pieces * piece, f"the {name}ed text")
     elif name in {"format", "format_map"}:
         _check_format_string(target)
 
@@ -322,7 +324,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
     def call(self, context: Any, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
         budget = _budget()
         budget.step()
-        if not isinstance(obj, jinja2.runtime.Macro):
+        if not isinstance(obj, (jinja2.runtime.Macro, type)) and obj is not _plain_dict:
             _check_arguments(budget, [*args, *kwargs.values()])
             name = getattr(obj, "__name__", "")
             method = getattr(obj, "__wrapped__", obj)  # the sandbox wraps str.format

@@ -29,6 +29,8 @@ RENDERER_KEYS = frozenset(
     | {"range", "cycler", "joiner", "lipsum"}
 )
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+# Longest template a request may bring (models' own are tens of kilobytes at most).
+MAX_REQUEST_TEMPLATE_CHARS = 256 * 1024
 
 
 class ChatTemplateError(ValueError):
@@ -118,6 +120,11 @@ def _choose_template(
             )
         if not isinstance(requested, str):
             raise ChatTemplateError("chat_template_kwargs.chat_template must be a string")
+        if len(requested) > MAX_REQUEST_TEMPLATE_CHARS:
+            raise ChatTemplateError(
+                "chat_template_kwargs.chat_template is over "
+                f"{MAX_REQUEST_TEMPLATE_CHARS} characters"
+            )
         return requested
     if isinstance(own, str):
         return own
