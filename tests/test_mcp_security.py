@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import timeit
 
 import pytest
 from click.testing import CliRunner
@@ -142,6 +143,13 @@ BYPASSES = [
     ({"command": "python3", "args": ["/nonexistent/x.py"]}, "script-not-found", f"{S}.args[0]"),
     ({"command": "python3", "args": ["-"]}, "argument-shape", f"{S}.args[0]"),
     (
+        {"command": "python3", "args": ["@STDLIB", "-s", "__import__('os').system('id')"]},
+        "installed-script",
+        f"{S}.args[0]",
+    ),
+    ({"command": "python3", "args": ["@SITE", "x"]}, "installed-script", f"{S}.args[0]"),
+    ({"command": "node", "args": ["@NODEMOD", "-c", "id"]}, "installed-script", f"{S}.args[0]"),
+    (
         {"command": "find", "args": [".", "-exec", "id", "{}", "+"]},
         "command-not-allowed",
         f"{S}.command",
@@ -250,8 +258,18 @@ def _fill(value, scripts):
 @pytest.fixture
 def scripts(tmp_path):
     js = tmp_path / "server.js"
-    js.write_text("")
-    return {"@PY": TOOLBOX, "@JS": str(js)}
+    site = tmp_path / "venv" / "lib" / "site-packages" / "pkg" / "cli.py"
+    npx = tmp_path / "node_modules" / "npm" / "bin" / "npx-cli.js"
+    for path in (js, site, npx):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+    return {
+        "@PY": TOOLBOX,
+        "@JS": str(js),
+        "@STDLIB": timeit.__file__,
+        "@SITE": str(site),
+        "@NODEMOD": str(npx),
+    }
 
 
 @pytest.mark.parametrize(("entry", "rule", "field"), BYPASSES)

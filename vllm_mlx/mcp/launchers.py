@@ -20,8 +20,11 @@ The launchers and shapes (``[…]`` optional, ``…`` the server's own arguments
 - ``docker|podman run [-i|--interactive|--rm|--init|-e NAME[=VALUE]|--env NAME[=VALUE]|
   --name NAME]… IMAGE …`` (no mounts, no privileges, no other entrypoint)
 
-SCRIPT must be an existing file (relative names are taken from the entry's ``cwd``); PACKAGE,
-ENTRY_POINT and MODULE may not name an interpreter or a shell (``npx node -e …``).
+SCRIPT must be an existing file (relative names are taken from the entry's ``cwd``) outside
+installed packages and standard libraries; PACKAGE, ENTRY_POINT and MODULE may not name an
+interpreter or a shell (``npx node -e …``). What the allow-list guarantees is that the config
+runs the package, script or image it names, not code written into the config; whether that
+package deserves trust is the config author's call.
 """
 
 from __future__ import annotations
@@ -60,6 +63,10 @@ _DENO_FLAG = re.compile(
     r"^(--(allow|deny)-[a-z-]+(=[^\s]*)?|-A|-q|--quiet|--no-prompt|--unstable(-[a-z-]+)?)$"
 )
 
+_PACKAGE_DIRS = frozenset({"site-packages", "dist-packages", "node_modules"})
+_STDLIB_DIR = re.compile(r"^(python|pypy)\d")
+_SYSTEM_DIRS = ("/usr/lib/", "/usr/libexec/", "/usr/share/", "/System/", "/Library/")
+
 _PYTHON_FLAGS = frozenset({"-u", "-B", "-s", "-I", "-O", "-OO", "-P"})
 _NODE_FLAGS = frozenset({"--no-warnings", "--no-deprecation", "--enable-source-maps"})
 _NPX_FLAGS = frozenset({"-y", "--yes", "-q", "--quiet"})
@@ -69,6 +76,17 @@ def program_name(command: str) -> str:
     return PurePosixPath(command.replace("\\", "/")).name
 
 
+def installed_code(path: Path) -> bool:
+    """True for files of installed packages or a standard library (``timeit.py``, npm's own
+    ``npx-cli.js``): some evaluate their arguments, and they have a launcher of their own."""
+    parts = path.parts
+    if any(part in _PACKAGE_DIRS for part in parts):
+        return True
+    if any(a == "lib" and _STDLIB_DIR.match(b) for a, b in zip(parts, parts[1:], strict=False)):
+        return True
+    return str(path).startswith(_SYSTEM_DIRS)
+
+
 def _script(args: list[str], i: int, cwd: str | None, suffixes: tuple[str, ...]) -> list[Problem]:
     script = args[i]
     if not script.endswith(suffixes):
@@ -76,6 +94,15 @@ def _script(args: list[str], i: int, cwd: str | None, suffixes: tuple[str, ...])
     path = Path(cwd or os.getcwd()) / script
     if not path.is_file():
         return [(i, "script-not-found", f"{script!r} is not an existing file")]
+    if installed_code(path.resolve()):
+        return [
+            (
+                i,
+                "installed-script",
+                f"{script!r} belongs to an installed package or standard library; "
+                "start packages with npx/uvx PACKAGE or python -m MODULE",
+            )
+        ]
     return []
 
 

@@ -1,9 +1,12 @@
 """Security checks on the MCP config, run before any process starts or socket opens.
 
 The config decides which programs this server launches and where it sends requests, so each
-server entry is checked against a fixed set of rules. A violation names its rule and the field;
-every violation in the file is reported at once. Child processes get a minimal environment so
-our own secrets (API keys in our environment) never reach a tool server.
+server entry is checked against a fixed set of rules: commands against the launcher allow-list
+(launchers.py), environment names against an allow-list, URLs and headers against their own
+rules. A violation names its rule and the field; every violation in the file is reported at
+once. Child processes get a minimal environment so our own secrets (API keys in our
+environment) never reach a tool server. The operator's ``--mcp-allow-any-command`` lifts the
+command and environment allow-lists (never the structural checks or privilege escalation).
 """
 
 from __future__ import annotations
