@@ -131,15 +131,18 @@ def test_ordinary_templates_render_as_transformers_does(tokenizer, name, with_to
     assert rendered.text == expected
 
 
+# name -> (template, what stops it)
 HOSTILE = {
-    "nested loops": NESTED_LOOPS,
+    "nested loops": (NESTED_LOOPS, "steps"),
     "doubling macro": (
         "{% macro d(n) %}{% if n > 0 %}{{ d(n - 1) }}{{ d(n - 1) }}{% else %}x{% endif %}"
-        "{% endmacro %}{{ d(60) }}"
+        "{% endmacro %}{{ d(60) }}",
+        "steps",
     ),
     "doubling string": (
         "{% set ns = namespace(s='x') %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}"
-        "{% endfor %}{{ ns.s | length }}"
+        "{% endfor %}{{ ns.s | length }}",
+        "produced more than",
     ),
     "nested macro output": (
         "{% macro m(s) %}{{ s }}{{ s }}{% endmacro %}"
@@ -147,28 +150,41 @@ HOSTILE = {
         + "m(" * 30
         + "'x' * 1000"
         + ")" * 30
-        + " }}"
+        + " }}",
+        "produced more than",
     ),
-    "literal in loops": "{% for a in range(100000) %}{% for b in range(100000) %}"
-    + "x" * 64
-    + "{% endfor %}{% endfor %}",
-    "string times": "{{ 'x' * 10 ** 9 }}",
-    "power": "{{ 7 ** 99999999 }}",
-    "center": "{{ 'x' | center(10 ** 9) }}",
-    "format width": "{{ '{:>999999999}'.format(1) }}",
-    "percent width": "{{ '%999999999d' % 1 }}",
-    "format filter": "{{ '%999999999d' | format(1) }}",
-    "replace": "{% set s = 'x' * 1000000 %}{{ s.replace('', s) }}",
-    "replace filter": "{% set s = 'x' * 1000000 %}{{ s | replace('x', s) }}",
-    "join": "{% set s = 'x' * 1000000 %}{{ s.join(range(100000) | list) }}",
-    "indent": "{% set s = 'x\n' * 1000000 %}{{ s | indent('y' * 1000) }}",
+    "literal in loops": (
+        "{% for a in range(100000) %}{% for b in range(100000) %}"
+        + "x" * 64
+        + "{% endfor %}{% endfor %}",
+        "steps",
+    ),
+    "string times": ("{{ 'x' * 10 ** 9 }}", "repeated value"),
+    "repeated list": ("{{ ([1] * 100000) * 1000 }}", "repeated value"),
+    "power": ("{{ 7 ** 99999999 }}", "power is too large"),
+    "center": ("{{ 'x' | center(10 ** 9) }}", "integer argument"),
+    "format width": ("{{ '{:>999999999}'.format(1) }}", "format width"),
+    "percent width": ("{{ '%999999999d' % 1 }}", "format width"),
+    "format filter": ("{{ '%999999999d' | format(1) }}", "format width"),
+    "replace": ("{% set s = 'x' * 1000000 %}{{ s.replace('', s) }}", "replaced text"),
+    "replace filter": ("{% set s = 'x' * 1000000 %}{{ s | replace('x', s) }}", "replaced text"),
+    "join": ("{% set s = 'x' * 1000000 %}{{ s.join(range(100000) | list) }}", "joined text"),
+    "join of a generator": (
+        "{{ range(20000) | map('string') | join('x' * 1000000) }}",
+        "joined text",
+    ),
+    "indent": ("{% set s = 'x\n' * 1000000 %}{{ s | indent('y' * 1000) }}", "indented text"),
+    "tojson indent": ("{{ range(1000) | list | tojson(indent=999999) }}", "tojson"),
+    "tojson separators": ("{{ [1, 2] | tojson(separators=('x' * 100000, ':')) }}", "tojson"),
+    "split": ("{% set s = 'ab ' * 5000000 %}{{ s.split() | length }}", "split text"),
+    "list of characters": ("{% set s = 'ab' * 5000000 %}{{ s | list | length }}", "characters"),
 }
 
 
-@pytest.mark.parametrize("template", list(HOSTILE.values()), ids=list(HOSTILE))
-def test_hostile_templates_are_stopped_by_the_budget(tokenizer, template):
+@pytest.mark.parametrize(("template", "reason"), list(HOSTILE.values()), ids=list(HOSTILE))
+def test_hostile_templates_are_stopped_by_the_budget(tokenizer, template, reason):
     limits = RenderLimits(max_steps=200_000, max_seconds=60)
-    with pytest.raises(TemplateLimitError, match="the chat template was stopped"):
+    with pytest.raises(TemplateLimitError, match="the chat template was stopped") as info:
         render_chat(
             tokenizer,
             MESSAGES[:2],
@@ -176,6 +192,7 @@ def test_hostile_templates_are_stopped_by_the_budget(tokenizer, template):
             allow_request_templates=True,
             limits=limits,
         )
+    assert reason in str(info.value)
 
 
 def test_nested_loops_are_stopped_by_the_default_budget(tokenizer):

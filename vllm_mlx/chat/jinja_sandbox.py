@@ -45,6 +45,8 @@ class RenderLimits:
     # produce (text captured by macros and ``{% set %}`` blocks counts too).
     max_chars: int = 32 * 1024 * 1024
     max_produced_chars: int = 64 * 1024 * 1024
+    # Items one list/tuple/dict may hold (each item costs far more memory than a character).
+    max_items: int = 1_000_000
     # Integer arguments to filters and methods (widths, counts) above this are refused.
     max_int_argument: int = 1_000_000
 
@@ -73,10 +75,18 @@ class RenderBudget:
                 f"{what} of {size} characters is over the {self.limits.max_chars} limit"
             )
 
+    def check_items(self, count: int, what: str = "a list") -> None:
+        if count > self.limits.max_items:
+            raise RenderLimitError(
+                f"{what} of {count} items is over the {self.limits.max_items} limit"
+            )
+
     def value(self, result: Any) -> Any:
         """Check a produced value's size; make iterators count their items as steps."""
-        if isinstance(result, (str, list, tuple, dict)):
+        if isinstance(result, str):
             self.check_size(len(result))
+        elif isinstance(result, (list, tuple, dict)):
+            self.check_items(len(result))
         elif isinstance(result, Iterator):
             return _counted(result)
         return result
@@ -127,9 +137,37 @@ def _length(value: Any) -> int:
     return len(value) if isinstance(value, (str, list, tuple, dict)) else len(str(value))
 
 
+_WHITESPACE = " \t\n\r\x0b\x0c"
+# Filters that turn a string into one item per character.
+_ITERATING_FILTERS = frozenset(
+    {"list", "batch", "slice", "sort", "unique", "map", "select", "reject", "selectattr"}
+    | {"rejectattr", "groupby", "sum", "min", "max", "dictsort"}
+)
+# Longest indent/separators tojson may repeat for every item.
+_MAX_JSON_PADDING = 64
+
+
+def _padding(arg: Any) -> int:
+    """Characters an indent/separators argument repeats per item (``indent=4`` → 4)."""
+    if arg is None or isinstance(arg, bool):
+        return 0
+    if isinstance(arg, int):
+        return arg
+    if isinstance(arg, (list, tuple)):
+        return sum(len(str(part)) for part in arg)
+    return len(str(arg))
+
+
 def _check_amplifier(budget: RenderBudget, name: str, target: Any, args: list[Any]) -> None:
-    """Estimate the result of replace/join/indent/wordwrap before running them."""
-    if name == "replace" and isinstance(target, str) and len(args) >= 2:
+    """Estimate the result of replace/join/indent/wordwrap/split/tojson before running them."""
+    if name in {"split", "rsplit", "splitlines"} and isinstance(target, str):
+        separator = args[0] if args and isinstance(args[0], str) and name != "splitlines" else None
+        count = target.count(separator) if separator else sum(map(target.count, _WHITESPACE))
+        budget.check_items(count + 1, "the split text")
+    elif name == "tojson":
+        if any(_padding(arg) > _MAX_JSON_PADDING for arg in args):
+            raise RenderLimitError(f"tojson indent/separators over {_MAX_JSON_PADDING} characters")
+    elif name == "replace" and isinstance(target, str) and len(args) >= 2:
         old, new = str(args[0]), str(args[1])
         count = target.count(old) if old else len(target) + 1
         budget.check_size(len(target) + count * (len(new) - len(old)), "the replaced text")
@@ -161,13 +199,23 @@ def _filter_precheck(budget: RenderBudget, name: str, values: list[Any], kwargs:
         _check_amplifier(budget, name, values[0], [*values[1:], *kwargs.values()])
 
 
+def _sized(value: Any) -> Any:
+    """An iterator as a list (its items counted as steps), so its length can be checked."""
+    return list(_counted(value)) if isinstance(value, Iterator) else value
+
+
 def _guard_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(func)  # keeps jinja's pass_context/pass_eval_context marker
     def guarded(*args: Any, **kwargs: Any) -> Any:
         budget = _budget()
         budget.step()
-        values = [a for a in args if not isinstance(a, _PASSED)]
-        if values:
+        first = next((i for i, a in enumerate(args) if not isinstance(a, _PASSED)), None)
+        if first is not None:
+            if name == "join":
+                args = (*args[:first], _sized(args[first]), *args[first + 1 :])
+            values = list(args[first:])
+            if name in _ITERATING_FILTERS and isinstance(values[0], str):
+                budget.check_items(len(values[0]), f"the characters given to {name}")
             _filter_precheck(budget, name, values, kwargs)
         return budget.value(func(*args, **kwargs))
 
@@ -328,7 +376,10 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             _check_arguments(budget, [*args, *kwargs.values()])
             name = getattr(obj, "__name__", "")
             method = getattr(obj, "__wrapped__", obj)  # the sandbox wraps str.format
-            _check_amplifier(budget, name, getattr(method, "__self__", None), [*args])
+            target = getattr(method, "__self__", None)
+            if name == "join" and isinstance(target, str) and args:
+                args = (_sized(args[0]), *args[1:])
+            _check_amplifier(budget, name, target, [*args])
         return budget.value(super().call(context, obj, *args, **kwargs))
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
