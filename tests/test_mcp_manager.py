@@ -12,7 +12,13 @@ import os
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from mcp_servers.harness import free_port, time_server_stdio, toolbox_http, toolbox_stdio
+from mcp_servers.harness import (
+    TOOLBOX,
+    free_port,
+    time_server_stdio,
+    toolbox_http,
+    toolbox_stdio,
+)
 
 from vllm_mlx.mcp.config import parse_config
 from vllm_mlx.mcp.manager import MCPManager
@@ -58,7 +64,7 @@ async def manager(http_port: int, sse_port: int) -> AsyncIterator[MCPManager]:
                     "allowed_tools": ["echo"],
                 },
                 "time": time_server_stdio(),
-                "broken": {"command": "/nonexistent/mcp-server"},
+                "broken": {"command": "/nonexistent/bin/python3", "args": [TOOLBOX]},
                 "gone": {"url": f"http://127.0.0.1:{free_port()}/mcp"},
                 "off": toolbox_stdio(enabled=False),
             },

@@ -13,7 +13,15 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 Transport = Literal["stdio", "streamable_http", "sse"]
 
@@ -106,6 +114,9 @@ class MCPConfig(_Strict):
     max_output_bytes: int = Field(default=100_000, ge=256, le=64 * 1024 * 1024)
     max_parallel_calls: int = Field(default=4, ge=1, le=64)
     connect_timeout: float = Field(default=15.0, gt=0, le=600)
+    # Set only by the operator (--mcp-allow-any-command), never by the file: the file is what
+    # the launcher allow-list distrusts.
+    _allow_any_command: bool = PrivateAttr(default=False)
 
     @model_validator(mode="after")
     def _one_server_table(self) -> MCPConfig:
@@ -121,6 +132,11 @@ class MCPConfig(_Strict):
     @property
     def server_table(self) -> dict[str, ServerConfig]:
         return self.mcpServers if self.mcpServers is not None else (self.servers or {})
+
+    @property
+    def allow_any_command(self) -> bool:
+        """True when the operator lifted the launcher, argument and environment allow-lists."""
+        return self._allow_any_command
 
     @property
     def server_table_key(self) -> str:
@@ -147,19 +163,22 @@ def _describe(error: dict[str, Any]) -> str:
     return message.removeprefix("Value error, ")
 
 
-def parse_config(data: Any) -> MCPConfig:
-    """Validate already-decoded JSON; raises ConfigError naming every bad field."""
+def parse_config(data: Any, *, allow_any_command: bool = False) -> MCPConfig:
+    """Validate already-decoded JSON; raises ConfigError naming every bad field.
+    ``allow_any_command`` is the operator's opt-out of the launcher allow-list."""
     if not isinstance(data, dict):
         raise ConfigError([("(top level)", "the config must be a JSON object")])
     try:
-        return MCPConfig.model_validate(data)
+        config = MCPConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(
             [(_field_path(err["loc"]), _describe(err)) for err in exc.errors()]
         ) from None
+    config._allow_any_command = allow_any_command
+    return config
 
 
-def load_config(path: str | Path) -> MCPConfig:
+def load_config(path: str | Path, *, allow_any_command: bool = False) -> MCPConfig:
     """Read and validate the config at exactly this path (never an implicit default)."""
     file = Path(path)
     try:
@@ -172,4 +191,4 @@ def load_config(path: str | Path) -> MCPConfig:
         raise ConfigError(
             [(str(file), f"not valid JSON: {exc.msg} at line {exc.lineno}")]
         ) from None
-    return parse_config(data)
+    return parse_config(data, allow_any_command=allow_any_command)

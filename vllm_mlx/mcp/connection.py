@@ -22,17 +22,19 @@ import httpx2
 import mcp_types as types
 from mcp import ClientSession
 from mcp.client.sse import sse_client
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from vllm_mlx.mcp.config import ServerConfig
 from vllm_mlx.mcp.security import child_environment
+from vllm_mlx.mcp.stdio import stdio_transport
 
 logger = logging.getLogger(__name__)
 
-# Largest single HTTP/SSE message accepted from a server; our own output cap applies after.
-MAX_TRANSPORT_MESSAGE_BYTES = 16 * 1024 * 1024
+# Largest single message accepted from a server (a bigger answer fails only its own call);
+# our own output cap (max_output_bytes) applies after.
+MAX_TRANSPORT_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
 def describe_error(exc: BaseException) -> str:
@@ -179,7 +181,9 @@ class ServerConnection:
                 env=child_environment(dict(cfg.env)),
                 cwd=cfg.cwd,
             )
-            read, write = await stack.enter_async_context(stdio_client(params, self._errlog))
+            read, write = await stack.enter_async_context(
+                stdio_transport(params, self._errlog, MAX_TRANSPORT_MESSAGE_BYTES)
+            )
         elif kind == "sse":
             read, write = await stack.enter_async_context(
                 sse_client(cfg.url or "", headers=dict(cfg.headers), timeout=self.connect_timeout)

@@ -25,6 +25,9 @@ from vllm_mlx.mcp.content import cap_text, raw_content, result_text
 
 logger = logging.getLogger(__name__)
 
+# Largest arguments sent to a server for one call (as UTF-8 JSON).
+MAX_ARGUMENT_BYTES = 1024 * 1024
+
 
 @dataclass
 class ToolResult:
@@ -63,6 +66,18 @@ def parse_arguments(arguments: dict[str, Any] | str | None) -> dict[str, Any]:
     return arguments
 
 
+def sending_error(arguments: dict[str, Any]) -> str | None:
+    """Why these arguments cannot go over the wire (not JSON, not UTF-8 — a lone surrogate —
+    or too large), checked before the call so a bad one fails alone, not the session."""
+    try:
+        data = json.dumps(arguments, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError, RecursionError) as exc:  # UnicodeEncodeError is a ValueError
+        return f"arguments cannot be sent to the tool server: {exc}"
+    if len(data) > MAX_ARGUMENT_BYTES:
+        return f"arguments are {len(data)} bytes, over the {MAX_ARGUMENT_BYTES}-byte limit"
+    return None
+
+
 def schema_error(arguments: dict[str, Any], schema: dict[str, Any]) -> str | None:
     """The first way the arguments break the tool's input schema, or None."""
     try:
@@ -93,7 +108,7 @@ async def execute(
         args = parse_arguments(arguments)
     except ValueError as exc:
         return error_result(str(exc), server=server, tool=tool)
-    problem = schema_error(args, entry.input_schema)
+    problem = sending_error(args) or schema_error(args, entry.input_schema)
     if problem:
         return error_result(problem, server=server, tool=tool)
     async with limiter:

@@ -1,9 +1,12 @@
 """Security checks on the MCP config, run before any process starts or socket opens.
 
 The config decides which programs this server launches and where it sends requests, so each
-server entry is checked against a fixed set of rules. A violation names its rule and the field;
-every violation in the file is reported at once. Child processes get a minimal environment so
-our own secrets (API keys in our environment) never reach a tool server.
+server entry is checked against a fixed set of rules: commands against the launcher allow-list
+(launchers.py), environment names against an allow-list, URLs and headers against their own
+rules. A violation names its rule and the field; every violation in the file is reported at
+once. Child processes get a minimal environment so our own secrets (API keys in our
+environment) never reach a tool server. The operator's ``--mcp-allow-any-command`` lifts the
+command and environment allow-lists (never the structural checks or privilege escalation).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pathlib import PurePosixPath
 from urllib.parse import urlsplit
 
 from vllm_mlx.mcp.config import MCPConfig, ServerConfig
+from vllm_mlx.mcp.launchers import launcher_problems, program_name
 
 
 @dataclass(frozen=True)
@@ -68,42 +72,35 @@ _VALUE_OPTIONS = frozenset(
     | {"--rcfile", "--init-file", "-I", "--package", "-p"}
 )
 
-# Programs that run another program with altered privileges or evaluate their arguments.
-_FORBIDDEN_COMMANDS = re.compile(r"^(sudo|su|doas|pkexec|eval|exec|xargs|env)$")
+# Programs that run another program with altered privileges or evaluate their arguments;
+# the first group stays forbidden even under --mcp-allow-any-command.
+_PRIVILEGE_COMMANDS = re.compile(r"^(sudo|su|doas|pkexec|runas)$")
+_FORBIDDEN_COMMANDS = re.compile(r"^(sudo|su|doas|pkexec|runas|eval|exec|xargs|env|nohup|timeout)$")
 
-_DANGEROUS_ENV_EXACT = frozenset(
-    {
-        "PATH",
-        "PYTHONPATH",
-        "PYTHONSTARTUP",
-        "PYTHONHOME",
-        "PYTHONINSPECT",
-        "PYTHONUSERBASE",
-        "NODE_OPTIONS",
-        "NODE_PATH",
-        "BASH_ENV",
-        "ENV",
-        "SHELLOPTS",
-        "BASHOPTS",
-        "PS4",
-        "IFS",
-        "PROMPT_COMMAND",
-        "PERL5OPT",
-        "PERL5LIB",
-        "PERLLIB",
-        "RUBYOPT",
-        "RUBYLIB",
-        "JAVA_TOOL_OPTIONS",
-        "_JAVA_OPTIONS",
-        "JDK_JAVA_OPTIONS",
-        "GCONV_PATH",
-        "LOCPATH",
-        "HOSTALIASES",
-        "GIT_SSH_COMMAND",
-        "GIT_EXEC_PATH",
-    }
+# Environment variables a server may be given: an allow-list of ordinary settings and of
+# credentials/endpoints by their suffix. Names that make a program load or run other code are
+# named by a deny-list first, for a clearer message (and so that BASH_ENV is no ``*_ENV``).
+_ENV_ALLOWED_EXACT = frozenset(
+    {"LANG", "LANGUAGE", "TZ", "TERM", "NO_COLOR", "FORCE_COLOR", "NODE_ENV", "DEBUG"}
+    | {"LOG_LEVEL", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY"}
+    | {"http_proxy", "https_proxy", "no_proxy", "all_proxy"}
+    | {"PYTHONUNBUFFERED", "PYTHONIOENCODING", "PYTHONUTF8", "PYTHONDONTWRITEBYTECODE"}
 )
-_DANGEROUS_ENV_PREFIXES = ("LD_", "DYLD_", "BASH_FUNC_")
+_ENV_ALLOWED = re.compile(
+    r"^(LC_[A-Z]+|[A-Z][A-Z0-9_]*_(API_KEY|KEY|TOKEN|SECRET|PASSWORD|PAT|ID|URL|URI|ENDPOINT"
+    r"|HOST|PORT|REGION|PROFILE|USER|USERNAME|ORG|ORGANIZATION|PROJECT|WORKSPACE|ACCOUNT"
+    r"|DOMAIN|LEVEL|TIMEOUT|MODE|DATABASE|DB|BUCKET|MODEL|NAME|EMAIL|CHANNEL|TEAM))$"
+)
+_DANGEROUS_ENV_EXACT = frozenset(
+    {"PATH", "HOME", "BROWSER", "EDITOR", "VISUAL", "PAGER", "SHELL", "ENV", "IFS", "PS4"}
+    | {"PROMPT_COMMAND", "SHELLOPTS", "BASHOPTS", "HOSTALIASES", "LOCPATH", "CLASSPATH"}
+)
+_DANGEROUS_ENV_PREFIXES = (
+    *("LD_", "DYLD_", "BASH_", "PYTHON", "NODE_", "NPM_", "YARN_", "PNPM_", "BUN_", "DENO_"),
+    *("UV_", "PIP_", "POETRY_", "CONDA_", "VIRTUAL_ENV", "PERL", "RUBY", "GEM_", "BUNDLE_"),
+    *("LUA_", "JAVA", "_JAVA", "JDK_", "GIT_", "SSH_", "DOCKER_", "PODMAN_", "CONTAINERS_"),
+    *("ELECTRON_", "GLIBC_", "MALLOC_", "OPENSSL_", "XDG_", "GCONV_"),
+)
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
@@ -160,7 +157,43 @@ def _inline_code_violations(argv: list[str], field: str) -> list[Violation]:
     return found
 
 
-def _command_violations(base: str, server: ServerConfig) -> list[Violation]:
+def env_violation(key: str, field: str) -> Violation | None:
+    """Why a server may not be given this environment variable (None when it may)."""
+    if not _ENV_KEY.match(key):
+        return Violation("env-key-invalid", field, "not a valid variable name")
+    if key in _ENV_ALLOWED_EXACT:
+        return None
+    if key.upper() in _DANGEROUS_ENV_EXACT or key.upper().startswith(_DANGEROUS_ENV_PREFIXES):
+        return Violation("dangerous-env", field, f"{key} changes how programs load or run")
+    if not _ENV_ALLOWED.match(key):
+        return Violation(
+            "env-not-allowed",
+            field,
+            f"{key} is not an allowed variable (settings such as LANG/TZ, or names ending in "
+            "_API_KEY, _TOKEN, _SECRET, _URL, _ID, …)",
+        )
+    return None
+
+
+def _launcher_violations(base: str, server: ServerConfig) -> list[Violation]:
+    command = server.command or ""
+    program = program_name(command)
+    if _FORBIDDEN_COMMANDS.match(program):
+        return [
+            Violation("forbidden-command", f"{base}.command", f"{program} may not start servers")
+        ]
+    shapes = [
+        Violation(rule, f"{base}.command" if i < 0 else f"{base}.args[{i}]", detail)
+        for i, rule, detail in launcher_problems(command, list(server.args), server.cwd)
+    ]
+    # The interpreter scan also looks behind launchers (``uvx … python -c``); where both
+    # flag the same argument, its "inline-code" says more than "argument-shape".
+    inline = _inline_code_violations([command, *server.args], f"{base}.args")
+    flagged = {v.field for v in inline}
+    return [v for v in shapes if v.field not in flagged] + inline
+
+
+def _command_violations(base: str, server: ServerConfig, any_command: bool) -> list[Violation]:
     command = server.command or ""
     found: list[Violation] = []
     if not command.strip():
@@ -178,12 +211,16 @@ def _command_violations(base: str, server: ServerConfig) -> list[Violation]:
         found += _text_violations(arg, f"{base}.args[{i}]")
     if _has_traversal(command):
         found.append(Violation("path-traversal", f"{base}.command", "'..' in the command path"))
-    program = PurePosixPath(command.replace("\\", "/")).name
-    if _FORBIDDEN_COMMANDS.match(program):
-        found.append(
-            Violation("forbidden-command", f"{base}.command", f"{program} may not start servers")
-        )
-    found += _inline_code_violations([command, *server.args], f"{base}.args")
+    if any_command:
+        program = program_name(command)
+        if _PRIVILEGE_COMMANDS.match(program):
+            found.append(
+                Violation(
+                    "forbidden-command", f"{base}.command", f"{program} may not start servers"
+                )
+            )
+    else:
+        found += _launcher_violations(base, server)
     if server.cwd is not None:
         found += _text_violations(server.cwd, f"{base}.cwd")
         if _has_traversal(server.cwd):
@@ -192,12 +229,9 @@ def _command_violations(base: str, server: ServerConfig) -> list[Violation]:
             )
     for key, value in server.env.items():
         field = f"{base}.env.{key}"
-        if not _ENV_KEY.match(key):
-            found.append(Violation("env-key-invalid", field, "not a valid variable name"))
-        elif key.upper() in _DANGEROUS_ENV_EXACT or key.upper().startswith(_DANGEROUS_ENV_PREFIXES):
-            found.append(
-                Violation("dangerous-env", field, f"{key} changes how programs load or run")
-            )
+        problem = env_violation(key, field)
+        if problem is not None and (not any_command or problem.rule == "env-key-invalid"):
+            found.append(problem)
         if CONTROL_CHARACTERS.search(value):
             found.append(Violation("control-characters", field, "newlines/control characters"))
     return found
@@ -244,12 +278,13 @@ def _url_violations(base: str, server: ServerConfig) -> list[Violation]:
 
 
 def server_violations(
-    name: str, server: ServerConfig, table: str = "mcpServers"
+    name: str, server: ServerConfig, table: str = "mcpServers", *, any_command: bool = False
 ) -> list[Violation]:
-    """Every rule one server entry breaks (empty when it is acceptable)."""
+    """Every rule one server entry breaks (empty when it is acceptable). ``any_command`` is the
+    operator's opt-out: any program, arguments and environment, bar privilege escalation."""
     base = f"{table}.{name}"
     if server.command is not None:
-        return _command_violations(base, server)
+        return _command_violations(base, server, any_command)
     return _url_violations(base, server)
 
 
@@ -258,7 +293,9 @@ def validate_config(config: MCPConfig) -> None:
     violations = [
         v
         for name, server in config.server_table.items()
-        for v in server_violations(name, server, config.server_table_key)
+        for v in server_violations(
+            name, server, config.server_table_key, any_command=config.allow_any_command
+        )
     ]
     if violations:
         raise SecurityError(violations)

@@ -72,6 +72,12 @@ import click
     type=click.Path(exists=True, dir_okay=False),
     help="MCP servers to connect (Claude Desktop's JSON: mcpServers/servers); see docs/mcp.md.",
 )
+@click.option(
+    "--mcp-allow-any-command",
+    is_flag=True,
+    help="Let --mcp-config start any program with any arguments and environment, not only the "
+    "allowed launchers (npx, uvx, python SCRIPT…); see docs/security.md.",
+)
 @click.option("--max-body-mb", default=16, show_default=True, type=click.IntRange(min=1))
 @click.option(
     "--api-key",
@@ -141,7 +147,11 @@ def serve(model: str | None, **opts) -> None:
         repetition_penalty=opts["repetition_penalty"],
     )
     parsers = dict(reasoning_parser=opts["reasoning_parser"], tool_parser=opts["tool_call_parser"])
-    mcp = _mcp_manager(opts["mcp_config"]) if opts["mcp_config"] else None
+    mcp = (
+        _mcp_manager(opts["mcp_config"], opts["mcp_allow_any_command"])
+        if opts["mcp_config"]
+        else None
+    )
     try:
         if replay_file is not None:
             runtime = build_replay_runtime(
@@ -186,13 +196,13 @@ def serve(model: str | None, **opts) -> None:
     )
 
 
-def _mcp_manager(path: str):
+def _mcp_manager(path: str, allow_any_command: bool):
     """Validate the MCP config (nothing starts if it is unsafe) and build the manager."""
     from ..mcp.config import ConfigError, load_config
     from ..mcp.manager import MCPManager
     from ..mcp.security import SecurityError
 
     try:
-        return MCPManager(load_config(path))
+        return MCPManager(load_config(path, allow_any_command=allow_any_command))
     except (ConfigError, SecurityError) as exc:
         raise click.ClickException(f"--mcp-config {path}: {exc}") from None
