@@ -8,6 +8,7 @@ import json
 import openai
 import pytest
 from conftest_models import CHAT_TEMPLATE
+from servers import echo_server
 from tiny_models import QWEN3_STYLE_CHAT_TEMPLATE
 
 from vllm_mlx.chat.jinja_sandbox import RenderLimits
@@ -285,3 +286,17 @@ def test_an_oversized_request_template_is_refused_before_compiling(tokenizer):
             template_kwargs={"chat_template": huge},
             allow_request_templates=True,
         )
+
+
+def test_an_operator_may_allow_request_templates():
+    """With the operator's opt-in the request's own template is what the model sees."""
+    template = "{% for m in messages %}<<{{ m.content }}>>{% endfor %}"
+    with echo_server(allow_request_templates=True) as (base, _runtime):
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused")
+        reply = client.chat.completions.create(
+            model="echo",
+            messages=[{"role": "user", "content": "Hi"}],
+            max_tokens=64,
+            extra_body={"chat_template_kwargs": {"chat_template": template}},
+        )
+    assert reply.choices[0].message.content == "<<Hi>>"

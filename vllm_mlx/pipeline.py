@@ -112,10 +112,13 @@ class Pipeline:
         structured_backend: str = "auto",
         default_thinking_budget: int | None = None,
         sampling_defaults: SamplingParams | None = None,
+        allow_request_templates: bool = False,
     ):
         self.engine = engine
         self.default_thinking_budget = default_thinking_budget
         self.structured_backend = structured_backend
+        # whether a request's chat_template_kwargs may carry a template of its own (operator)
+        self.allow_request_templates = allow_request_templates
         self.tokenizer = engine.tokenizer
         self.context_length = context_length
         self.default_max_tokens = default_max_tokens
@@ -147,6 +150,7 @@ class Pipeline:
             request.messages,
             tools=self._tools(request),
             template_kwargs=thinking.template_kwargs,
+            allow_request_templates=self.allow_request_templates,
         )
         return prompt, thinking
 

@@ -49,6 +49,7 @@ def build_runtime(
     structured_backend: str = "auto",
     default_thinking_budget: int | None = None,
     sampling_defaults: SamplingParams | None = None,
+    allow_request_templates: bool = False,
     progress: bool = True,
 ) -> Runtime:
     if cpu_weights == "auto" and sys.platform.startswith("linux") and not openblas_preloaded():
@@ -69,6 +70,7 @@ def build_runtime(
         structured_backend=structured_backend,
         default_thinking_budget=default_thinking_budget,
         sampling_defaults=sampling_defaults,
+        allow_request_templates=allow_request_templates,
     )
 
 
@@ -80,6 +82,7 @@ def build_replay_runtime(
     reasoning_parser: str | None = None,
     tool_parser: str | None = None,
     sampling_defaults: SamplingParams | None = None,
+    allow_request_templates: bool = False,
 ) -> Runtime:
     """A runtime that answers every request with ``text`` (then EOS), tokenized by the
     model's real tokenizer, at no model cost: for measuring the server's own per-token cost
@@ -94,6 +97,7 @@ def build_replay_runtime(
         tool_parser=tool_parser,
         default_max_tokens=default_max_tokens,
         sampling_defaults=sampling_defaults,
+        allow_request_templates=allow_request_templates,
     )
 
 

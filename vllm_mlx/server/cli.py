@@ -78,6 +78,12 @@ import click
     help="Let --mcp-config start any program with any arguments and environment, not only the "
     "allowed launchers (npx, uvx, python SCRIPT…); see docs/security.md.",
 )
+@click.option(
+    "--allow-request-chat-templates",
+    is_flag=True,
+    help="Let requests carry their own chat template (chat_template_kwargs.chat_template); "
+    "off by default: a template is code the server runs (docs/security.md).",
+)
 @click.option("--max-body-mb", default=16, show_default=True, type=click.IntRange(min=1))
 @click.option(
     "--api-key",
@@ -159,6 +165,7 @@ def serve(model: str | None, **opts) -> None:
                 model,
                 default_max_tokens=opts["max_tokens"],
                 sampling_defaults=defaults,
+                allow_request_templates=opts["allow_request_chat_templates"],
                 **parsers,
             )
         else:
@@ -167,6 +174,7 @@ def serve(model: str | None, **opts) -> None:
                 cpu_weights=opts["cpu_weights"],
                 default_max_tokens=opts["max_tokens"],
                 sampling_defaults=defaults,
+                allow_request_templates=opts["allow_request_chat_templates"],
                 max_queue=opts["max_queue"],
                 max_num_seqs=opts["max_num_seqs"],
                 prefix_cache_mb=opts["prefix_cache_mb"],
