@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from contextlib import aclosing
 from dataclasses import dataclass, field
 
 from .chat.stream import OutputStream, make_output_stream
@@ -234,10 +235,18 @@ class Pipeline:
     def _count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
 
-    async def stream(self, prepared: Prepared) -> AsyncIterator[ChatEvent]:
-        async for chunk in self.engine.generate(prepared.generation):
-            for event in _events(prepared, chunk, self._count_tokens):
-                yield event
+    def stream(self, prepared: Prepared) -> AsyncIterator[ChatEvent]:
+        """The request's events; admitted to the engine now, so a full queue is a
+        ``QueueFullError`` (429) before a streamed response has started."""
+        return self._events_of(prepared, self.engine.generate(prepared.generation))
+
+    async def _events_of(
+        self, prepared: Prepared, chunks: AsyncIterator[GenerationChunk]
+    ) -> AsyncIterator[ChatEvent]:
+        async with aclosing(chunks):  # type: ignore[type-var]
+            async for chunk in chunks:
+                for event in _events(prepared, chunk, self._count_tokens):
+                    yield event
 
     def stream_sync(self, prepared: Prepared) -> Iterator[ChatEvent]:
         for chunk in self.engine.generate_sync(prepared.generation):

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import queue
 import threading
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +45,19 @@ class _Running:
     decoder: RequestDecoder
 
 
+async def _chunks(
+    chunks: asyncio.Queue[GenerationChunk], job: _Job
+) -> AsyncIterator[GenerationChunk]:
+    try:
+        while True:
+            chunk = await chunks.get()
+            yield chunk
+            if chunk.finish_reason is not None:
+                return
+    finally:
+        job.cancelled.set()
+
+
 class Engine:
     def __init__(
         self, source: TokenSource, tokenizer: Any, *, max_num_seqs: int = 8, max_queue: int = 256
@@ -61,19 +75,16 @@ class Engine:
 
     # -- consuming -------------------------------------------------------------------------
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
-        """Stream chunks; leaving the loop early (or a client disconnect) cancels the request."""
+    def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+        """Admit ``request`` now (``QueueFullError`` before any response has started) and
+        return its chunks; leaving the loop early, or dropping the iterator unstarted,
+        cancels it."""
         loop = asyncio.get_running_loop()
         chunks: asyncio.Queue[GenerationChunk] = asyncio.Queue()
         job = self._submit(request, lambda c: loop.call_soon_threadsafe(chunks.put_nowait, c))
-        try:
-            while True:
-                chunk = await chunks.get()
-                yield chunk
-                if chunk.finish_reason is not None:
-                    return
-        finally:
-            job.cancelled.set()
+        stream = _chunks(chunks, job)
+        weakref.finalize(stream, job.cancelled.set)
+        return stream
 
     def generate_sync(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
         chunks: queue.Queue[GenerationChunk] = queue.Queue()

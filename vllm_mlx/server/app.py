@@ -37,7 +37,8 @@ async def _api_error(request: Request, exc: Exception) -> Response:
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    return error_response(request.url.path, APIError(exc.status_code, exc.detail))
+    error = APIError(exc.status_code, exc.detail, headers=dict(exc.headers or {}) or None)
+    return error_response(request.url.path, error)
 
 
 async def _invalid_request(request: Request, exc: Exception) -> Response:

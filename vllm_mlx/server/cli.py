@@ -84,6 +84,29 @@ import click
     help="Let requests carry their own chat template (chat_template_kwargs.chat_template); "
     "off by default: a template is code the server runs (docs/security.md).",
 )
+@click.option(
+    "--allowed-hosts",
+    multiple=True,
+    help="Host names this server answers to besides loopback names and the bound address "
+    "(comma-separated or repeated; '.example.com' includes subdomains; '*' any). Other Host "
+    "headers get a 400: that is what stops DNS-rebinding pages (docs/security.md).",
+)
+@click.option(
+    "--read-timeout",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=0.1),
+    help="Seconds a client has to send a whole request (head and body) before the "
+    "connection is closed.",
+)
+@click.option(
+    "--max-connections",
+    default=1024,
+    show_default=True,
+    type=click.IntRange(min=8),
+    help="Open connections at most; past it, connections waiting on their client are closed "
+    "first (bounded by the process's file-descriptor limit).",
+)
 @click.option("--max-body-mb", default=16, show_default=True, type=click.IntRange(min=1))
 @click.option(
     "--api-key",
@@ -142,6 +165,8 @@ def serve(model: str | None, **opts) -> None:
     from ..models.errors import ModelLoadError
     from ..runtime import build_replay_runtime, build_runtime
     from .app import create_app
+    from .ops.connections import ConnectionLimits, guarded_protocol, raise_open_file_limit
+    from .ops.guard import HostPolicy
     from .state import ServerState
 
     defaults = SamplingParams(
@@ -189,19 +214,31 @@ def serve(model: str | None, **opts) -> None:
         served_model_name=opts["served_model_name"] or runtime.loaded.name,
         max_body_bytes=opts["max_body_mb"] * 1024 * 1024,
         api_key=opts["api_key"] or None,
-        allowed_origins=[
-            o.strip() for v in opts["allowed_origins"] for o in v.split(",") if o.strip()
-        ],
+        allowed_origins=_listed(opts["allowed_origins"]),
         timeout=opts["timeout"],
         sse_keepalive=opts["sse_keepalive"] or None,
         mcp=mcp,
+        hosts=HostPolicy.for_binding(opts["host"], _listed(opts["allowed_hosts"])),
     )
     host, port = opts["host"], opts["port"]
+    # each connection holds a descriptor; keep room for model files, MCP pipes and logs
+    max_connections = min(opts["max_connections"], raise_open_file_limit() - 128)
+    limits = ConnectionLimits(read_timeout=opts["read_timeout"], max_connections=max_connections)
     click.echo(f"serving {state.served_model_name} on http://{host}:{port}/v1", err=True)
     # the request-context middleware writes the access log (with request ids)
     uvicorn.run(
-        create_app(state), host=host, port=port, log_level=opts["log_level"], access_log=False
+        create_app(state),
+        host=host,
+        port=port,
+        http=guarded_protocol(limits),
+        log_level=opts["log_level"],
+        access_log=False,
     )
+
+
+def _listed(values: tuple[str, ...]) -> list[str]:
+    """Repeated and comma-separated option values as one list."""
+    return [item.strip() for value in values for item in value.split(",") if item.strip()]
 
 
 def _mcp_manager(path: str, allow_any_command: bool):

@@ -16,7 +16,9 @@ _OPENAI_TYPES = {
     401: "authentication_error",
     403: "permission_error",
     404: "not_found_error",
+    405: "invalid_request_error",
     413: "invalid_request_error",
+    415: "invalid_request_error",
     429: "rate_limit_error",
     503: "server_error",
 }
@@ -25,7 +27,9 @@ _ANTHROPIC_TYPES = {
     401: "authentication_error",
     403: "permission_error",
     404: "not_found_error",
+    405: "invalid_request_error",
     413: "request_too_large",
+    415: "invalid_request_error",
     429: "rate_limit_error",
     503: "overloaded_error",
 }
@@ -33,13 +37,20 @@ _ANTHROPIC_TYPES = {
 
 class APIError(Exception):
     def __init__(
-        self, status: int, message: str, *, param: str | None = None, code: str | None = None
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
     ):
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.code = code
+        self.headers = headers  # e.g. a 405's Allow
 
     def openai_body(self) -> dict:
         return {
@@ -67,7 +78,7 @@ def is_anthropic_path(path: str) -> bool:
 
 def error_response(request_path: str, error: APIError) -> JSONResponse:
     body = error.anthropic_body() if is_anthropic_path(request_path) else error.openai_body()
-    return JSONResponse(body, status_code=error.status)
+    return JSONResponse(body, status_code=error.status, headers=error.headers)
 
 
 async def parse_body(request: Request, model: type[M]) -> M:

@@ -9,6 +9,7 @@ from typing import Any
 from starlette.requests import Request
 
 from ..pipeline import Pipeline
+from .ops.guard import HostPolicy
 from .ops.metrics import ServerMetrics
 
 
@@ -20,6 +21,8 @@ class ServerState:
     # operations (docs/operations.md)
     api_key: str | None = None
     allowed_origins: list[str] = field(default_factory=list)
+    # the Host names answered (DNS rebinding): loopback unless bound elsewhere/--allowed-hosts
+    hosts: HostPolicy = field(default_factory=lambda: HostPolicy.for_binding("127.0.0.1"))
     timeout: float | None = None  # seconds per request
     sse_keepalive: float | None = 15.0  # seconds of silence before a keep-alive
     metrics: ServerMetrics = field(default_factory=ServerMetrics)

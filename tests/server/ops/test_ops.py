@@ -236,7 +236,12 @@ def test_constraint_give_up_reaches_the_metric_the_log_and_the_client(caplog):
 
 
 def test_mcp_servers_up_is_the_managers_connected_count(runtime):
-    config = {"mcpServers": {"toolbox": toolbox_stdio(), "gone": {"command": "/nonexistent"}}}
+    config = {
+        "mcpServers": {
+            "toolbox": toolbox_stdio(),
+            "gone": toolbox_stdio(command="/nonexistent/bin/python3"),
+        }
+    }
     manager = MCPManager(parse_config(config))
     with serving(runtime, mcp=manager) as (base, _, _):  # the app's lifespan connects
         samples = scrape(base)

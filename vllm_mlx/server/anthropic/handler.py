@@ -31,10 +31,12 @@ async def create_message(request: Request) -> Response:
     if body.stream:
         stream = MessageStream(message_id, model, len(prepared.generation.prompt_tokens))
 
+        events = state.pipeline.stream(prepared)  # admitted now: a full queue is a 429
+
         async def frames():
             for out in stream.start():
                 yield out
-            async for out in stream.frames(state.pipeline.stream(prepared)):
+            async for out in stream.frames(events):
                 yield out
 
         return sse_response(frames(), stream.error)

@@ -92,10 +92,12 @@ async def chat_completions(request: Request) -> Response:
                 chunk(fields, event.finish_reason, logprobs), event.constraint_gave_up
             )
 
+        events = state.pipeline.stream(prepared)  # admitted now: a full queue is a 429
+
         async def frames() -> AsyncIterator[str]:
             yield sse_data(chunk({"role": "assistant", "content": ""}))
             async for frame in openai_frames(
-                state.pipeline.stream(prepared),
+                events,
                 event_chunk,
                 usage_chunk if body.include_usage else None,
             ):

@@ -18,12 +18,14 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from starlette.datastructures import MutableHeaders
+from starlette.datastructures import Headers, MutableHeaders
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..errors import APIError, error_response
 from .auth import APIKeyAuth
+from .guard import RequestGuard
 from .keepalive import Idle, paced
 from .metrics import RequestMetrics
 
@@ -119,24 +121,55 @@ class RequestContextMiddleware:
             metrics.requests.labels(getattr(route, "path", "unmatched"), str(status)).inc()
             duration_ms = (time.perf_counter() - started) * 1000
             client = scope.get("client") or ("-", 0)
+            method, path = log_safe(scope["method"]), log_safe(scope["path"])
             access_log.info(
                 "method=%s path=%s status=%d duration_ms=%.1f request_id=%s client=%s",
-                scope["method"],
-                scope["path"],
+                method,
+                path,
                 status,
                 duration_ms,
                 request_id,
                 client[0],
                 extra={
                     "request_id": request_id,
-                    "method": scope["method"],
-                    "path": scope["path"],
+                    "method": method,
+                    "path": path,
                     "status": status,
                     "duration_ms": round(duration_ms, 1),
                     "client": client[0],
                 },
             )
             _current.reset(token)
+
+
+# Control characters (a %0A in a path becomes a real newline) and ESC sequences would let a
+# client forge log lines or drive the operator's terminal.
+_UNSAFE_IN_LOGS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\\\\]")
+
+
+def log_safe(text: str) -> str:
+    """``text`` with every character that could break a log line escaped."""
+    return _UNSAFE_IN_LOGS.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
+
+
+class APIErrorCORSMiddleware(CORSMiddleware):
+    """Starlette's CORS, with a refused preflight answered in the API's own error shape."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = Headers(scope=scope) if scope["type"] == "http" else None
+        if (
+            headers is None
+            or scope["method"] != "OPTIONS"
+            or "origin" not in headers
+            or "access-control-request-method" not in headers
+        ):
+            return await super().__call__(scope, receive, send)
+        response = self.preflight_response(request_headers=headers)
+        if response.status_code == 400:
+            reason = bytes(response.body).decode()
+            refusal = APIError(400, f"{reason} (see --allowed-origins)", code="cors_refused")
+            response = error_response(scope["path"], refusal)
+        await response(scope, receive, send)
 
 
 class RequestIdLogFilter(logging.Filter):
@@ -154,13 +187,17 @@ def install_request_id_logging() -> None:
 
 
 def operations_middleware(state: ServerState) -> list[Middleware]:
-    """Outermost first: request context (so 401s and CORS refusals are counted and logged),
-    CORS (so browsers can read 401s and preflights need no key), then the API key."""
-    stack = [Middleware(RequestContextMiddleware, state=state)]
+    """Outermost first: request context (so every refusal is counted and logged), the
+    Host/Origin/Content-Type guard, CORS (so browsers can read 401s and preflights need no
+    key), then the API key."""
+    stack = [
+        Middleware(RequestContextMiddleware, state=state),
+        Middleware(RequestGuard, hosts=state.hosts, allowed_origins=state.allowed_origins),
+    ]
     if state.allowed_origins:
         stack.append(
             Middleware(
-                CORSMiddleware,
+                APIErrorCORSMiddleware,
                 allow_origins=state.allowed_origins,
                 allow_methods=["GET", "POST", "OPTIONS"],
                 allow_headers=["*"],

@@ -92,10 +92,12 @@ async def create_response(request: Request) -> Response:
     if body.stream:
         stream = ResponseStream(response)
 
+        events = state.pipeline.stream(prepared)  # admitted now: a full queue is a 429
+
         async def frames():
             for out in stream.start():
                 yield out
-            async for out in stream.frames(state.pipeline.stream(prepared)):
+            async for out in stream.frames(events):
                 yield out
             keep(stream.final)
 
