@@ -215,7 +215,12 @@ def test_bad_input_gets_openai_error_shape(real_server, name, body, status, para
 
 def test_oversized_body_is_413(real_server):
     huge = json.dumps({"messages": [{"role": "user", "content": "x" * (17 * 1024 * 1024)}]})
-    response = httpx.post(f"{real_server}/v1/chat/completions", content=huge, timeout=60)
+    response = httpx.post(
+        f"{real_server}/v1/chat/completions",
+        content=huge,
+        headers={"content-type": "application/json"},
+        timeout=60,
+    )
     assert response.status_code == 413
     assert "exceeds" in response.json()["error"]["message"]
 

@@ -82,7 +82,8 @@ def test_shape_errors_name_the_field(fields, param):
 @pytest.fixture(scope="module")
 def app_client():
     runtime = build_replay_runtime("Hello.")
-    with TestClient(create_app(ServerState(runtime.pipeline, "replay"))) as client:
+    app = create_app(ServerState(runtime.pipeline, "replay"))
+    with TestClient(app, base_url="http://localhost") as client:
         yield client
     runtime.close()
 
