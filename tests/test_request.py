@@ -10,6 +10,7 @@ from tiny_models import build_tiny_tokenizer
 from vllm_mlx.engine.engine import Engine
 from vllm_mlx.engine.sampling import SamplingParams
 from vllm_mlx.engine.sources import ReplayBatchSource
+from vllm_mlx.families.catalog import REASONING_FORMATS, TOOL_CALL_FORMATS
 from vllm_mlx.pipeline import Pipeline
 from vllm_mlx.request import ChatRequest, RequestError, Sampling, Thinking, check_tool_choice
 
@@ -25,8 +26,8 @@ def pipeline():
         engine,
         context_length=2048,
         default_max_tokens=4000,
-        reasoning_parser="deepseek_r1",
-        tool_parser="hermes",
+        reasoning_format=REASONING_FORMATS["deepseek_r1"],
+        tool_format=TOOL_CALL_FORMATS["hermes"],
         sampling_defaults=SamplingParams(temperature=0.3, top_p=0.9),
     )
     engine.close()
