@@ -23,6 +23,7 @@ from servers import cli_server, thread_server
 
 from vllm_mlx.runtime import build_replay_runtime
 from vllm_mlx.server.app import create_app
+from vllm_mlx.server.auth import OPEN_PATHS
 from vllm_mlx.server.state import ServerState
 
 REPLY = "The lighthouse keeper climbed the stairs at dusk and lit the lamp for the ships."
@@ -244,14 +245,14 @@ BODIES = {
 
 
 def protected_routes(app) -> list[tuple[str, str]]:
-    """(method, concrete path) of every route but /health, read from the app itself so a
-    route added later is covered too."""
+    """(method, concrete path) of every route but the open ones (/health, the UI pages), read
+    from the app itself so a route added later is covered too."""
     out = []
     for route in app.routes:
         path = route.path.replace("{response_id}", "resp_unknown")
         assert "{" not in path, f"give {route.path} a concrete value here"
         for method in sorted(route.methods - {"HEAD"}):
-            if route.path != "/health":
+            if route.path not in OPEN_PATHS:
                 out.append((method, path))
     return out
 

@@ -18,7 +18,7 @@ from ..pipeline import RequestError
 from . import mcp_routes
 from .anthropic_messages import count_tokens, create_message
 from .errors import APIError, error_response
-from .info import health, list_models, root
+from .info import health, list_models
 from .limits import BodySizeLimit
 from .metrics import metrics_endpoint
 from .middleware import operations_middleware
@@ -26,6 +26,7 @@ from .openai_chat import chat_completions
 from .openai_completions import completions
 from .responses_handler import create_response, get_response
 from .state import ServerState
+from .ui.routes import ROUTES as UI_ROUTES
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ async def _lifespan(app: Starlette):
 
 def create_app(state: ServerState) -> Starlette:
     routes = [
-        Route("/", root, methods=["GET", "HEAD"]),
+        *UI_ROUTES,  # the playground at /, the status view (server/ui)
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/v1/models", list_models, methods=["GET"]),
