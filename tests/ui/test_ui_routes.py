@@ -4,6 +4,7 @@ pages' security headers, /v1/status against /metrics, and the last-minute token 
 from __future__ import annotations
 
 import re
+import time
 
 import httpx
 import openai
@@ -12,7 +13,7 @@ from conftest import paced_replay_server
 from prometheus_client.parser import text_string_to_metric_families
 
 from vllm_mlx.server.metrics import ServerMetrics
-from vllm_mlx.server.ui.status import TokenRate, metric_total
+from vllm_mlx.server.ui.status import TokenRate, completion_rate, metric_total
 
 HTML = {"accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
 
@@ -92,7 +93,7 @@ def test_status_reports_what_metrics_counts(served):
     assert status["mcp"] is None
 
 
-def test_token_rate_spans_at_most_the_window():
+def test_token_rate_covers_the_last_minute():
     metrics = ServerMetrics()
     now = [100.0]
     rate = TokenRate(
@@ -104,5 +105,16 @@ def test_token_rate_spans_at_most_the_window():
         metrics.completion_tokens.inc(10)
         rate.sample()
     assert rate.sample() == {"tokens_per_s": 10.0, "window_s": 60.0}
-    now[0] += 30  # 30 s idle: a third of the window still saw 10 tok/s
-    assert rate.sample() == {"tokens_per_s": pytest.approx(5.0, abs=0.2), "window_s": 60.0}
+    now[0] += 30  # then 30 s idle: half of the last minute saw 10 tok/s
+    assert rate.sample() == {"tokens_per_s": 5.0, "window_s": 60.0}
+
+
+def test_token_rate_starts_from_the_counter_creation():
+    metrics = ServerMetrics()
+    now = [1000.0]
+    read = lambda: metric_total(metrics.completion_tokens, "_total")  # noqa: E731
+    rate = TokenRate(read, since=990.0, clock=lambda: now[0])
+    metrics.completion_tokens.inc(50)  # before anyone looked
+    assert rate.sample() == {"tokens_per_s": 5.0, "window_s": 10.0}
+    real = completion_rate(metrics)  # seeded from the counter's _created sample
+    assert real.samples[0][1] == 0.0 and real.samples[0][0] <= time.monotonic()

@@ -28,10 +28,12 @@ def _wants_html(request: Request) -> bool:
 async def playground(request: Request) -> Response:
     if not _wants_html(request):
         return await root(request)
+    _rate(request).sample()  # a point for the status view's rate history
     return page_response("playground", server_state(request).api_key is not None)
 
 
 async def status_page(request: Request) -> Response:
+    _rate(request).sample()
     return page_response("status", server_state(request).api_key is not None)
 
 

@@ -2,10 +2,11 @@
 queue and batch sizes and the server's Prometheus counters and histograms.
 
 Counters are cumulative, so "tokens per second over the last minute" needs a history: each
-server keeps a small window of (time, tokens generated) samples, taken whenever the status is
-read and at most once a second. The rate is the change across that window, and the window
-actually covered is reported with it (shorter than a minute until the view has polled for
-one).
+server keeps a small window of (time, tokens generated) samples, taken whenever a UI page or
+the status is read (at most once a second) and starting from the counter's creation (zero
+tokens when the server started). The rate is the change across the window, reported with
+the span it really covers: until the view has polled for a minute that span is longer (since
+start-up or the last read) or shorter than a minute.
 """
 
 from __future__ import annotations
@@ -40,16 +41,18 @@ class TokenRate:
     def __init__(
         self,
         read: Callable[[], float],
+        since: float | None = None,
         window: float = RATE_WINDOW_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``since``: the ``clock`` time at which the counter was zero, if known."""
         self.read, self.window, self.clock = read, window, clock
-        self.samples: deque[tuple[float, float]] = deque()
+        self.samples: deque[tuple[float, float]] = deque([(since, 0.0)] if since else [])
         self.lock = threading.Lock()
 
     def sample(self) -> dict:
-        """Record the counter now (at most once per ``SAMPLE_EVERY_S``); the rate over the
-        samples within the window, and the seconds they span."""
+        """Record the counter now (at most once per ``SAMPLE_EVERY_S``); the rate since the
+        newest sample at least a window old (else the oldest), and the seconds it spans."""
         now, value = self.clock(), self.read()
         with self.lock:
             if not self.samples or now - self.samples[-1][0] >= SAMPLE_EVERY_S:
@@ -59,7 +62,7 @@ class TokenRate:
             first_time, first_value = self.samples[0]
         span = now - first_time
         rate = (value - first_value) / span if span > 0 else 0.0
-        return {"tokens_per_s": round(rate, 2), "window_s": round(min(span, self.window), 1)}
+        return {"tokens_per_s": round(rate, 2), "window_s": round(span, 1)}
 
 
 def _ratio(part: float, whole: float) -> float | None:
@@ -111,5 +114,8 @@ def status_data(state: ServerState, rate: TokenRate) -> dict:
 
 
 def completion_rate(metrics: ServerMetrics) -> TokenRate:
-    """The last-minute rate of one server's generated tokens."""
-    return TokenRate(lambda: metric_total(metrics.completion_tokens, "_total"))
+    """The last-minute rate of one server's generated tokens, counted from its start (the
+    counter's ``_created`` sample, in wall-clock time, moved onto the monotonic clock)."""
+    created = metric_total(metrics.completion_tokens, "_created")
+    since = time.monotonic() - (time.time() - created) if created else None
+    return TokenRate(lambda: metric_total(metrics.completion_tokens, "_total"), since)

@@ -32,7 +32,7 @@ function updateAssistant(view, message) {
       reasoning.hidden = false;
       reasoning.open = Boolean(message.streaming);
     }
-    reasoning.querySelector(".reasoning-text").textContent = message.reasoning;
+    reasoning.querySelector(".reasoning-text").textContent = message.reasoning.trimStart();
     if (message.streaming && message.content && !reasoning.dataset.folded) {
       reasoning.open = false; // the answer has begun: fold the thinking away
       reasoning.dataset.folded = "1";

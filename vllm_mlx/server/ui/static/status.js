@@ -15,7 +15,9 @@ function show(s) {
     (p.reasoning || "none") + " · tool-call parser " + (p.tool_calls || "none") +
     " · structured output " + p.structured_output;
   $("s-rate").textContent = s.last_minute.tokens_per_s.toFixed(1);
-  $("s-window").textContent = "over the last " + s.last_minute.window_s.toFixed(0) + " s";
+  const span = s.last_minute.window_s;
+  $("s-window").textContent = "over the last " +
+    (span >= 120 ? (span / 60).toFixed(0) + " min" : span.toFixed(0) + " s");
   $("s-running").textContent = s.running;
   $("s-inflight").textContent = s.requests_in_flight + " HTTP request(s) in flight";
   $("s-queue").textContent = s.queue_depth;
