@@ -47,6 +47,12 @@ def browser():
     playwright.stop()
 
 
+LAST_REPLY_ENDED = """() => {
+  const reply = [...document.querySelectorAll('[data-role=assistant]')].at(-1);
+  return Boolean(reply && reply.dataset.state && reply.dataset.state !== 'streaming');
+}"""
+
+
 @dataclass
 class Tab:
     """A page plus what the tests check on every page: console errors, uncaught exceptions
@@ -71,8 +77,8 @@ class Tab:
         return self.page.locator('[data-role="assistant"]').last
 
     def wait_done(self, timeout: float = 60_000) -> None:
-        """Until the last reply's stats line is written (the request has ended)."""
-        self.last_reply().locator('[data-part="stats"]:not(:empty)').wait_for(timeout=timeout)
+        """Until the last reply's request has ended (done, stopped or failed)."""
+        self.page.wait_for_function(LAST_REPLY_ENDED, timeout=timeout)
 
 
 @pytest.fixture

@@ -205,3 +205,18 @@ def test_the_key_is_asked_for_and_sent(tab):
         # the status view uses the same stored key
         t.open("/status")
         t.page.wait_for_function("() => document.getElementById('s-finished').textContent === '1'")
+
+
+def test_a_refused_request_shows_the_servers_error(tab):
+    # a schema the server rejects (not valid against the metaschema): a 400 in OpenAI's shape
+    with paced_replay_server(ANSWER) as (base, _, _), tab(base, allow_errors=True) as t:
+        t.open()
+        t.page.fill("#schema", json.dumps({"type": 5}))
+        t.ask("Hi")
+        t.wait_done()
+        reply = t.last_reply()
+        assert "schema" in reply.locator('[data-part="error"]').inner_text().lower()
+        assert reply.locator('[data-part="content"]').inner_text() == ""
+        assert t.page.is_enabled("#send")
+        # the only console line is the browser's own note of the 400 response
+        assert t.errors and all("400" in e for e in t.errors), t.errors

@@ -139,6 +139,7 @@ async function send() {
   conversation.push(message);
   renderConversation();
   const view = $("messages").lastElementChild;
+  view.dataset.state = "streaming";
   controller = new AbortController();
   setBusy(true);
   const reply = new Reply();
@@ -172,6 +173,7 @@ async function send() {
   if (reply.error) message.error = reply.error;
   message.stats = reply.stats(stopped);
   updateAssistant(view, message);
+  view.dataset.state = stopped ? "stopped" : message.error ? "error" : "done";
   controller = null;
   setBusy(false);
   saveConversation();
