@@ -24,8 +24,10 @@ from vllm_mlx.server.state import ServerState
 CHROMIUM = os.environ.get("VLLM_MLX_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    """Per module: playwright's sync API keeps an asyncio loop running in this thread while
+    it is started, which would break later tests that call ``asyncio.run``."""
     if not os.path.exists(CHROMIUM):
         pytest.skip(
             f"no chromium at {CHROMIUM} (apt-get install chromium; scripts/install.sh --test)"
