@@ -220,3 +220,33 @@ def test_a_refused_request_shows_the_servers_error(tab):
         assert t.page.is_enabled("#send")
         # the only console line is the browser's own note of the 400 response
         assert t.errors and all("400" in e for e in t.errors), t.errors
+
+
+def test_a_tool_result_typed_into_the_card_continues_the_conversation(tab):
+    with paced_replay_server(REPLAY) as (base, _, _), tab(base) as t:
+        t.open()
+        t.page.fill("#tools", json.dumps(TOOLS))
+        t.ask("Weather in Paris?")
+        t.wait_done()
+        card = t.last_reply().locator('[data-part="tool-call"]')
+        card.locator(".tool-result textarea").fill('{"forecast": "sunny"}')
+        card.locator(".tool-result button").click()
+        t.wait_done()
+        assert t.page.locator('[data-role="assistant"]').count() == 2
+        assert t.page.locator('[data-role="tool"] [data-part="content"]').inner_text() == (
+            '{"forecast": "sunny"}'
+        )
+        messages = t.bodies[-1]["messages"]
+        assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
+        call = messages[1]["tool_calls"][0]
+        assert call["function"]["name"] == "get_weather"
+        assert json.loads(call["function"]["arguments"]) == ARGS
+        assert messages[2] == {
+            "role": "tool",
+            "tool_call_id": call["id"],
+            "content": '{"forecast": "sunny"}',
+        }
+        # kept too: after a reload the tool turn is still there, and no stale result form
+        t.open()
+        assert t.page.locator('[data-role="tool"]').count() == 1
+        assert t.page.locator('[data-role="assistant"]').first.locator(".tool-result").count() == 0

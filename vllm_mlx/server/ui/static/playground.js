@@ -43,6 +43,7 @@ function renderConversation() {
   }
   for (const message of conversation) box.append(messageView(message));
   box.scrollTop = box.scrollHeight;
+  offerToolResults();
 }
 
 // A JSON field of the settings, parsed; an invalid one is shown beside it and throws.
@@ -107,6 +108,8 @@ function historyMessages() {
   for (const m of conversation) {
     if (m.role === "user") {
       messages.push({ role: "user", content: m.content });
+    } else if (m.role === "tool") {
+      messages.push({ role: "tool", tool_call_id: m.tool_call_id, content: m.content });
     } else if (m.content || (m.tool_calls && m.tool_calls.length)) {
       const out = { role: "assistant", content: m.content || "" };
       if (m.tool_calls && m.tool_calls.length) {
@@ -132,8 +135,41 @@ async function send() {
   let body;
   try { body = requestOptions(); } catch (_) { return; }
   conversation.push({ role: "user", content: text });
-  body.messages = historyMessages();
   $("prompt").value = "";
+  await generate(body);
+}
+
+// The client's tool calls of the last reply, answered by the person: each card of a finished
+// reply takes a result; once every call has one, the model continues.
+function offerToolResults() {
+  const last = conversation[conversation.length - 1];
+  const view = $("messages").lastElementChild;
+  if (!last || last.role !== "assistant" || controller || !view) return;
+  const cards = [...view.querySelectorAll('[data-part="tool-call"][data-ran-on="client"]')];
+  const results = {};
+  cards.forEach((card, i) => {
+    const call = last.tool_calls[i];
+    if (!call || card.querySelector(".tool-result")) return;
+    const input = el("textarea", { rows: "2", placeholder: "result of " + call.name });
+    const button = el("button", { type: "button" }, "Send result");
+    const form = el("div", { class: "tool-result" }, input, button);
+    button.addEventListener("click", async () => {
+      if (controller) return;
+      results[i] = input.value;
+      form.replaceChildren(el("pre", { class: "tool-output" }, input.value));
+      if (Object.keys(results).length < cards.length) return;
+      let body;
+      try { body = requestOptions(); } catch (_) { return; }
+      cards.forEach((_, j) => conversation.push({ role: "tool", name: last.tool_calls[j].name,
+        tool_call_id: last.tool_calls[j].id, content: results[j] }));
+      await generate(body);
+    });
+    card.append(form);
+  });
+}
+
+async function generate(body) {
+  body.messages = historyMessages();
   const message = { role: "assistant", model: body.model, reasoning: "", content: "",
     tool_calls: [], streaming: true };
   conversation.push(message);
@@ -177,6 +213,7 @@ async function send() {
   controller = null;
   setBusy(false);
   saveConversation();
+  offerToolResults();
   $("prompt").focus();
 }
 

@@ -3,6 +3,11 @@
 // (data-part=reasoning|content|tool-calls|stats|error) that streaming fills in place.
 
 function messageView(message) {
+  if (message.role === "tool") {
+    return el("article", { class: "msg", "data-role": "tool" },
+      el("div", { class: "who" }, "result of " + (message.name || "tool")),
+      el("div", { "data-part": "content" }, message.content));
+  }
   if (message.role === "user") {
     return el("article", { class: "msg", "data-role": "user" },
       el("div", { class: "who" }, "you"),
