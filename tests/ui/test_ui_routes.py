@@ -13,7 +13,7 @@ from conftest import paced_replay_server
 from prometheus_client.parser import text_string_to_metric_families
 
 from vllm_mlx.server.metrics import ServerMetrics
-from vllm_mlx.server.ui.status import TokenRate, completion_rate, metric_total
+from vllm_mlx.server.ui.status import TokenRate, completion_rate, metric_total, tokens_generated
 
 HTML = {"accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
 
@@ -118,3 +118,15 @@ def test_token_rate_starts_from_the_counter_creation():
     assert rate.sample() == {"tokens_per_s": 5.0, "window_s": 10.0}
     real = completion_rate(metrics)  # seeded from the counter's _created sample
     assert real.samples[0][1] == 0.0 and real.samples[0][0] <= time.monotonic()
+
+
+def test_streamed_tokens_count_before_their_request_ends():
+    metrics = ServerMetrics()
+    metrics.ttft.observe(0.2)
+    for _ in range(4):
+        metrics.itl.observe(0.05)
+    assert tokens_generated(metrics) == 5  # a stream five tokens in, its usage not yet counted
+    metrics.completion_tokens.inc(5)  # it ends
+    assert tokens_generated(metrics) == 5
+    metrics.completion_tokens.inc(7)  # a non-streamed request of 7 tokens
+    assert tokens_generated(metrics) == 12

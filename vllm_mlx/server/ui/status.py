@@ -113,9 +113,18 @@ def status_data(state: ServerState, rate: TokenRate) -> dict:
     }
 
 
+def tokens_generated(metrics: ServerMetrics) -> float:
+    """Tokens generated so far, as early as the metrics know them. ``completion_tokens``
+    grows only when a request ends; a stream's tokens are seen one by one as the TTFT and
+    inter-token histograms' observations (one per token). The larger of the two is right
+    for streamed-only or non-streamed-only traffic and a lower bound for a mix."""
+    streamed = metric_total(metrics.ttft, "_count") + metric_total(metrics.itl, "_count")
+    return max(metric_total(metrics.completion_tokens, "_total"), streamed)
+
+
 def completion_rate(metrics: ServerMetrics) -> TokenRate:
     """The last-minute rate of one server's generated tokens, counted from its start (the
     counter's ``_created`` sample, in wall-clock time, moved onto the monotonic clock)."""
     created = metric_total(metrics.completion_tokens, "_created")
     since = time.monotonic() - (time.time() - created) if created else None
-    return TokenRate(lambda: metric_total(metrics.completion_tokens, "_total"), since)
+    return TokenRate(lambda: tokens_generated(metrics), since)
