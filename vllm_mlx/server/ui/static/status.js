@@ -6,7 +6,10 @@ const SPARK_POINTS = 60;
 const rates = [];
 
 function percent(ratio) { return ratio === null ? "–" : (ratio * 100).toFixed(1) + " %"; }
-function ms(value) { return value === null ? "–" : value.toFixed(1) + " ms"; }
+function ms(value) {
+  if (value === null) return "–";
+  return value >= 1000 ? (value / 1000).toFixed(2) + " s" : value.toFixed(1) + " ms";
+}
 
 function show(s) {
   $("s-models").textContent = s.models.map((m) => m.id).join(", ");
@@ -25,7 +28,8 @@ function show(s) {
   $("s-cache-sub").textContent = s.prefix_cache.hit_tokens + " prompt tokens from the cache; " +
     percent(s.prefix_cache.request_hit_rate) + " of requests";
   $("s-finished").textContent = s.generations_finished;
-  $("s-tokens").textContent = s.prompt_tokens + " prompt · " + s.completion_tokens + " generated tokens";
+  $("s-tokens").textContent = s.prompt_tokens + " prompt · " + s.completion_tokens +
+    " generated tokens (of finished requests)";
   $("s-latency").textContent = ms(s.ttft_mean_ms) + " · " + ms(s.itl_mean_ms);
   const servers = Object.entries(s.mcp || {});
   $("s-mcp").textContent = servers.length
