@@ -31,20 +31,18 @@ const auth = {
     if (key) headers.Authorization = "Bearer " + key;
     return headers;
   },
-  // Resolves once a key is saved; `why` explains why it is asked for.
+  // Resolves once the dialog closes (the key saved, or Escape); `why` says why it is asked.
   ask(why) {
     const dialog = $("key-dialog");
     $("key-why").textContent = why;
     $("key-input").value = this.key();
+    $("key-form").onsubmit = (event) => {
+      event.preventDefault();
+      localStorage.setItem(KEY_STORE, $("key-input").value.trim());
+      dialog.close();
+    };
     if (!dialog.open) dialog.showModal();
-    return new Promise((resolve) => {
-      $("key-form").onsubmit = (event) => {
-        event.preventDefault();
-        localStorage.setItem(KEY_STORE, $("key-input").value.trim());
-        dialog.close();
-        resolve();
-      };
-    });
+    return new Promise((resolve) => dialog.addEventListener("close", resolve, { once: true }));
   },
   async ready() {
     const button = $("key-button");

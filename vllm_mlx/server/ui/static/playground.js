@@ -155,11 +155,14 @@ function offerToolResults() {
     const form = el("div", { class: "tool-result" }, input, button);
     button.addEventListener("click", async () => {
       if (controller) return;
+      const lastOne = Object.keys(results).length + (i in results ? 0 : 1) === cards.length;
+      let body = null;
+      if (lastOne) {
+        try { body = requestOptions(); } catch (_) { return; } // fix the settings, retry
+      }
       results[i] = input.value;
       form.replaceChildren(el("pre", { class: "tool-output" }, input.value));
-      if (Object.keys(results).length < cards.length) return;
-      let body;
-      try { body = requestOptions(); } catch (_) { return; }
+      if (!body) return;
       cards.forEach((_, j) => conversation.push({ role: "tool", name: last.tool_calls[j].name,
         tool_call_id: last.tool_calls[j].id, content: results[j] }));
       await generate(body);
