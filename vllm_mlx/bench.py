@@ -26,6 +26,8 @@ from pathlib import Path
 import click
 import httpx
 
+from .bench_plot import PlotUnavailable, plot_figures, pyplot
+
 # Token ids that are ordinary text in any vocabulary of 5k+ entries (low ids are often
 # bytes and specials); used when the model's tokenizer is not at hand (``--url`` alone).
 FALLBACK_ID_RANGE = (1000, 5000)
@@ -313,10 +315,22 @@ def parse_levels(_ctx, _param, value: str) -> list[int]:
 )
 @click.option("--api-key", envvar="VLLM_MLX_API_KEY", help="Sent as a Bearer token.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also draw tok/s, TTFT and inter-token latency against concurrency into this PNG "
+    "(needs matplotlib: the 'plot' extra).",
+)
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def bench(**opts) -> None:
     """Measure a server under N concurrent streaming requests per concurrency level."""
+    if opts["plot_path"]:
+        try:
+            pyplot()  # before the run, not after minutes of benchmarking
+        except PlotUnavailable as exc:
+            raise click.ClickException(str(exc)) from None
     if opts["raw"]:
         from .engine.cpu import reexec_with_openblas
 
@@ -349,6 +363,9 @@ def bench(**opts) -> None:
         )
     if opts["json_path"]:
         opts["json_path"].write_text(json.dumps(figures, indent=2) + "\n")
+    if opts["plot_path"]:
+        plot_figures(figures, opts["plot_path"])
+        click.echo(f"plot written to {opts['plot_path']}", err=True)
 
 
 def run_bench(

@@ -17,7 +17,7 @@ from ..engine.engine import QueueFullError
 from ..request import RequestError
 from .anthropic.handler import count_tokens, create_message
 from .errors import APIError, error_response
-from .info import health, list_models, root
+from .info import health, list_models
 from .mcp import routes as mcp_routes
 from .openai.chat import chat_completions
 from .openai.completions import completions
@@ -26,6 +26,7 @@ from .ops.metrics import metrics_endpoint
 from .ops.middleware import operations_middleware
 from .responses.handler import create_response, get_response
 from .state import ServerState
+from .ui.routes import ROUTES as UI_ROUTES
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ async def _lifespan(app: Starlette):
 
 def create_app(state: ServerState) -> Starlette:
     routes = [
-        Route("/", root, methods=["GET", "HEAD"]),
+        *UI_ROUTES,  # the playground at /, the status view (server/ui)
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/v1/models", list_models, methods=["GET"]),

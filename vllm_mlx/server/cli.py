@@ -111,7 +111,7 @@ import click
 @click.option(
     "--api-key",
     envvar="VLLM_MLX_API_KEY",
-    help="Require this key on every route but /health (Bearer or x-api-key). "
+    help="Require this key on every route but /health and the UI pages (Bearer or x-api-key). "
     "Env: VLLM_MLX_API_KEY.",
 )
 @click.option(

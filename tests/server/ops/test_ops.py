@@ -26,6 +26,7 @@ from vllm_mlx.mcp.config import parse_config
 from vllm_mlx.mcp.manager import MCPManager
 from vllm_mlx.runtime import build_replay_runtime
 from vllm_mlx.server.app import create_app
+from vllm_mlx.server.ops.auth import OPEN_PATHS
 from vllm_mlx.server.ops.middleware import RequestIdLogFilter
 from vllm_mlx.server.state import ServerState
 
@@ -293,14 +294,14 @@ BODIES = {
 
 
 def protected_routes(app) -> list[tuple[str, str]]:
-    """(method, concrete path) of every route but /health, read from the app itself so a
-    route added later is covered too."""
+    """(method, concrete path) of every route but the open ones (/health, the UI pages), read
+    from the app itself so a route added later is covered too."""
     out = []
     for route in app.routes:
         path = route.path.replace("{response_id}", "resp_unknown")
         assert "{" not in path, f"give {route.path} a concrete value here"
         for method in sorted(route.methods - {"HEAD"}):
-            if route.path != "/health":
+            if route.path not in OPEN_PATHS:
                 out.append((method, path))
     return out
 

@@ -1,5 +1,5 @@
-"""``--api-key``: every route but ``/health`` requires the key, sent the OpenAI way
-(``Authorization: Bearer KEY``) or the Anthropic way (``x-api-key: KEY``).
+"""``--api-key``: every route but ``/health`` and the UI pages requires the key, sent the
+OpenAI way (``Authorization: Bearer KEY``) or the Anthropic way (``x-api-key: KEY``).
 
 Keys are compared with ``hmac.compare_digest`` so the time taken does not reveal how much of
 a guess was right. A rejection is a 401 in the route's API error shape.
@@ -13,7 +13,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import APIError, error_response
 
-OPEN_PATHS = frozenset({"/health"})
+# the UI pages (server/ui) are static and hold no data; the API calls they make carry the key
+OPEN_PATHS = frozenset({"/health", "/", "/status"})
 
 
 def presented_keys(headers: list[tuple[bytes, bytes]]) -> list[bytes]:
