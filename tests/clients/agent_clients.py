@@ -150,12 +150,13 @@ def scripted_server(
     *,
     context_length: int | None = None,
     tool_parser: str = "hermes",
+    reasoning_parser: str | None = None,
     served_model_name: str = "replay",
 ):
     """The real app in a thread around a :class:`ScriptedSource`; yields (base URL,
     recorder). ``context_length`` overrides the model's (to make prompts over-context, or
     to fit a client's large system prompt, which the replay never runs)."""
-    runtime = build_replay_runtime("", tool_parser=tool_parser)
+    runtime = build_replay_runtime("", tool_parser=tool_parser, reasoning_parser=reasoning_parser)
     runtime.engine.source = ScriptedSource(runtime.loaded.tokenizer, script)
     if context_length is not None:
         runtime.pipeline.context_length = context_length

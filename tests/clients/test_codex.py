@@ -62,3 +62,29 @@ def test_over_context_says_the_context_window_is_full(tmp_path):
     (failed,) = [e for e in events if e["type"] == "turn.failed"]
     assert all(s.status == 400 for s in recorder.generations("/v1/responses"))
     assert "ran out of room in the model's context window" in failed["error"]["message"]
+
+
+def test_reasoning_items_come_back(tmp_path):
+    """Codex sends `store: false` with `include: ["reasoning.encrypted_content"]` and replays
+    the reasoning items it was given in its next request; the server must take them back."""
+
+    def thinking(prompt: str) -> str:
+        if "marker-42" in prompt:
+            return f"<think>It printed.</think>{FINAL}"
+        return f"<think>I should run it.</think>{CALL}"
+
+    with scripted_server(thinking, context_length=200_000, reasoning_parser="deepseek_r1") as (
+        base,
+        recorder,
+    ):
+        run = run_codex(base, tmp_path, "Print the marker.")
+    assert run.returncode == 0, run.stderr
+    items = [e["item"] for e in jsonl(run.stdout) if e["type"] == "item.completed"]
+    assert [i["text"] for i in items if i["type"] == "agent_message"] == [FINAL]
+
+    answered = recorder.generations("/v1/responses")
+    assert [s.status for s in answered] == [200, 200]
+    first, second = (s.body for s in answered)
+    assert first["include"] == ["reasoning.encrypted_content"] and first["store"] is False
+    (reasoning,) = [i for i in second["input"] if i["type"] == "reasoning"]
+    assert reasoning["content"] == [{"type": "reasoning_text", "text": "I should run it."}]
