@@ -88,3 +88,18 @@ def test_reasoning_items_come_back(tmp_path):
     assert first["include"] == ["reasoning.encrypted_content"] and first["store"] is False
     (reasoning,) = [i for i in second["input"] if i["type"] == "reasoning"]
     assert reasoning["content"] == [{"type": "reasoning_text", "text": "I should run it."}]
+
+
+@pytest.mark.xfail(
+    strict=True, reason="additional_tools / namespace / custom tools: issue 13 server work"
+)
+def test_a_codex_catalog_model_id_is_served(tmp_path):
+    """A user who names a model Codex knows (to get its metadata) gets Codex's newest request
+    shape: the tools move into an `additional_tools` input item holding `namespace` tools,
+    among them `custom` (grammar) tools. Today the server refuses the whole request."""
+    with scripted_server(script, context_length=200_000) as (base, recorder):
+        run = run_codex(base, tmp_path, "Print the marker.", "--model", "gpt-6.2-sol")
+    first = recorder.generations("/v1/responses")[0]
+    assert first.body["input"][0]["type"] == "additional_tools"
+    assert [s.status for s in recorder.generations("/v1/responses")] == [200, 200], first.response
+    assert run.returncode == 0
