@@ -181,8 +181,11 @@ class Run:
     stderr: str
 
 
-def run_claude(base: str, workdir: Path, prompt: str, *args: str, timeout: float = 120) -> Run:
-    """`claude -p PROMPT --output-format json` against ``base``, offline, bounded in turns."""
+def run_claude(
+    base: str, workdir: Path, prompt: str, *args: str, output: str = "json", timeout: float = 120
+) -> Run:
+    """`claude -p PROMPT --output-format OUTPUT` against ``base``, offline, bounded in turns
+    (``stream-json`` prints every message the user would see, one JSON object a line)."""
     env = {
         **offline_env(workdir / "home"),
         "ANTHROPIC_BASE_URL": base,
@@ -191,7 +194,8 @@ def run_claude(base: str, workdir: Path, prompt: str, *args: str, timeout: float
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         "CLAUDE_CODE_MAX_RETRIES": "0",
     }
-    command = [client_binary("claude"), "-p", prompt, "--output-format", "json"]
+    command = [client_binary("claude"), "-p", prompt, "--output-format", output]
+    command += ["--verbose"] if output == "stream-json" else []
     command += ["--max-turns", "3", "--model", "replay", "--no-session-persistence", *args]
     return _run(command, env, workdir, timeout)
 

@@ -86,3 +86,29 @@ def test_over_context_tells_the_user_what_to_cut(tmp_path):
     # nothing was generated: every request was refused before a stream started
     assert all(s.status in (400,) for s in recorder.generations("/v1/messages"))
     assert re.search(r"the request is ~\d+ tokens \(limit 4096\)", result["result"]), result
+
+
+@pytest.mark.xfail(
+    strict=True, reason="recovered malformed calls leave markup: issue 13 server work"
+)
+def test_a_recovered_malformed_call_shows_no_markup(tmp_path):
+    """Small models drop the outer brace of a Hermes call; the server recovers the call, but
+    the leftover `</tool_call>` becomes a text block that Claude Code shows the user."""
+    malformed = CALL.replace("}}\n</tool_call>", "}\n</tool_call>")
+
+    def sloppy(prompt: str) -> str:
+        return FINAL if "marker-42" in prompt else malformed
+
+    with scripted_server(sloppy, context_length=200_000) as (base, _):
+        run = run_claude(
+            base, tmp_path, "Print the marker.", "--allowedTools", "Bash", output="stream-json"
+        )
+    messages = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    shown = [
+        block for m in messages if m["type"] == "assistant" for block in m["message"]["content"]
+    ]
+    uses = [b for b in shown if b["type"] == "tool_use"]
+    assert [u["input"]["command"] for u in uses] == ["echo marker-$((40+2))"]  # recovered
+    assert messages[-1]["result"] == FINAL
+    texts = [b["text"] for b in shown if b["type"] == "text"]
+    assert not any("tool_call" in t for t in texts), texts
