@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import re
+import struct
+import zlib
 
 import pytest
 from agent_clients import client_binary, run_claude, scripted_server
@@ -112,3 +114,40 @@ def test_a_recovered_malformed_call_shows_no_markup(tmp_path):
     assert messages[-1]["result"] == FINAL
     texts = [b["text"] for b in shown if b["type"] == "text"]
     assert not any("tool_call" in t for t in texts), texts
+
+
+def tiny_png(side: int = 8) -> bytes:
+    """A valid red PNG without an imaging library."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        crc = struct.pack(">I", zlib.crc32(kind + data))
+        return struct.pack(">I", len(data)) + kind + data + crc
+
+    rows = b"".join(b"\x00" + b"\xff\x00\x00" * side for _ in range(side))
+    header = struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows))
+
+
+@pytest.mark.xfail(strict=True, reason="unsupported-media placeholder: issue 13 server work")
+def test_a_screenshot_does_not_end_the_session(tmp_path):
+    """Claude Code's Read of a PNG puts an image block inside the tool_result; on a text-only
+    model that must become a placeholder, not a 400 that every later request repeats."""
+    shot = tmp_path / "shot.png"
+    shot.write_bytes(tiny_png())
+    call = f'<tool_call>\n{{"name": "Read", "arguments": {{"file_path": "{shot}"}}}}\n</tool_call>'
+    answer = "I looked at the screenshot."
+
+    def look(prompt: str) -> str:
+        # the user names the file once; the assistant's call names it again
+        return answer if prompt.count("shot.png") >= 2 else call
+
+    with scripted_server(look, context_length=200_000) as (base, recorder):
+        run = run_claude(base, tmp_path, "Look at shot.png.", "--allowedTools", "Read")
+    with_image = [
+        s
+        for s in recorder.generations("/v1/messages")
+        if '"type": "image"' in json.dumps(s.body["messages"][-1:])
+    ]
+    assert with_image, "Claude Code did not send the image back"
+    assert result_of(run)["result"] == answer
+    assert all(s.status == 200 for s in with_image), with_image[0].response
