@@ -22,11 +22,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import httpx
 
 from .bench_plot import PlotUnavailable, plot_figures, pyplot
+
+if TYPE_CHECKING:
+    from .models.loader import CpuWeights
 
 # Token ids that are ordinary text in any vocabulary of 5k+ entries (low ids are often
 # bytes and specials); used when the model's tokenizer is not at hand (``--url`` alone).
@@ -90,6 +94,10 @@ class Workload:
     @property
     def headers(self) -> dict:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -190,7 +198,7 @@ def summarize(concurrency: int, results: list[RequestResult], wall: float) -> Le
         ttft_p95_ms=ms(percentile(ttfts, 95)),
         itl_p50_ms=ms(percentile(gaps, 50)),
         itl_p95_ms=ms(percentile(gaps, 95)),
-        single_stream_tok_s=round(percentile(per_stream, 50), 2) if per_stream else None,
+        single_stream_tok_s=_rounded(percentile(per_stream, 50)),
     )
 
 
@@ -246,7 +254,7 @@ def model_vocabulary(model: str | None) -> tuple[tuple[int, int], list[int]]:
     return (low, high), sorted(tokenizer.eos_token_ids)
 
 
-def time_raw_mlx_lm(model: str | None, cpu_weights: str, work: Workload, runs: int) -> dict:
+def time_raw_mlx_lm(model: str | None, cpu_weights: CpuWeights, work: Workload, runs: int) -> dict:
     """Median single-stream tokens/s of ``mlx_lm.stream_generate`` (incl. prefill)."""
     from mlx_lm.generate import stream_generate
     from mlx_lm.sample_utils import make_logits_processors
@@ -273,7 +281,7 @@ def time_raw_mlx_lm(model: str | None, cpu_weights: str, work: Workload, runs: i
             tokens = response.generation_tokens
         if i:
             rates.append(tokens / (time.perf_counter() - start))
-    return {"weights": loaded.weights, "runs": runs, "tok_s": round(percentile(rates, 50), 2)}
+    return {"weights": loaded.weights, "runs": runs, "tok_s": _rounded(percentile(rates, 50))}
 
 
 def parse_levels(_ctx, _param, value: str) -> list[int]:
@@ -336,7 +344,7 @@ def bench(**opts) -> None:
 
         reexec_with_openblas(sys.argv[1:])  # time raw mlx-lm under the server's BLAS
     if opts["url"] and opts["model"] is None and not opts["raw"]:
-        id_range, bans = FALLBACK_ID_RANGE, []
+        id_range, bans = FALLBACK_ID_RANGE, list[int]()
     else:
         id_range, bans = model_vocabulary(opts["model"])
     if opts["url"]:

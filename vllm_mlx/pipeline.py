@@ -10,7 +10,7 @@ disagree.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 
@@ -235,15 +235,15 @@ class Pipeline:
     def _count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
 
-    def stream(self, prepared: Prepared) -> AsyncIterator[ChatEvent]:
+    def stream(self, prepared: Prepared) -> AsyncGenerator[ChatEvent, None]:
         """The request's events; admitted to the engine now, so a full queue is a
         ``QueueFullError`` (429) before a streamed response has started."""
         return self._events_of(prepared, self.engine.generate(prepared.generation))
 
     async def _events_of(
-        self, prepared: Prepared, chunks: AsyncIterator[GenerationChunk]
-    ) -> AsyncIterator[ChatEvent]:
-        async with aclosing(chunks):  # type: ignore[type-var]
+        self, prepared: Prepared, chunks: AsyncGenerator[GenerationChunk, None]
+    ) -> AsyncGenerator[ChatEvent, None]:
+        async with aclosing(chunks):
             async for chunk in chunks:
                 for event in _events(prepared, chunk, self._count_tokens):
                     yield event

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import jinja2
 from jinja2 import nodes
@@ -258,11 +258,12 @@ class _CountingTransformer(NodeTransformer):
 
     def _wrapped(self, node: nodes.Expr, name: str) -> nodes.Filter:
         wrapper = nodes.Filter(node, name, [], [], None, None, lineno=node.lineno)
-        return wrapper.set_environment(self.environment)
+        wrapper.set_environment(self.environment)
+        return wrapper
 
     def visit_For(self, node: nodes.For) -> nodes.Node:
         self.generic_visit(node)
-        node.iter = self._wrapped(node.iter, _ITER_FILTER)
+        node.iter = self._wrapped(cast(nodes.Expr, node.iter), _ITER_FILTER)
         return node
 
     def visit_Output(self, node: nodes.Output) -> nodes.Node:

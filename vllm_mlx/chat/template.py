@@ -148,8 +148,8 @@ def _special_tokens(tokenizer: Any) -> dict[str, Any]:
 
 def encode_prompt(tokenizer: Any, text: str) -> list[int]:
     """Token ids for prompt text, adding BOS only when the text does not already start with it."""
-    bos = getattr(tokenizer, "bos_token", None)
-    add_special = bool(bos) and not text.startswith(bos)
+    bos: str | None = getattr(tokenizer, "bos_token", None)
+    add_special = bool(bos) and not text.startswith(bos or "")
     return tokenizer.encode(text, add_special_tokens=add_special)
 
 

@@ -25,7 +25,7 @@ _OUTRO = (
 
 
 def template_renders_tools(chat_template: str | None) -> bool:
-    return bool(chat_template) and "tools" in chat_template
+    return chat_template is not None and "tools" in chat_template
 
 
 def with_tool_system_prompt(messages: list[dict], tools: list[dict]) -> list[dict]:

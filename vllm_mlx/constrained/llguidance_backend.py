@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import llguidance
 import llguidance.hf
@@ -20,9 +20,12 @@ from .content_constraint import ContentConstraint
 from .errors import ConstraintError
 from .tokenizer_cache import eos_token_ids, hf_tokenizer, per_tokenizer, token_count
 
+if TYPE_CHECKING:
+    from llguidance._lib import JsonCompileOptions
+
 # Whitespace between JSON tokens: at most this many characters in a row.
 MAX_WHITESPACE_RUN = 8
-JSON_OPTIONS: dict[str, Any] = {
+JSON_OPTIONS: JsonCompileOptions = {
     "whitespace_pattern": rf"[\x20\x0A\x0D\x09]{{0,{MAX_WHITESPACE_RUN}}}",
 }
 COMPILED_CACHE_SIZE = 64

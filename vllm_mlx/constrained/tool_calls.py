@@ -57,7 +57,10 @@ def tool_call_grammar(
     """The Lark grammar for calls of ``functions`` in ``fmt`` on this tokenizer."""
     builder = ToolGrammarBuilder(fmt, LiteralWriter(special_markers(tokenizer)), CALL_JSON_OPTIONS)
     return builder.grammar(
-        functions, multiple=multiple, content_schema=content_schema, content_options=JSON_OPTIONS
+        functions,
+        multiple=multiple,
+        content_schema=content_schema,
+        content_options=dict(JSON_OPTIONS),
     )
 
 

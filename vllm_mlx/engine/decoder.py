@@ -23,15 +23,13 @@ class RequestDecoder:
         self.detok = tokenizer.detokenizer
         self.stops = StopMatcher(self.params.stop)
         self.stop_ids = eos_ids | set(self.params.stop_token_ids)
-        self.usage = {
-            "prompt_tokens": len(request.prompt_tokens),
-            "completion_tokens": 0,
-            "cached_tokens": cached_tokens,
-        }
+        self.prompt_tokens = len(request.prompt_tokens)
+        self.completion_tokens = 0
+        self.cached_tokens = cached_tokens
 
     def on_token(self, token: int, logprobs: mx.array | None, at_limit: bool) -> GenerationChunk:
         """Decode one generated token; ``at_limit``: it is the last one max_tokens allows."""
-        self.usage["completion_tokens"] += 1
+        self.completion_tokens += 1
         lp = (
             [self._logprob(token, logprobs)]
             if self.params.logprobs and logprobs is not None
@@ -54,7 +52,7 @@ class RequestDecoder:
             return self._finish(
                 text + tail + self.stops.flush(), "length", None, token_ids=[token], logprobs=lp
             )
-        return GenerationChunk(text=text, token_ids=[token], logprobs=lp, **self.usage)
+        return self._chunk(text=text, token_ids=[token], logprobs=lp)
 
     def on_end(self, reason: str, error: str | None = None) -> GenerationChunk:
         """End without a deciding token: the source ran out (``stop``), ``cancelled``,
@@ -68,20 +66,28 @@ class RequestDecoder:
             tail += self.stops.flush()
         return self._finish(tail, reason, None, error=error)
 
-    def _finish(self, text: str, reason: str, stop_reason, **extra) -> GenerationChunk:
+    def _finish(self, text: str, reason: str, stop_reason, **extra: Any) -> GenerationChunk:
+        return self._chunk(text=text, finish_reason=reason, stop_reason=stop_reason, **extra)
+
+    def _chunk(self, **fields: Any) -> GenerationChunk:
+        """A chunk carrying the usage so far."""
         return GenerationChunk(
-            text=text, finish_reason=reason, stop_reason=stop_reason, **self.usage, **extra
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+            cached_tokens=self.cached_tokens,
+            **fields,
         )
 
     def _logprob(self, token: int, logprobs: mx.array) -> TokenLogprob:
         logprobs = logprobs.astype(mx.float32)
-        entry = self._entry(token, logprobs[token].item())
+        value: float = logprobs[token].item()  # type: ignore[assignment]
+        entry = self._entry(token, value)
         top = self.params.top_logprobs
         if top > 0:
             ids = mx.argpartition(-logprobs, kth=top - 1)[:top]
-            pairs = sorted(
-                zip(ids.tolist(), logprobs[ids].tolist(), strict=True), key=lambda p: -p[1]
-            )
+            top_ids: list[int] = ids.tolist()  # type: ignore[assignment]
+            values: list[float] = logprobs[ids].tolist()  # type: ignore[assignment]
+            pairs = sorted(zip(top_ids, values, strict=True), key=lambda p: -p[1])
             entry.top_logprobs = [
                 TopLogprob(e.token, e.logprob, e.bytes)
                 for e in (self._entry(i, v) for i, v in pairs)

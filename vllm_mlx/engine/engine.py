@@ -13,7 +13,7 @@ import logging
 import queue
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +24,7 @@ from .types import GenerationChunk, GenerationRequest
 
 log = logging.getLogger(__name__)
 
-Emit = Callable[[GenerationChunk], None]
+Emit = Callable[[GenerationChunk], object]
 _SHUTDOWN = object()
 
 
@@ -47,7 +47,7 @@ class _Running:
 
 async def _chunks(
     chunks: asyncio.Queue[GenerationChunk], job: _Job
-) -> AsyncIterator[GenerationChunk]:
+) -> AsyncGenerator[GenerationChunk, None]:
     try:
         while True:
             chunk = await chunks.get()
@@ -75,7 +75,7 @@ class Engine:
 
     # -- consuming -------------------------------------------------------------------------
 
-    def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+    def generate(self, request: GenerationRequest) -> AsyncGenerator[GenerationChunk, None]:
         """Admit ``request`` now (``QueueFullError`` before any response has started) and
         return its chunks; leaving the loop early, or dropping the iterator unstarted,
         cancels it."""

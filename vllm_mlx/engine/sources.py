@@ -87,7 +87,7 @@ class ModelBatchSource:
 
     def remove(self, uid: int) -> None:
         caches = self._gen.remove([uid], return_prompt_caches=self.prefix_cache is not None)
-        if uid in caches:
+        if uid in caches and self.prefix_cache is not None:
             cache, tokens = caches[uid]
             self.prefix_cache.store(tokens, cache)
 

@@ -172,7 +172,7 @@ def parse_config(data: Any, *, allow_any_command: bool = False) -> MCPConfig:
         config = MCPConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(
-            [(_field_path(err["loc"]), _describe(err)) for err in exc.errors()]
+            [(_field_path(err["loc"]), _describe(dict(err))) for err in exc.errors()]
         ) from None
     config._allow_any_command = allow_any_command
     return config

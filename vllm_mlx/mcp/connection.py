@@ -194,8 +194,9 @@ class ServerConnection:
                 timeout=httpx2.Timeout(self.connect_timeout, read=300.0),
             )
             await stack.enter_async_context(http)
+            # the SDK types this transport's streams apart from the others; all are anyio's
             read, write = await stack.enter_async_context(
-                streamable_http_client(
+                streamable_http_client(  # type: ignore[arg-type]
                     cfg.url or "", http_client=http, max_sse_event_size=MAX_TRANSPORT_MESSAGE_BYTES
                 )
             )

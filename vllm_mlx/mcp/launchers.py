@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path, PurePosixPath
 
 # (index into args, or -1 for the command itself; rule; detail)
+Check = Callable[[str], object]  # an option value's check: truthy when it is allowed
 Problem = tuple[int, str, str]
 
 # Programs that run code from their arguments or run another program: never a package name,
@@ -135,7 +136,7 @@ def _npx(args: list[str], cwd: str | None) -> list[Problem]:
 
 
 def _option_values(
-    args: list[str], i: int, valued: dict[str, Callable[[str], bool]], flags: frozenset[str]
+    args: list[str], i: int, valued: Mapping[str, Check], flags: frozenset[str]
 ) -> tuple[int, list[Problem]]:
     """Walk options from i: flags alone, valued options with a checked value (``--x v`` or
     ``--x=v``); return the index of the first non-option word."""
@@ -177,7 +178,12 @@ def _python_target(args: list[str], i: int, cwd: str | None, what: str) -> list[
 
 
 def _uvx(args: list[str], cwd: str | None) -> list[Problem]:
-    valued = {"--from": _spec, "--with": _spec, "--python": _VERSION.match, "-p": _VERSION.match}
+    valued: dict[str, Check] = {
+        "--from": _spec,
+        "--with": _spec,
+        "--python": _VERSION.match,
+        "-p": _VERSION.match,
+    }
     i, problems = _option_values(args, 0, valued, frozenset({"-q", "--quiet"}))
     return problems or _python_target(args, i, cwd, "the package")
 
@@ -194,7 +200,7 @@ def _uv(args: list[str], cwd: str | None) -> list[Problem]:
         return problems
     if i >= len(args) or args[i] != "run":
         return [(min(i, len(args) - 1), "argument-shape", "only 'uv run' starts a server")]
-    valued = {
+    valued: dict[str, Check] = {
         "--with": _spec,
         "--python": _VERSION.match,
         "-p": _VERSION.match,

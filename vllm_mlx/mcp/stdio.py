@@ -214,8 +214,8 @@ async def _shutdown(
     write_stream: ObjectSendStream[SessionMessage],
     writer_done: anyio.Event,
 ) -> None:
-    read_stream.close()
-    write_stream.close()
+    await read_stream.aclose()
+    await write_stream.aclose()
     with anyio.move_on_after(WRITER_FLUSH_SECONDS):
         await writer_done.wait()
     if process.stdin is not None:

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import mlx.core as mx
 from tqdm import tqdm
@@ -106,7 +106,7 @@ def model_config(
     metadata: dict[str, Any], header: GGUFHeader, rope_freqs: mx.array | None = None
 ) -> dict[str, Any]:
     """Translate ``<arch>.*`` GGUF metadata (and ``rope_freqs``) into an mlx-lm config.json."""
-    arch = header.architecture
+    arch = header.architecture or ""  # checked against ARCHITECTURES when the file was read
     architecture = ARCHITECTURES[arch]
     hidden = int(_required(metadata, f"{arch}.embedding_length"))
     heads = int(_required(metadata, f"{arch}.attention.head_count"))
@@ -186,7 +186,7 @@ def convert_weights(
 ) -> tuple[dict[str, mx.array], dict[str, Any] | None]:
     """Rename and fix up tensors; return MLX weights and the quantization config (or None)."""
     permute_heads = {}
-    if ARCHITECTURES[header.architecture].permuted_qk:
+    if ARCHITECTURES[header.architecture or ""].permuted_qk:
         permute_heads = {
             "self_attn.q_proj": config["num_attention_heads"],
             "self_attn.k_proj": config["num_key_value_heads"],
@@ -240,7 +240,8 @@ def convert_gguf(gguf_path: Path, out_dir: Path, *, progress: bool = True) -> di
         disable=not progress,
     ) as bar:
         try:
-            tensors, metadata = mx.load(str(gguf_path), return_metadata=True)
+            loaded = mx.load(str(gguf_path), return_metadata=True)
+            tensors, metadata = cast(tuple[dict[str, mx.array], dict[str, Any]], loaded)
         except (RuntimeError, ValueError) as error:
             raise ModelLoadError(f"MLX could not read GGUF file {gguf_path}: {error}") from error
         bar.total = len(tensors) + 3

@@ -122,7 +122,7 @@ def _byte_level_bpe(metadata: dict[str, Any], tokens: Sequence[str]) -> Tokenize
     if not merges:
         raise ModelLoadError("GGUF file has a gpt2 tokenizer without tokenizer.ggml.merges")
     vocab = {token: index for index, token in enumerate(tokens)}
-    merge_pairs = [tuple(merge.split(" ", 1)) for merge in merges]
+    merge_pairs = [(left, right) for left, _, right in (m.partition(" ") for m in merges)]
     model = models.BPE(
         vocab=vocab, merges=merge_pairs, fuse_unk=False, ignore_merges=pre_name in IGNORE_MERGES
     )

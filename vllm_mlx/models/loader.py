@@ -38,7 +38,7 @@ def served_name(spec: str | None, path: Path) -> str:
     """The name clients see by default: the default model's name, a GGUF's stem or the folder."""
     if is_default_model_name(spec):
         return DEFAULT_MODEL_NAME
-    given = Path(spec).expanduser()
+    given = Path(spec or "").expanduser()
     return given.stem if given.is_file() else given.resolve().name or str(path)
 
 
@@ -88,7 +88,7 @@ def load_model(
     from mlx_lm.utils import load
 
     try:
-        model, tokenizer, config = load(str(path), return_config=True)
+        model, tokenizer, config = load(str(path), return_config=True)  # type: ignore[misc]
     except ModelLoadError:
         raise
     except (OSError, ValueError, KeyError, TypeError, RuntimeError, json.JSONDecodeError) as error:

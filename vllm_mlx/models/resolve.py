@@ -99,7 +99,7 @@ def resolve_model(spec: str | None, *, progress: bool = True) -> Path:
 
     ``None`` or a short name (``default``, ``smollm2``, …) means the embedded default model.
     """
-    if is_default_model_name(spec):
+    if spec is None or is_default_model_name(spec):
         return validate_model_folder(
             converted_folder(default_gguf(cache_root()), progress=progress)
         )

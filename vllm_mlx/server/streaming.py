@@ -8,7 +8,7 @@ the deadline.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import aclosing
 from typing import TypeVar
 
@@ -37,7 +37,7 @@ def generation_failed(message: str | None) -> APIError:
 
 
 async def event_frames(
-    events: AsyncIterator[ChatEvent],
+    events: AsyncGenerator[ChatEvent, None],
     idle_frame: str,
     on_event: Callable[[ChatEvent], Iterable[str]],
     on_finish: Callable[[ChatEvent], Iterable[str]],

@@ -10,7 +10,8 @@ clients whose watchdog counts events (Claude Code) waiting through a long prompt
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
 
 from ...families.message import MessageDelta
 from ...pipeline import ChatEvent, Usage
@@ -36,7 +37,7 @@ class MessageStream:
         self._open: tuple[str, int | None] | None = None  # (block type, tool-call index)
 
     def start(self) -> list[str]:
-        message = {
+        message: dict[str, Any] = {
             "id": self.message_id,
             "type": "message",
             "role": "assistant",
@@ -48,7 +49,7 @@ class MessageStream:
         }
         return [frame({"type": "message_start", "message": message}), ANTHROPIC_PING]
 
-    def frames(self, events: AsyncIterator[ChatEvent]) -> AsyncIterator[str]:
+    def frames(self, events: AsyncGenerator[ChatEvent, None]) -> AsyncIterator[str]:
         """All frames after ``start()``; raises on a failed generation (see ``error``)."""
         return event_frames(
             events, ANTHROPIC_PING, lambda event: self.delta(event.delta), self.finish

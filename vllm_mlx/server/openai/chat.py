@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...pipeline import ChatEvent, ChatResult
+from ...pipeline import ChatEvent
 from ..errors import parse_body
 from ..mcp.tool_loop import ToolLoopRun, call_budget
 from ..sse import sse_data, sse_response
@@ -105,7 +105,7 @@ async def chat_completions(request: Request) -> Response:
 
         return sse_response(frames(), on_error)
 
-    result: ChatResult = await unless_disconnected(request, state.pipeline.complete(prepared))
+    result = await unless_disconnected(request, state.pipeline.complete(prepared))
     if result.finish_reason == "error":
         raise generation_failed(result.error)
     return JSONResponse(completion_body(result, response_id, created, model, body.logprobs))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -30,7 +32,8 @@ async def completions(request: Request) -> Response:
     sampling = body.sampling()
     sampling.logprobs = body.logprobs is not None
     sampling.top_logprobs = body.logprobs or 0
-    prepared = state.pipeline.prepare_completion(prompt, sampling, body.max_tokens)
+    text_or_ids = cast("str | list[int]", prompt)  # a list of strings was unpacked above
+    prepared = state.pipeline.prepare_completion(text_or_ids, sampling, body.max_tokens)
 
     response_id, created, model = new_id("cmpl"), now(), state.served_model_name
 

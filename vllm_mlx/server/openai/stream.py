@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
 from ...engine.types import TokenLogprob
 from ...pipeline import ChatEvent, Usage
@@ -56,7 +56,7 @@ def error_frames(exc: Exception, final_chunk: Callable[[str], dict]) -> list[str
 
 
 def openai_frames(
-    events: AsyncIterator[ChatEvent],
+    events: AsyncGenerator[ChatEvent, None],
     chunk: Callable[[ChatEvent], dict | None],
     usage_chunk: Callable[[Usage], dict] | None,
 ) -> AsyncIterator[str]:

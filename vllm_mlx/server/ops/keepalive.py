@@ -9,9 +9,9 @@ wait also enforces the request's deadline (``--timeout``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from ..errors import APIError
 from ..sse import sse_data
@@ -38,12 +38,12 @@ class RequestTimeout(APIError):
 
 
 async def paced(
-    source: AsyncIterator[T],
+    source: AsyncGenerator[T, None],
     *,
     interval: float | None = None,
     deadline: float | None = None,
     timeout: float | None = None,
-) -> AsyncIterator[T | Idle]:
+) -> AsyncGenerator[T | Idle, None]:
     """Items of ``source``, with ``IDLE`` after every ``interval`` seconds without one.
 
     ``deadline`` is an ``asyncio`` loop time; when it passes, ``source`` is closed (which
@@ -71,16 +71,19 @@ async def paced(
         except Exception as exc:  # handed to the consumer, raised there
             inbox.put_nowait(("raise", exc))
 
-    def tick() -> None:
+    ticker: asyncio.TimerHandle | None = None
+
+    def tick(every: float) -> None:
         nonlocal last, ticker
         now = loop.time()
-        if now - last >= interval * 0.999:
+        if now - last >= every * 0.999:
             inbox.put_nowait(("idle", None))
             last = now
-        ticker = loop.call_at(last + interval, tick)
+        ticker = loop.call_at(last + every, tick, every)
 
     reader = asyncio.ensure_future(pump())
-    ticker = loop.call_at(last + interval, tick) if interval else None
+    if interval:
+        ticker = loop.call_at(last + interval, tick, interval)
     expiry = None
     if deadline is not None:
         expiry = loop.call_at(deadline, inbox.put_nowait, ("timeout", None))
@@ -88,13 +91,13 @@ async def paced(
         while True:
             kind, value = await inbox.get()
             if kind == "item":
-                yield value
+                yield cast(T, value)
             elif kind == "idle":
                 yield IDLE
             elif kind == "end":
                 return
             elif kind == "raise":
-                raise value
+                raise cast(BaseException, value)
             else:
                 raise RequestTimeout(timeout or 0)
     finally:
@@ -106,6 +109,4 @@ async def paced(
             await reader
         except asyncio.CancelledError:
             pass
-        aclose = getattr(source, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        await source.aclose()

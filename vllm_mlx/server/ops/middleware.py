@@ -13,7 +13,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -48,14 +48,18 @@ class RequestContext:
     deadline: float | None = None  # asyncio loop time
     keepalive: float | None = None
 
-    def watch(self, events: AsyncIterator[ChatEvent]) -> AsyncIterator[ChatEvent | Idle]:
+    def watch(
+        self, events: AsyncGenerator[ChatEvent, None]
+    ) -> AsyncGenerator[ChatEvent | Idle, None]:
         """The request's events with ``IDLE`` while waiting too long, metrics observed, and
         ``RequestTimeout`` raised (generation cancelled) at the deadline."""
         return self._observed(
             paced(events, interval=self.keepalive, deadline=self.deadline, timeout=self.timeout)
         )
 
-    async def _observed(self, items: AsyncIterator[ChatEvent | Idle]):
+    async def _observed(
+        self, items: AsyncGenerator[ChatEvent | Idle, None]
+    ) -> AsyncGenerator[ChatEvent | Idle, None]:
         async for item in items:
             if self.metrics is not None and not isinstance(item, Idle):
                 self.metrics.observe_event(item)

@@ -63,7 +63,7 @@ async def create_response(request: Request) -> Response:
         prepared = state.pipeline.prepare_chat(chat)
     except (RequestError, ChatTemplateError) as exc:
         param = getattr(exc, "param", None)
-        raise APIError(400, str(exc), param=_PARAMS.get(param, param)) from None
+        raise APIError(400, str(exc), param=_PARAMS.get(param or "", param)) from None
     response = ResponseObject(body, state.served_model_name)
 
     def keep(final: dict | None) -> None:

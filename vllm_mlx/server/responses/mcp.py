@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from ...mcp.executor import ToolResult
@@ -185,13 +185,15 @@ async def stream_frames(run: MCPResponseRun) -> AsyncIterator[str]:
         deadline=context.deadline,
         timeout=context.timeout,
     )
-    async for frame in frames:
-        yield OPENAI_KEEPALIVE if isinstance(frame, Idle) else frame
+    async for item in frames:
+        yield OPENAI_KEEPALIVE if isinstance(item, Idle) else item
     if run.result is not None:
         context.observe_result(run.result)
 
 
-async def _frames_of(work: Callable[[Send], Awaitable[ChatResult]]) -> AsyncIterator[str]:
+async def _frames_of(
+    work: Callable[[Send], Awaitable[ChatResult]],
+) -> AsyncGenerator[str, None]:
     """The frames ``work`` sends while it runs; its error is raised after them, and closing
     this iterator (client gone, deadline) cancels it."""
     queue: asyncio.Queue[str | None] = asyncio.Queue()

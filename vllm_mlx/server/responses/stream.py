@@ -9,7 +9,8 @@ its content part, its deltas (``reasoning_text``, ``output_text``, or
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
 
 from ...families.message import MessageDelta
 from ...pipeline import ChatEvent, Usage
@@ -67,7 +68,7 @@ class ResponseStream:
             self.event("response.in_progress", response=body),
         ]
 
-    def frames(self, events: AsyncIterator[ChatEvent]) -> AsyncIterator[str]:
+    def frames(self, events: AsyncGenerator[ChatEvent, None]) -> AsyncIterator[str]:
         """All frames after ``start()``; raises on a failed generation (see ``failed``)."""
         return event_frames(
             events, OPENAI_KEEPALIVE, lambda event: self.delta(event.delta), self.finish
@@ -177,7 +178,7 @@ class ResponseStream:
                 if item.kind == "reasoning"
                 else "response.output_text.done"
             )
-            extra = {"logprobs": []} if item.kind == "message" else {}
+            extra: dict[str, Any] = {"logprobs": []} if item.kind == "message" else {}
             out.append(self._part_event(done, item.text, key="text", **extra))
             out.append(
                 self._part_event("response.content_part.done", part=self._part(item, item.text))

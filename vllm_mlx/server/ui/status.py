@@ -89,8 +89,8 @@ def status_data(state: ServerState, rate: TokenRate) -> dict:
             }
         ],
         "parsers": {
-            "reasoning": pipeline.reasoning_parser,
-            "tool_calls": pipeline.tool_parser,
+            "reasoning": pipeline.reasoning_format.name if pipeline.reasoning_format else None,
+            "tool_calls": pipeline.tool_format.name if pipeline.tool_format else None,
             "structured_output": pipeline.structured_backend,
         },
         "queue_depth": engine.queue_depth,
