@@ -142,7 +142,8 @@ void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1
 void qmm(const QmmArgs& a) {
   const int64_t groups = a.K / a.group_size;
   // sum of each group of x, for the bias term: sum_k (q s + b) x = s q.x + b sum(x)
-  std::vector<float> xsum(a.M * groups);
+  thread_local std::vector<float> xsum; // reused: a decode step runs ~200 of these
+  xsum.resize(a.M * groups);
   for (int64_t m = 0; m < a.M; ++m) {
     for (int64_t g = 0; g < groups; ++g) {
       const float* xg = a.x + m * a.K + g * a.group_size;
@@ -154,7 +155,8 @@ void qmm(const QmmArgs& a) {
     }
   }
   const bool fast = use_avx2();
-  std::vector<float> x_perm;
+  thread_local std::vector<float> x_perm;
+  x_perm.clear();
   if (fast && a.bits == 4) {
     x_perm.resize(a.M * a.K);
     for (int64_t m = 0; m < a.M; ++m) {
@@ -171,17 +173,19 @@ void qmm(const QmmArgs& a) {
   ThreadPool& pool = ThreadPool::instance();
   const int64_t rows = rows_per_task(a, pool.size());
   const int tasks = static_cast<int>((a.N + rows - 1) / rows);
+  // thread_local buffers: the tasks run on other threads, so hand them pointers
   const float* xp = x_perm.empty() ? nullptr : x_perm.data();
+  const float* xs = xsum.data();
   pool.parallel_for(tasks, [&](int t) {
     const int64_t n0 = t * rows;
     const int64_t n1 = std::min(a.N, n0 + rows);
 #if defined(VMLX_HAVE_AVX2)
     if (fast) {
-      avx2::qmm_rows(a, xp, xsum.data(), n0, n1);
+      avx2::qmm_rows(a, xp, xs, n0, n1);
       return;
     }
 #endif
-    generic::qmm_rows(a, xsum.data(), n0, n1);
+    generic::qmm_rows(a, xs, n0, n1);
   });
 }
 
@@ -198,7 +202,9 @@ void sdpa(const SdpaArgs& a) {
   }
   const int64_t chunk = (a.Lk + splits - 1) / splits;
   const int64_t part_size = group * a.Lq * (a.D + 2);
-  std::vector<float> parts(heads * splits * part_size);
+  thread_local std::vector<float> parts;
+  parts.resize(heads * splits * part_size);
+  float* part_base = parts.data(); // the tasks run on other threads: not `parts`
   // the vector bodies read rows of D contiguous floats
   const bool fast = use_avx2() && a.q_strides[3] == 1 && a.k_strides[3] == 1 && a.v_strides[3] == 1;
   pool.parallel_for(static_cast<int>(heads * splits), [&](int t) {
@@ -206,7 +212,7 @@ void sdpa(const SdpaArgs& a) {
     const int64_t split = t % splits;
     const int64_t l0 = split * chunk;
     const int64_t l1 = std::min(a.Lk, l0 + chunk);
-    float* part = parts.data() + t * part_size;
+    float* part = part_base + t * part_size;
 #if defined(VMLX_HAVE_AVX2)
     if (fast) {
       avx2::sdpa_task(a, head / a.Hkv, head % a.Hkv, l0, l1, part);

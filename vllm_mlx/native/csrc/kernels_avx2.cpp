@@ -202,7 +202,8 @@ void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1
   thread_local std::vector<float> scores;
   scores.resize(rows * span);
   // Pass 1: all scores of this key range, each key row read once for every query row.
-  std::vector<int64_t> limit(rows);
+  thread_local std::vector<int64_t> limit;
+  limit.resize(rows);
   for (int64_t row = 0; row < rows; ++row) {
     const int64_t i = row % a.Lq;
     limit[row] = a.causal ? std::min(l1, a.Lk - a.Lq + i + 1) : l1;

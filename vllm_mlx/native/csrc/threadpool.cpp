@@ -35,9 +35,9 @@ ThreadPool& ThreadPool::instance() {
 }
 
 ThreadPool::ThreadPool(int threads)
-    // ~20 µs of pause instructions: long enough to catch the next matmul of a
-    // decode step, short enough that a waiting server is idle.
-    : spin_iterations_(env_int("VLLM_MLX_NATIVE_SPIN", 2000)) {
+    // A few µs of pause instructions before sleeping: on a shared 2-core machine a
+    // longer spin takes the core from the thread that would produce the next job.
+    : spin_iterations_(env_int("VLLM_MLX_NATIVE_SPIN", 300)) {
   for (int i = 1; i < threads; ++i) {
     workers_.emplace_back([this] { worker_loop(); });
   }
