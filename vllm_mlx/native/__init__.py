@@ -19,6 +19,7 @@ from typing import Any
 
 KERNELS = ("quantized_matmul", "attention")
 DISABLE_ENV = "VLLM_MLX_NATIVE"  # "0" turns the kernels off without rebuilding
+_routed: list[str] = []  # what patch.enable routed, latest last (for status())
 
 
 @functools.cache
@@ -49,8 +50,15 @@ def status() -> dict[str, Any]:
         "isa": kernels.isa(),
         "threads": kernels.threads(),
         "kernels": list(KERNELS) if enabled else [],
+        # None: no model in this process runs on them (e.g. float32 weights)
+        "routed": _routed[-1] if _routed else None,
         **({} if enabled else {"reason": f"{DISABLE_ENV}=0"}),
     }
+
+
+def record_routed(description: str) -> None:
+    """Remember what a model routed to the kernels, for ``status()``."""
+    _routed.append(description)
 
 
 def quantized_matmul(x, w, scales, biases, group_size: int, bits: int):

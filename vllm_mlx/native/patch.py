@@ -127,4 +127,5 @@ def enable(model: nn.Module) -> Patched:
     patched.attention_modules = tuple(
         sorted(name for name in attention_modules if _route_attention(name))
     )
+    native.record_routed(patched.describe())
     return patched
