@@ -7,9 +7,14 @@ cd "$(dirname "$0")/.."
 build="${VLLM_MLX_NATIVE_BUILD_DIR:-build/native}"
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
-cmake -S vllm_mlx/native/csrc -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-  -DPython_EXECUTABLE="$(command -v python)" -DVLLM_MLX_NATIVE_OUT="$PWD/vllm_mlx/native" >/dev/null
-cmake --build "$build" -j"$(nproc 2>/dev/null || echo 2)" >/dev/null
+mkdir -p "$build"
+log="$build/build.log"
+if ! { cmake -S vllm_mlx/native/csrc -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DPython_EXECUTABLE="$(command -v python)" -DVLLM_MLX_NATIVE_OUT="$PWD/vllm_mlx/native" \
+    && cmake --build "$build" -j"$(nproc 2>/dev/null || echo 2)"; } >"$log" 2>&1; then
+  tail -n 30 "$log" >&2
+  exit 1
+fi
 python -c "
 import sys
 from vllm_mlx import native

@@ -45,5 +45,5 @@ def test_greedy_text_equals_the_float32_path() -> None:
 def test_server_runs_the_native_kernels_by_default(real_server: str) -> None:
     health = httpx.get(f"{real_server}/health", timeout=30).json()
     kernels = health["cpu_kernels"]
-    assert kernels["enabled"] and kernels["kernels"] == ["quantized_matmul", "attention"]
+    assert kernels["enabled"] and "quantized_matmul" in kernels["kernels"]
     assert "quantized linear" in kernels["routed"]

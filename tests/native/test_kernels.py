@@ -58,6 +58,17 @@ def test_quantized_matmul_matches_mlx(isa, case) -> None:
     assert_close(native.quantized_matmul(x, w, scales, biases, group_size, bits), ref)
 
 
+@given(case=matmul_cases())
+@SETTINGS
+def test_dequantize_matches_mlx(isa, case) -> None:
+    bits, group_size, k, n, _, seed = case
+    w, scales, biases = mx.quantize(
+        mx.random.normal((n, k), key=mx.random.key(seed)), group_size, bits
+    )
+    ref = mx.dequantize(w, scales, biases, group_size, bits)
+    assert_close(native.dequantize(w, scales, biases, group_size, bits), ref, rtol=1e-6)
+
+
 def test_quantized_matmul_reads_strided_inputs(isa) -> None:
     """Transposed or sliced activations are views: the op must see their real layout."""
     weight = mx.random.normal((64, 256), key=mx.random.key(1))
@@ -139,5 +150,5 @@ def test_attention_rejects_mismatched_heads() -> None:
 def test_status_reports_the_kernels() -> None:
     info = native.status()
     assert info["built"] and info["enabled"]
-    assert info["kernels"] == ["quantized_matmul", "attention"]
+    assert info["kernels"] == ["quantized_matmul", "dequantize", "attention"]
     assert info["isa"] in ("avx2", "generic") and info["threads"] >= 1

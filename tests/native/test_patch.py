@@ -71,6 +71,22 @@ def test_decode_steps_reach_the_native_attention(monkeypatch: pytest.MonkeyPatch
     assert len(calls) == 2 * 3  # 2 layers x 3 decode steps (the first token is the prefill's)
 
 
+@pytest.mark.parametrize("blas", [True, False])
+def test_prefill_blocks_dequantize_once_when_openblas_multiplies(monkeypatch, blas: bool) -> None:
+    model = quantized_llama(4, 32)
+    layer = model.model.layers[1].self_attn.o_proj
+    x = mx.random.normal((2, 70, layer.weight.shape[1] * 8), key=mx.random.key(1))
+    want = layer(x)
+    patch.enable(model)
+    monkeypatch.setattr(patch, "_BLAS_PRELOADED", blas)
+    calls: list[int] = []
+    real = native.dequantize
+    monkeypatch.setattr(native, "dequantize", lambda *a: calls.append(1) or real(*a))
+    got = layer(x)
+    assert calls == ([1] if blas else [])
+    assert np.abs(np.array(got) - np.array(want)).max() <= 1e-4 * (1 + np.abs(want).max())
+
+
 def test_what_the_kernels_do_not_cover_uses_mlx(monkeypatch: pytest.MonkeyPatch) -> None:
     model = quantized_llama(4, 32)
     layer = model.model.layers[0].mlp.down_proj

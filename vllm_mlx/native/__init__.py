@@ -17,7 +17,7 @@ import sys
 from types import ModuleType
 from typing import Any
 
-KERNELS = ("quantized_matmul", "attention")
+KERNELS = ("quantized_matmul", "dequantize", "attention")
 DISABLE_ENV = "VLLM_MLX_NATIVE"  # "0" turns the kernels off without rebuilding
 _routed: list[str] = []  # what patch.enable routed, latest last (for status())
 
@@ -64,6 +64,11 @@ def record_routed(description: str) -> None:
 def quantized_matmul(x, w, scales, biases, group_size: int, bits: int):
     """``x @ dequantize(w, scales, biases).T`` on the native kernel (see ``_kernels``)."""
     return _load()[0].quantized_matmul(x, w, scales, biases, group_size, bits)
+
+
+def dequantize(w, scales, biases, group_size: int, bits: int):
+    """``dequantize(w, scales, biases)`` as float32 ``[N, K]`` on the native kernel."""
+    return _load()[0].dequantize(w, scales, biases, group_size, bits)
 
 
 def attention(q, k, v, scale: float, causal: bool = False):

@@ -17,11 +17,20 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from vllm_mlx import native
+from vllm_mlx.engine.cpu import openblas_preloaded
 
 BITS = (4, 8)
 GROUP_SIZES = (32, 64, 128)
 # Longer query blocks (prefill) are matmul-shaped: MLX's SDPA (BLAS) does them better.
 MAX_NATIVE_QUERY = 8
+# Past this many rows of x (a prefill chunk), dequantizing the layer once and letting
+# OpenBLAS's sgemm multiply beats unpacking the weights for every block of 8 rows
+# (measured crossover 64-256 rows, docs/native-kernels.md). Needs OpenBLAS preloaded: the
+# bundled reference BLAS is slower than the native kernel at any size.
+DEQUANTIZE_ROWS = 64
+
+
+_BLAS_PRELOADED = openblas_preloaded()  # fixed for the process: set before it started
 
 
 @dataclass
@@ -54,9 +63,10 @@ def _eligible(layer: Any) -> bool:
 def _native_matmul(layer: Any, x: mx.array) -> mx.array | None:
     if x.dtype != mx.float32 or not native.available():
         return None
-    return native.quantized_matmul(
-        x, layer["weight"], layer["scales"], layer["biases"], layer.group_size, layer.bits
-    )
+    quantized = (layer["weight"], layer["scales"], layer["biases"], layer.group_size, layer.bits)
+    if x.size > DEQUANTIZE_ROWS * x.shape[-1] and _BLAS_PRELOADED:
+        return x @ native.dequantize(*quantized).T
+    return native.quantized_matmul(x, *quantized)
 
 
 class NativeQuantizedLinear(nn.QuantizedLinear):

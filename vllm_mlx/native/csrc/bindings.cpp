@@ -24,6 +24,15 @@ NB_MODULE(_kernels, m) {
       "bits"_a,
       "x @ dequantize(w, scales, biases).T for MLX's affine 4/8-bit layout (CPU).");
   m.def(
+      "dequantize",
+      &vmlx::dequantize,
+      "w"_a,
+      "scales"_a,
+      "biases"_a,
+      "group_size"_a,
+      "bits"_a,
+      "dequantize(w, scales, biases) as float32 [N, K], MLX's affine 4/8-bit layout (CPU).");
+  m.def(
       "attention",
       &vmlx::attention,
       "q"_a,

@@ -100,6 +100,20 @@ void qmm_rows(const QmmArgs& a, const float* xsum, int64_t n0, int64_t n1) {
   }
 }
 
+void dequantize_rows(const QmmArgs& a, int64_t n0, int64_t n1) {
+  const int64_t groups = a.K / a.group_size;
+  const int64_t words = a.K * a.bits / 32;
+  const uint32_t mask = (1u << a.bits) - 1u;
+  const int per_word = 32 / a.bits;
+  for (int64_t n = n0; n < n1; ++n) {
+    for (int64_t k = 0; k < a.K; ++k) {
+      const uint32_t q = (a.w[n * words + k / per_word] >> ((k % per_word) * a.bits)) & mask;
+      const int64_t g = n * groups + k / a.group_size;
+      a.y[n * a.K + k] = static_cast<float>(q) * a.scales[g] + a.biases[g];
+    }
+  }
+}
+
 void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part) {
   const int64_t group = a.Hq / a.Hkv;
   const int64_t D = a.D;
@@ -186,6 +200,23 @@ void qmm(const QmmArgs& a) {
     }
 #endif
     generic::qmm_rows(a, xs, n0, n1);
+  });
+}
+
+void dequantize_weights(const QmmArgs& a) {
+  ThreadPool& pool = ThreadPool::instance();
+  const int64_t rows = std::max<int64_t>(1, (a.N + 4 * pool.size() - 1) / (4 * pool.size()));
+  const bool fast = use_avx2();
+  pool.parallel_for(static_cast<int>((a.N + rows - 1) / rows), [&](int t) {
+    const int64_t n0 = t * rows;
+    const int64_t n1 = std::min(a.N, n0 + rows);
+#if defined(VMLX_HAVE_AVX2)
+    if (fast) {
+      avx2::dequantize_rows(a, n0, n1);
+      return;
+    }
+#endif
+    generic::dequantize_rows(a, n0, n1);
   });
 }
 

@@ -36,6 +36,9 @@ struct SdpaArgs {
 };
 
 void qmm(const QmmArgs& args);
+// y[N, K] = dequantize(w, scales, biases) (x and M unused): for prefill, where a BLAS
+// sgemm on the float32 weights beats a matmul that unpacks them for every row block.
+void dequantize_weights(const QmmArgs& args);
 void sdpa(const SdpaArgs& args);
 
 // Which instruction set the kernels dispatch to ("avx2" or "generic"): the best this
@@ -46,6 +49,7 @@ bool set_isa(const char* name);
 // Kernel bodies per instruction set (kernels_*.cpp).
 namespace generic {
 void qmm_rows(const QmmArgs& a, const float* xsum, int64_t n0, int64_t n1);
+void dequantize_rows(const QmmArgs& a, int64_t n0, int64_t n1);
 void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part);
 } // namespace generic
 
@@ -58,6 +62,7 @@ void qmm_rows(
     const float* xsum,
     int64_t n0,
     int64_t n1);
+void dequantize_rows(const QmmArgs& a, int64_t n0, int64_t n1);
 void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part);
 } // namespace avx2
 

@@ -194,6 +194,38 @@ void qmm_rows(const QmmArgs& a, const float* x_perm, const float* xsum, int64_t 
   }
 }
 
+void dequantize_rows(const QmmArgs& a, int64_t n0, int64_t n1) {
+  const int64_t groups = a.K / a.group_size;
+  const int64_t row_bytes = a.K * a.bits / 8;
+  const uint8_t* w = reinterpret_cast<const uint8_t*>(a.w);
+  const __m128i mask = _mm_set1_epi8(0x0F);
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = w + n * row_bytes;
+    float* out = a.y + n * a.K;
+    for (int64_t g = 0; g < groups; ++g) {
+      const __m256 scale = _mm256_broadcast_ss(a.scales + n * groups + g);
+      const __m256 bias = _mm256_broadcast_ss(a.biases + n * groups + g);
+      for (int64_t k = g * a.group_size; k < (g + 1) * a.group_size; k += 32) {
+        __m128i e0, e1;
+        if (a.bits == 4) { // interleave low/high nibbles back into element order
+          __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + k / 2));
+          __m128i lo = _mm_and_si128(bytes, mask);
+          __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), mask);
+          e0 = _mm_unpacklo_epi8(lo, hi);
+          e1 = _mm_unpackhi_epi8(lo, hi);
+        } else {
+          e0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + k));
+          e1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + k + 16));
+        }
+        _mm256_storeu_ps(out + k, _mm256_fmadd_ps(bytes_to_float(e0), scale, bias));
+        _mm256_storeu_ps(out + k + 8, _mm256_fmadd_ps(bytes_to_float(_mm_srli_si128(e0, 8)), scale, bias));
+        _mm256_storeu_ps(out + k + 16, _mm256_fmadd_ps(bytes_to_float(e1), scale, bias));
+        _mm256_storeu_ps(out + k + 24, _mm256_fmadd_ps(bytes_to_float(_mm_srli_si128(e1, 8)), scale, bias));
+      }
+    }
+  }
+}
+
 void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part) {
   const int64_t group = a.Hq / a.Hkv;
   const int64_t D = a.D;

@@ -21,6 +21,9 @@ mx::array quantized_matmul(
     int group_size,
     int bits);
 
+// dequantize(w, scales, biases) as a float32 [N, K] array (same layouts as above).
+mx::array dequantize(const mx::array& w, const mx::array& scales, const mx::array& biases, int group_size, int bits);
+
 // softmax(q k^T * scale [causal]) v for float32 q [B, Hq, Lq, D], k/v [B, Hkv, Lk, D],
 // Hq a multiple of Hkv (grouped-query attention), without a mask array.
 mx::array attention(
@@ -41,6 +44,26 @@ class QuantizedMatmul : public mx::Primitive {
       override;
   const char* name() const override {
     return "VllmMlxQuantizedMatmul";
+  }
+  bool is_equivalent(const mx::Primitive& other) const override;
+  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override;
+
+ private:
+  int group_size_;
+  int bits_;
+};
+
+class Dequantize : public mx::Primitive {
+ public:
+  Dequantize(mx::Stream stream, int group_size, int bits)
+      : mx::Primitive(stream), group_size_(group_size), bits_(bits) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs)
+      override;
+  void eval_gpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs)
+      override;
+  const char* name() const override {
+    return "VllmMlxDequantize";
   }
   bool is_equivalent(const mx::Primitive& other) const override;
   std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override;
