@@ -19,7 +19,6 @@ import argparse
 import copy
 import json
 import os
-import resource
 import subprocess
 import sys
 import threading
@@ -86,10 +85,11 @@ def kernel_bandwidth(rows: int, native_on: bool, reps: int) -> float:
     return nbytes / best / 1e9
 
 
-def resident_gb() -> float:
-    """This process's resident set now (VmRSS), in GB."""
+def resident_gb(field: str = "VmRSS") -> float:
+    """This process's resident set now (VmRSS) or at its peak (VmHWM), in GB. Not
+    ru_maxrss: Linux carries that over from the parent across fork + exec."""
     with open("/proc/self/status") as status:
-        line = next(row for row in status if row.startswith("VmRSS:"))
+        line = next(row for row in status if row.startswith(f"{field}:"))
     return int(line.split()[1]) / 1e6
 
 
@@ -139,7 +139,7 @@ def worker(path: str, decode_tokens: int, long_context: int, skip_long: bool) ->
         out["prefill_tok_s"] = 256 / ttft
     out["load_average"] = os.getloadavg()[0]
     out["rss_gb"] = resident_gb()  # after the long context: weights + KV cache + buffers
-    out["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+    out["peak_rss_gb"] = resident_gb("VmHWM")
     return out
 
 
