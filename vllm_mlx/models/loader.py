@@ -1,13 +1,15 @@
 """Load a resolved model with mlx-lm, in the weight format that runs fastest on this device.
 
-On Linux the MLX CPU backend multiplies quantized weights with a plain loop, while float32
-matmuls go through BLAS (fast when Debian's OpenBLAS is preloaded), so ``auto`` dequantizes
-there and keeps quantized weights everywhere else.
+On Linux the MLX CPU backend multiplies quantized weights with a plain loop. When the
+native kernels (``vllm_mlx.native``) are built, quantized weights run on them and ``auto``
+keeps the weights quantized; without them ``auto`` dequantizes to float32, which goes
+through BLAS (fast when Debian's OpenBLAS is preloaded). Elsewhere weights stay quantized.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +18,11 @@ from typing import Any, Literal
 from vllm_mlx.models.default_model import DEFAULT_MODEL_NAME, is_default_model_name
 from vllm_mlx.models.errors import ModelLoadError
 from vllm_mlx.models.resolve import resolve_model
+from vllm_mlx.native import available as native_available
+from vllm_mlx.native import status as native_status
+from vllm_mlx.native.patch import enable as enable_native
+
+log = logging.getLogger(__name__)
 
 CpuWeights = Literal["auto", "quantized", "float32"]
 _CONTEXT_KEYS = ("max_position_embeddings", "max_seq_len", "n_positions", "seq_length")
@@ -32,6 +39,7 @@ class LoadedModel:
     chat_template: str | None
     context_length: int | None
     weights: Literal["quantized", "float32"]
+    kernels: str = "mlx"  # "native: ..." when layers run on vllm_mlx.native
 
 
 def served_name(spec: str | None, path: Path) -> str:
@@ -59,12 +67,15 @@ def computes_on_cpu() -> bool:
 
 
 def choose_weights(cpu_weights: CpuWeights) -> Literal["quantized", "float32"]:
-    """Resolve ``auto``: float32 on Linux when MLX computes on the CPU, else quantized."""
+    """Resolve ``auto``: on Linux when MLX computes on the CPU, quantized if the native
+    kernels are built and float32 otherwise; quantized everywhere else."""
     if cpu_weights not in ("auto", "quantized", "float32"):
         raise ValueError(f"cpu_weights must be auto, quantized or float32, not {cpu_weights!r}")
     if cpu_weights != "auto":
         return cpu_weights
-    return "float32" if sys.platform.startswith("linux") and computes_on_cpu() else "quantized"
+    if sys.platform.startswith("linux") and computes_on_cpu() and not native_available():
+        return "float32"
+    return "quantized"
 
 
 def to_float32(model: Any) -> Any:
@@ -93,13 +104,30 @@ def load_model(
         raise
     except (OSError, ValueError, KeyError, TypeError, RuntimeError, json.JSONDecodeError) as error:
         raise ModelLoadError(f"could not load model from {path}: {error}") from error
+    kernels = "mlx"
     if weights == "float32":
         model = to_float32(model)
     elif computes_on_cpu():
         # float16/bfloat16 scales or weights would make every activation half precision,
         # ~28x slower on x86 CPUs; packed quantized weights are integers and stay as they are.
         model.set_dtype(mx.float32)
-    return _loaded(spec, path, model, tokenizer, config, weights)
+        kernels = use_native_kernels(model)
+    loaded = _loaded(spec, path, model, tokenizer, config, weights)
+    loaded.kernels = kernels
+    return loaded
+
+
+def use_native_kernels(model: Any) -> str:
+    """Route the quantized layers and attention to ``vllm_mlx.native`` when it is built."""
+    if not native_available():
+        log.info("CPU kernels: MLX's own (vllm_mlx.native is not built or is disabled)")
+        return "mlx"
+    description = enable_native(model).describe()
+    info = native_status()
+    log.info(
+        "CPU kernels: native (%s, %d threads) for %s", info["isa"], info["threads"], description
+    )
+    return f"native ({info['isa']}): {description}"
 
 
 def load_tokenizer_only(spec: str | None) -> LoadedModel:

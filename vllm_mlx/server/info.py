@@ -7,6 +7,7 @@ import time
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from ..native import status as native_status
 from .state import server_state
 
 _STARTED = int(time.time())
@@ -39,6 +40,7 @@ async def health(request: Request) -> JSONResponse:
             "queue_depth": state.pipeline.engine.queue_depth,
             "running": state.pipeline.engine.running,
             "mcp": state.mcp.status() if state.mcp is not None else None,
+            "cpu_kernels": native_status(),
         }
     )
 

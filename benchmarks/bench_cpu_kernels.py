@@ -1,0 +1,200 @@
+"""The native CPU kernels against MLX's own paths, side by side in one run.
+
+    python benchmarks/bench_cpu_kernels.py [--decode-tokens 32] [--long-context 2000]
+
+1. Memory bandwidth: a STREAM-like copy (numpy, one and two threads) in this run.
+2. Kernel GB/s: every quantized matmul of the default model for one token (M=1), a
+   4-token batch and a 64-token block, native vs ``mx.quantized_matmul``: bytes of
+   weights + scales + biases read / wall time.
+3. End to end, one subprocess per path (so RSS is each path's own): decode tok/s after a
+   128-token and a ``--long-context`` prompt, prefill tok/s, TTFT of an 8-token suffix on
+   a cached long prefix, peak RSS. Paths: native-quantized, float32 + OpenBLAS, and MLX's
+   stock quantized path (its long-context rows are skipped: ~8 tok/s prefill).
+All subprocesses preload OpenBLAS when it is installed, as ``vllm-mlx serve`` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+
+from vllm_mlx.engine.cpu import find_openblas
+
+PATHS = {  # name -> (cpu_weights, environment)
+    "native": ("quantized", {"VLLM_MLX_NATIVE": "1"}),
+    "float32": ("float32", {"VLLM_MLX_NATIVE": "0"}),
+    "stock": ("quantized", {"VLLM_MLX_NATIVE": "0"}),
+}
+
+
+def copy_bandwidth(mb: int = 256, threads: int = 2, rounds: int = 5) -> float:
+    """GB/s of a STREAM 'copy' (bytes read + written) with ``threads`` numpy threads."""
+    src = np.ones(mb * 1024 * 1024 // 4, dtype=np.float32)
+    dst = np.empty_like(src)
+    parts = np.array_split(np.arange(src.size), threads)
+    spans = [(p[0], p[-1] + 1) for p in parts]
+    best = float("inf")
+    for _ in range(rounds):
+        workers = [threading.Thread(target=np.copyto, args=(dst[a:b], src[a:b])) for a, b in spans]
+        start = time.perf_counter()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        best = min(best, time.perf_counter() - start)
+    return 2 * src.nbytes / best / 1e9
+
+
+def kernel_bandwidth(rows: int, native_on: bool, reps: int) -> float:
+    """GB/s over all of the default model's quantized matmuls for ``rows`` rows of x."""
+    import mlx.core as mx
+    import mlx.nn as nn
+
+    from vllm_mlx.models import load_model
+
+    os.environ["VLLM_MLX_NATIVE"] = "1" if native_on else "0"
+    model = load_model(None, cpu_weights="quantized", progress=False).model
+    layers = [m for _, m in model.named_modules() if isinstance(m, nn.QuantizedLinear)]
+    embedding = model.model.embed_tokens
+    xs = {
+        k: mx.random.normal((rows, k)) for k in {m.weight.shape[1] * 32 // m.bits for m in layers}
+    }
+    dims = embedding.weight.shape[1] * 32 // embedding.bits
+    xs.setdefault(dims, mx.random.normal((rows, dims)))
+    mx.eval(list(xs.values()))
+    nbytes = sum(m.weight.nbytes + m.scales.nbytes + m.biases.nbytes for m in [*layers, embedding])
+
+    def step():
+        outs = [m(xs[m.weight.shape[1] * 32 // m.bits]) for m in layers]
+        mx.eval(*outs, embedding.as_linear(xs[dims]))
+
+    step()
+    best = float("inf")
+    for _ in range(reps):
+        start = time.perf_counter()
+        step()
+        best = min(best, time.perf_counter() - start)
+    return nbytes / best / 1e9
+
+
+def resident_gb(field: str = "VmRSS") -> float:
+    """This process's resident set now (VmRSS) or at its peak (VmHWM), in GB. Not
+    ru_maxrss: Linux carries that over from the parent across fork + exec."""
+    with open("/proc/self/status") as status:
+        line = next(row for row in status if row.startswith(f"{field}:"))
+    return int(line.split()[1]) / 1e6
+
+
+def worker(path: str, decode_tokens: int, long_context: int, skip_long: bool) -> dict:
+    """One path's end-to-end figures (runs in its own process)."""
+    import mlx.core as mx
+    from mlx_lm.generate import generate_step
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from vllm_mlx import native
+    from vllm_mlx.models import load_model
+
+    loaded = load_model(None, cpu_weights=PATHS[path][0], progress=False)
+    model = loaded.model
+    rng = np.random.default_rng(0)
+
+    def run(prompt_len: int, tokens: int, cache=None) -> tuple[float, float, object]:
+        """(time to first token, decode tok/s after it, cache); CPU ms/token into cpu_ms."""
+        prompt = mx.array(rng.integers(100, 40000, prompt_len).tolist())
+        cache = cache if cache is not None else make_prompt_cache(model)
+        start = time.perf_counter()
+        first = cpu_first = None
+        steps = generate_step(
+            prompt, model, max_tokens=tokens, prompt_cache=cache, prefill_step_size=512
+        )
+        for i, _ in enumerate(steps):
+            if i == 0:
+                first, cpu_first = time.perf_counter(), time.process_time()
+        end = time.perf_counter()
+        cpu_ms.append(1e3 * (time.process_time() - cpu_first) / max(1, tokens - 1))
+        return first - start, (tokens - 1) / (end - first), cache
+
+    cpu_ms: list[float] = []
+    run(16, 4)  # warm-up
+    out: dict = {"kernels": loaded.kernels, "native": native.status()}
+    _, out["decode_tok_s@128"], _ = run(128, decode_tokens)
+    out["decode_cpu_ms_per_token@128"] = cpu_ms[-1]  # CPU time: robust to a shared machine
+    if not skip_long:
+        ttft, out[f"decode_tok_s@{long_context}"], cache = run(long_context, decode_tokens)
+        out[f"decode_cpu_ms_per_token@{long_context}"] = cpu_ms[-1]
+        out["prefill_tok_s"] = long_context / ttft
+        prefix = make_prompt_cache(model)
+        run(long_context - 8, 1, prefix)
+        out["ttft_cached_prefix_s"] = run(8, 2, copy.deepcopy(prefix))[0]
+    else:
+        ttft, _, _ = run(256, 2)
+        out["prefill_tok_s"] = 256 / ttft
+    out["load_average"] = os.getloadavg()[0]
+    out["rss_gb"] = resident_gb()  # after the long context: weights + KV cache + buffers
+    out["peak_rss_gb"] = resident_gb("VmHWM")
+    return out
+
+
+def run_worker(path: str, args: argparse.Namespace) -> dict:
+    env = {**os.environ, **PATHS[path][1]}
+    if (blas := find_openblas()) and "openblas" not in env.get("LD_PRELOAD", ""):
+        env["LD_PRELOAD"] = blas
+    command = [sys.executable, __file__, "--worker", path]
+    command += [
+        "--decode-tokens",
+        str(args.decode_tokens),
+        "--long-context",
+        str(args.long_context),
+    ]
+    if path == "stock":
+        command.append("--skip-long")
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--decode-tokens", type=int, default=32)
+    parser.add_argument("--long-context", type=int, default=2000)
+    parser.add_argument("--paths", default="native,float32,stock")
+    parser.add_argument("--worker", choices=sorted(PATHS))
+    parser.add_argument("--skip-long", action="store_true")
+    args = parser.parse_args()
+    if args.worker:
+        figures = worker(args.worker, args.decode_tokens, args.long_context, args.skip_long)
+        print(json.dumps(figures))
+        return
+    report: dict = {"copy_gb_s": {t: round(copy_bandwidth(threads=t), 2) for t in (1, 2)}}
+    report["kernel_gb_s"] = {
+        f"{name}@M={rows}": round(kernel_bandwidth(rows, name == "native", reps), 2)
+        for rows, reps in ((1, 10), (4, 5), (64, 3))
+        for name in ("native", "stock")
+        if not (name == "stock" and rows == 64)
+    }
+    print(json.dumps(report, indent=1), flush=True)
+    paths = {name: run_worker(name, args) for name in args.paths.split(",")}
+    report["paths"] = paths
+    if "native" in paths:
+        base = paths["native"]
+        report["ratios_native_over"] = {
+            other: {
+                key: round(base[key] / value, 2)
+                for key, value in figures.items()
+                if isinstance(value, float) and key in base and value
+            }
+            for other, figures in paths.items()
+            if other != "native"
+        }
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""The embedded default model on the native kernels: the server picks them by default and
+says so, and greedy text equals the float32 path's."""
+
+from __future__ import annotations
+
+import httpx
+import mlx.core as mx
+import pytest
+from mlx_lm import stream_generate
+
+from vllm_mlx import native
+from vllm_mlx.models import load_model
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not native.available(), reason="vllm_mlx.native is not built"),
+]
+PROMPTS = [
+    "What is the capital of France?",
+    "Write a short poem about the sea.",
+    "List three uses of a paperclip, one per line.",
+]
+
+
+def greedy_text(model, tokenizer, question: str, max_tokens: int = 40) -> str:
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": question}], add_generation_prompt=True
+    )
+    return "".join(r.text for r in stream_generate(model, tokenizer, prompt, max_tokens=max_tokens))
+
+
+def test_greedy_text_equals_the_float32_path() -> None:
+    routed = load_model(None, cpu_weights="quantized", progress=False)
+    dense = load_model(None, cpu_weights="float32", progress=False)
+    assert routed.kernels.startswith("native") and dense.kernels == "mlx"
+    for question in PROMPTS:
+        want = greedy_text(dense.model, dense.tokenizer, question)
+        assert greedy_text(routed.model, routed.tokenizer, question) == want
+    # and the logits of a long prompt stay within float32 accumulation noise
+    ids = mx.array([[1, *range(200, 1200)]])
+    got, want = routed.model(ids)[0, -1], dense.model(ids)[0, -1]
+    assert mx.abs(got - want).max().item() < 2e-2 * (1 + mx.abs(want).max().item())
+
+
+def test_server_runs_the_native_kernels_by_default(real_server: str) -> None:
+    health = httpx.get(f"{real_server}/health", timeout=30).json()
+    kernels = health["cpu_kernels"]
+    assert kernels["enabled"] and "quantized_matmul" in kernels["kernels"]
+    assert "quantized linear" in kernels["routed"]

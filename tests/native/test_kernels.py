@@ -1,0 +1,154 @@
+"""The native kernels against MLX's reference ops, over random shapes, bits, group sizes
+and batch sizes, on every instruction set this CPU has (AVX2 and the generic bodies)."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from vllm_mlx import native
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="vllm_mlx.native is not built")
+ISAS = [isa for isa in ("avx2", "generic") if native.available() and native.set_isa(isa)]
+SETTINGS = settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+@pytest.fixture(params=ISAS)
+def isa(request: pytest.FixtureRequest):
+    assert native.set_isa(request.param)
+    yield request.param
+    native.set_isa(ISAS[0])  # back to the best one
+
+
+def assert_close(out: mx.array, ref: mx.array, rtol: float = 2e-5) -> None:
+    """Float32 sums in another order: the error is a few ulps of the largest term."""
+    assert out.shape == ref.shape and out.dtype == ref.dtype
+    got, want = np.array(out), np.array(ref)
+    scale = 1.0 + float(np.abs(want).max(initial=0.0))
+    assert np.abs(got - want).max(initial=0.0) <= rtol * scale
+
+
+@st.composite
+def matmul_cases(draw):
+    bits = draw(st.sampled_from([4, 8]))
+    group_size = draw(st.sampled_from([32, 64, 128]))
+    k = group_size * draw(st.integers(1, 12))
+    n = draw(st.integers(1, 300))
+    lead = draw(st.sampled_from([(), (1,), (3,), (1, 1), (2, 5), (17,), (1, 9)]))
+    seed = draw(st.integers(0, 2**31 - 1))
+    return bits, group_size, k, n, lead, seed
+
+
+@given(case=matmul_cases())
+@SETTINGS
+def test_quantized_matmul_matches_mlx(isa, case) -> None:
+    bits, group_size, k, n, lead, seed = case
+    key_w, key_x = mx.random.split(mx.random.key(seed))
+    weight = mx.random.normal((n, k), key=key_w)
+    w, scales, biases = mx.quantize(weight, group_size, bits)
+    x = mx.random.normal((*lead, k), key=key_x)
+    ref = mx.quantized_matmul(
+        x, w, scales, biases, transpose=True, group_size=group_size, bits=bits
+    )
+    assert_close(native.quantized_matmul(x, w, scales, biases, group_size, bits), ref)
+
+
+@given(case=matmul_cases())
+@SETTINGS
+def test_dequantize_matches_mlx(isa, case) -> None:
+    bits, group_size, k, n, _, seed = case
+    w, scales, biases = mx.quantize(
+        mx.random.normal((n, k), key=mx.random.key(seed)), group_size, bits
+    )
+    ref = mx.dequantize(w, scales, biases, group_size, bits)
+    assert_close(native.dequantize(w, scales, biases, group_size, bits), ref, rtol=1e-6)
+
+
+def test_quantized_matmul_reads_strided_inputs(isa) -> None:
+    """Transposed or sliced activations are views: the op must see their real layout."""
+    weight = mx.random.normal((64, 256), key=mx.random.key(1))
+    w, scales, biases = mx.quantize(weight, 64, 4)
+    x = mx.random.normal((256, 6), key=mx.random.key(2)).T  # column-major view
+    ref = mx.quantized_matmul(x, w, scales, biases, transpose=True, group_size=64, bits=4)
+    assert_close(native.quantized_matmul(x, w, scales, biases, 64, 4), ref)
+    sliced = mx.random.normal((4, 512), key=mx.random.key(3))[:, 128:384]
+    ref = mx.quantized_matmul(sliced, w, scales, biases, transpose=True, group_size=64, bits=4)
+    assert_close(native.quantized_matmul(sliced, w, scales, biases, 64, 4), ref)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(bits=3), "bits"),
+        (dict(group_size=16), "group size"),
+        (dict(x=mx.zeros((2, 128), dtype=mx.float16)), "float32"),
+        (dict(x=mx.zeros((2, 96))), "last dimension"),
+        (dict(scales=mx.zeros((8, 3))), "scales"),
+    ],
+)
+def test_quantized_matmul_rejects_what_it_does_not_cover(change, message) -> None:
+    w, scales, biases = mx.quantize(mx.zeros((8, 128)), 32, 4)
+    args = dict(x=mx.zeros((2, 128)), w=w, scales=scales, biases=biases, group_size=32, bits=4)
+    args.update(change)
+    with pytest.raises(ValueError, match=message):
+        native.quantized_matmul(**args)
+
+
+@st.composite
+def attention_cases(draw):
+    b = draw(st.integers(1, 3))
+    kv_heads = draw(st.integers(1, 4))
+    heads = kv_heads * draw(st.integers(1, 4))
+    q_len = draw(st.integers(1, 8))
+    k_len = draw(st.integers(q_len, 700))
+    dim = draw(st.sampled_from([16, 32, 64, 80, 128]))
+    causal = draw(st.booleans())
+    seed = draw(st.integers(0, 2**31 - 1))
+    return b, heads, kv_heads, q_len, k_len, dim, causal, seed
+
+
+@given(case=attention_cases())
+@SETTINGS
+def test_attention_matches_mlx_sdpa(isa, case) -> None:
+    b, heads, kv_heads, q_len, k_len, dim, causal, seed = case
+    kq, kk, kv = mx.random.split(mx.random.key(seed), 3)
+    q = mx.random.normal((b, heads, q_len, dim), key=kq)
+    k = 2 * mx.random.normal((b, kv_heads, k_len, dim), key=kk)  # peaky softmax
+    v = mx.random.normal((b, kv_heads, k_len, dim), key=kv)
+    scale = dim**-0.5
+    mask = "causal" if causal else None
+    ref = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
+    assert_close(native.attention(q, k, v, scale, causal), ref, rtol=1e-5)
+
+
+def test_attention_reads_a_kv_cache_view(isa) -> None:
+    """mlx-lm's KVCache hands out a slice of a larger buffer; q comes transposed."""
+    buffer_k = mx.random.normal((1, 3, 512, 64), key=mx.random.key(4))
+    buffer_v = mx.random.normal((1, 3, 512, 64), key=mx.random.key(5))
+    k, v = buffer_k[..., :300, :], buffer_v[..., :300, :]
+    q = mx.random.normal((1, 1, 9, 64), key=mx.random.key(6)).transpose(0, 2, 1, 3)
+    ref = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.125)
+    assert_close(native.attention(q, k, v, 0.125), ref, rtol=1e-5)
+    # a last axis that is not contiguous goes through the strided generic body
+    kt = mx.random.normal((1, 3, 64, 300), key=mx.random.key(7)).swapaxes(-1, -2)
+    ref = mx.fast.scaled_dot_product_attention(q, kt, v, scale=0.125)
+    assert_close(native.attention(q, kt, v, 0.125), ref, rtol=1e-5)
+
+
+def test_attention_rejects_mismatched_heads() -> None:
+    q = mx.zeros((1, 5, 1, 64))
+    k = mx.zeros((1, 2, 10, 64))
+    with pytest.raises(ValueError, match="multiple of KV heads"):
+        native.attention(q, k, k, 0.125)
+
+
+def test_status_reports_the_kernels() -> None:
+    info = native.status()
+    assert info["built"] and info["enabled"]
+    assert info["kernels"] == ["quantized_matmul", "dequantize", "attention"]
+    assert info["isa"] in ("avx2", "generic") and info["threads"] >= 1

@@ -1,0 +1,119 @@
+"""A real mlx-lm model routed to the native kernels gives MLX's own logits and greedy
+tokens; whatever the kernels do not cover falls back to MLX's op."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+import pytest
+from conftest_models import write_tiny_gguf
+from mlx_lm.models.cache import make_prompt_cache
+from tiny_models import build_tiny_model, build_tiny_tokenizer
+
+from vllm_mlx import native
+from vllm_mlx.models import load_model
+from vllm_mlx.models.loader import choose_weights
+from vllm_mlx.native import patch
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="vllm_mlx.native is not built")
+PROMPT = mx.array([[1, 5, 9, 40, 77, 200, 259, 260, 2, 31, 7]])
+
+
+def quantized_llama(bits: int, group_size: int, seed: int = 0) -> nn.Module:
+    model = build_tiny_model(
+        build_tiny_tokenizer(), seed=seed, arch="llama", hidden_size=128, num_layers=2
+    )
+    nn.quantize(model, group_size=group_size, bits=bits)
+    model.set_dtype(mx.float32)
+    mx.eval(model.parameters())
+    return model
+
+
+def greedy(model: nn.Module, steps: int = 24) -> tuple[list[int], list[np.ndarray]]:
+    """Prefill the prompt, then decode one token at a time (the path the server runs)."""
+    cache = make_prompt_cache(model)
+    logits = model(PROMPT, cache=cache)[:, -1, :]
+    tokens, rows = [], []
+    for _ in range(steps):
+        rows.append(np.array(logits))
+        token = mx.argmax(logits, axis=-1)
+        tokens.append(token.item())
+        logits = model(token[None], cache=cache)[:, -1, :]
+    return tokens, rows
+
+
+@pytest.mark.parametrize("bits, group_size", [(4, 32), (8, 32), (4, 64), (8, 128)])
+def test_routed_model_gives_mlx_logits_and_tokens(bits: int, group_size: int) -> None:
+    model = quantized_llama(bits, group_size)
+    want_tokens, want_rows = greedy(model)
+    routed = patch.enable(model)
+    assert routed.linear == 2 * 7 and routed.embedding == 1
+    assert routed.attention_modules == ("mlx_lm.models.llama",)
+    assert type(model.model.layers[0].mlp.up_proj) is patch.NativeQuantizedLinear
+    got_tokens, got_rows = greedy(model)
+    assert got_tokens == want_tokens
+    for got, want in zip(got_rows, want_rows, strict=True):
+        assert np.abs(got - want).max() <= 1e-4 * (1 + np.abs(want).max())
+
+
+def test_decode_steps_reach_the_native_attention(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = quantized_llama(4, 32)
+    patch.enable(model)
+    calls: list[tuple[int, ...]] = []
+    real = native.attention
+    monkeypatch.setattr(native, "attention", lambda q, *a: calls.append(q.shape) or real(q, *a))
+    greedy(model, steps=3)
+    # the 11-token prefill goes to MLX's SDPA; each one-token step to the kernel
+    assert calls and all(shape[2] == 1 for shape in calls)
+    assert len(calls) == 2 * 3  # 2 layers x 3 decode steps (the first token is the prefill's)
+
+
+@pytest.mark.parametrize("blas", [True, False])
+def test_prefill_blocks_dequantize_once_when_openblas_multiplies(monkeypatch, blas: bool) -> None:
+    model = quantized_llama(4, 32)
+    layer = model.model.layers[1].self_attn.o_proj
+    x = mx.random.normal((2, 70, layer.weight.shape[1] * 8), key=mx.random.key(1))
+    want = layer(x)
+    patch.enable(model)
+    monkeypatch.setattr(patch, "_BLAS_PRELOADED", blas)
+    calls: list[int] = []
+    real = native.dequantize
+    monkeypatch.setattr(native, "dequantize", lambda *a: calls.append(1) or real(*a))
+    got = layer(x)
+    assert calls == ([1] if blas else [])
+    assert np.abs(np.array(got) - np.array(want)).max() <= 1e-4 * (1 + np.abs(want).max())
+
+
+def test_what_the_kernels_do_not_cover_uses_mlx(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = quantized_llama(4, 32)
+    layer = model.model.layers[0].mlp.down_proj
+    x = mx.random.normal((3, layer.weight.shape[1] * 8), key=mx.random.key(0))
+    want = layer(x)
+    patch.enable(model)
+    calls: list[int] = []
+    real = native.quantized_matmul
+    monkeypatch.setattr(native, "quantized_matmul", lambda *a: calls.append(1) or real(*a))
+    assert np.allclose(np.array(layer(x)), np.array(want), atol=1e-4) and calls == [1]
+    half = layer(x.astype(mx.float16))  # half precision: MLX's op
+    assert np.allclose(np.array(half.astype(mx.float32)), np.array(want), atol=0.05)
+    monkeypatch.setenv(native.DISABLE_ENV, "0")  # switched off at run time: MLX's op
+    assert not native.available()
+    assert mx.array_equal(layer(x), want).item()
+    assert calls == [1]
+    three_bit = quantized_llama(3, 32)
+    assert patch.enable(three_bit).linear == 0
+
+
+def test_loader_runs_quantized_weights_natively(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    types = {"token_embd": "Q8_0", "attn_q": "Q4_1", "ffn_down": "Q4_0"}
+    source = write_tiny_gguf(tmp_path / "tiny-q.gguf", tensor_types=types)
+    loaded = load_model(str(tmp_path / "tiny-q.gguf"), cpu_weights="quantized", progress=False)
+    assert loaded.weights == "quantized" and loaded.kernels.startswith("native")
+    assert choose_weights("auto") == "quantized"  # the kernels are built
+    ids = mx.array([[1, 5, 9, 40, 77, 200]])
+    got, want = loaded.model(ids), source(ids)
+    assert np.abs(np.array(got) - np.array(want)).max() < 0.05  # 4-bit quantization error

@@ -1,0 +1,82 @@
+"""Native CPU kernels for MLX's CPU backend: quantized matmul and decode attention.
+
+MLX's Linux CPU backend multiplies quantized weights with a plain loop and runs the
+attention softmax scalar, so the server used to dequantize to float32 (5x the bytes read
+per token). ``_kernels`` is an MLX extension (``csrc/``, built by ``scripts/install.sh``)
+with AVX2 kernels for MLX's own affine 4/8-bit layout; ``patch.py`` routes a loaded
+model's quantized layers and attention to it. Without a compiler the extension is simply
+absent and everything falls back to MLX's own ops.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import sys
+from types import ModuleType
+from typing import Any
+
+KERNELS = ("quantized_matmul", "dequantize", "attention")
+DISABLE_ENV = "VLLM_MLX_NATIVE"  # "0" turns the kernels off without rebuilding
+_routed: list[str] = []  # what patch.enable routed, latest last (for status())
+
+
+@functools.cache
+def _load() -> tuple[ModuleType | None, str | None]:
+    """The extension (imported on first use: it imports mlx.core) or why it is missing."""
+    if sys.platform == "darwin":
+        return None, "not used on macOS: MLX's Metal kernels are fast there"
+    try:  # built in place by scripts/build_native.sh
+        return importlib.import_module(f"{__name__}._kernels"), None
+    except ImportError as error:  # not built, or built against another mlx
+        return None, f"not built ({error})"
+
+
+def available() -> bool:
+    """True when the extension is built, importable and not disabled by the environment."""
+    return os.environ.get(DISABLE_ENV, "1") != "0" and _load()[0] is not None
+
+
+def status() -> dict[str, Any]:
+    """What /health and the start-up log report about the native kernels."""
+    kernels, reason = _load()
+    if kernels is None:
+        return {"built": False, "enabled": False, "kernels": [], "reason": reason}
+    enabled = available()
+    return {
+        "built": True,
+        "enabled": enabled,
+        "isa": kernels.isa(),
+        "threads": kernels.threads(),
+        "kernels": list(KERNELS) if enabled else [],
+        # None: no model in this process runs on them (e.g. float32 weights)
+        "routed": _routed[-1] if _routed else None,
+        **({} if enabled else {"reason": f"{DISABLE_ENV}=0"}),
+    }
+
+
+def record_routed(description: str) -> None:
+    """Remember what a model routed to the kernels, for ``status()``."""
+    _routed.append(description)
+
+
+def quantized_matmul(x, w, scales, biases, group_size: int, bits: int):
+    """``x @ dequantize(w, scales, biases).T`` on the native kernel (see ``_kernels``)."""
+    return _load()[0].quantized_matmul(x, w, scales, biases, group_size, bits)
+
+
+def dequantize(w, scales, biases, group_size: int, bits: int):
+    """``dequantize(w, scales, biases)`` as float32 ``[N, K]`` on the native kernel."""
+    return _load()[0].dequantize(w, scales, biases, group_size, bits)
+
+
+def attention(q, k, v, scale: float, causal: bool = False):
+    """``softmax(q k^T * scale) v`` over grouped-query heads on the native kernel."""
+    return _load()[0].attention(q, k, v, scale, causal)
+
+
+def set_isa(name: str) -> bool:
+    """Select the kernels' instruction set ("avx2" or "generic"), for tests and benchmarks."""
+    kernels = _load()[0]
+    return kernels is not None and kernels.set_isa(name)

@@ -1,0 +1,54 @@
+// Python module vllm_mlx.native._kernels (nanobind, in MLX's nanobind domain so that
+// mlx.core.array crosses the boundary as itself).
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+
+#include "kernels.h"
+#include "primitives.h"
+#include "threadpool.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+NB_MODULE(_kernels, m) {
+  nb::module_::import_("mlx.core");
+  m.doc() = "vllm-mlx native CPU kernels (quantized matmul, decode attention) for MLX";
+  m.def(
+      "quantized_matmul",
+      &vmlx::quantized_matmul,
+      "x"_a,
+      "w"_a,
+      "scales"_a,
+      "biases"_a,
+      "group_size"_a,
+      "bits"_a,
+      "x @ dequantize(w, scales, biases).T for MLX's affine 4/8-bit layout (CPU).");
+  m.def(
+      "dequantize",
+      &vmlx::dequantize,
+      "w"_a,
+      "scales"_a,
+      "biases"_a,
+      "group_size"_a,
+      "bits"_a,
+      "dequantize(w, scales, biases) as float32 [N, K], MLX's affine 4/8-bit layout (CPU).");
+  m.def(
+      "attention",
+      &vmlx::attention,
+      "q"_a,
+      "k"_a,
+      "v"_a,
+      "scale"_a,
+      "causal"_a = false,
+      "softmax(q k^T * scale) v with grouped-query heads, no mask array (CPU).");
+  m.def("isa", []() { return std::string(vmlx::isa()); }, "The instruction set in use.");
+  m.def(
+      "set_isa",
+      [](const std::string& name) { return vmlx::set_isa(name.c_str()); },
+      "name"_a,
+      "Select 'avx2' or 'generic'; False when this CPU lacks it.");
+  m.def(
+      "threads",
+      []() { return vmlx::ThreadPool::instance().size(); },
+      "Threads the kernels use.");
+}

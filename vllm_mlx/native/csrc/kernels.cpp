@@ -1,0 +1,287 @@
+// Kernel drivers: split the work into tasks for the pool and pick the instruction set
+// once per process. The generic bodies here are plain C++ the compiler vectorizes for
+// the baseline ISA (SSE2 on x86-64, NEON on arm64).
+#include "kernels.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "threadpool.h"
+
+namespace vmlx {
+
+namespace {
+
+bool cpu_has_avx2() {
+#if defined(VMLX_HAVE_AVX2)
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
+}
+
+std::atomic<bool>& avx2_selected() {
+  static std::atomic<bool> selected{cpu_has_avx2()};
+  return selected;
+}
+
+bool use_avx2() {
+  return avx2_selected().load(std::memory_order_relaxed);
+}
+
+// Rows of the weight per task: a task should read at least ~32 KB of weights, so
+// the pool's hand-off stays small next to the work, and a prefill task's weight
+// block stays in L2 while every row of x passes over it.
+int64_t rows_per_task(const QmmArgs& a, int threads) {
+  int64_t row_bytes = a.K * a.bits / 8 + 2 * (a.K / a.group_size) * 4;
+  int64_t min_rows = std::max<int64_t>(1, (32 * 1024) / std::max<int64_t>(1, row_bytes));
+  int64_t even = (a.N + 4 * threads - 1) / (4 * threads);
+  int64_t rows = std::max(min_rows, even);
+  if (a.M > 8) {
+    rows = std::min<int64_t>(rows, std::max<int64_t>(8, (256 * 1024) / row_bytes));
+  }
+  return std::max<int64_t>(1, std::min(rows, a.N));
+}
+
+} // namespace
+
+const char* isa() {
+  return use_avx2() ? "avx2" : "generic";
+}
+
+bool set_isa(const char* name) {
+  const std::string wanted(name);
+  if (wanted == "generic") {
+    avx2_selected().store(false);
+    return true;
+  }
+  if (wanted == "avx2" && cpu_has_avx2()) {
+    avx2_selected().store(true);
+    return true;
+  }
+  return false;
+}
+
+namespace generic {
+
+void qmm_rows(const QmmArgs& a, const float* xsum, int64_t n0, int64_t n1) {
+  const int64_t groups = a.K / a.group_size;
+  const int64_t words = a.K * a.bits / 32;
+  const uint32_t mask = (1u << a.bits) - 1u;
+  const int per_word = 32 / a.bits;
+  std::vector<float> q(a.group_size);
+  std::vector<float> acc(a.M);
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint32_t* wrow = a.w + n * words;
+    const float* srow = a.scales + n * groups;
+    const float* brow = a.biases + n * groups;
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int64_t g = 0; g < groups; ++g) {
+      const uint32_t* wg = wrow + g * a.group_size / per_word;
+      for (int j = 0; j < a.group_size; ++j) {
+        q[j] = static_cast<float>((wg[j / per_word] >> ((j % per_word) * a.bits)) & mask);
+      }
+      for (int64_t m = 0; m < a.M; ++m) {
+        const float* xg = a.x + m * a.K + g * a.group_size;
+        float dot = 0.0f;
+        for (int j = 0; j < a.group_size; ++j) {
+          dot += q[j] * xg[j];
+        }
+        acc[m] += srow[g] * dot + brow[g] * xsum[m * groups + g];
+      }
+    }
+    for (int64_t m = 0; m < a.M; ++m) {
+      a.y[m * a.N + n] = acc[m];
+    }
+  }
+}
+
+void dequantize_rows(const QmmArgs& a, int64_t n0, int64_t n1) {
+  const int64_t groups = a.K / a.group_size;
+  const int64_t words = a.K * a.bits / 32;
+  const uint32_t mask = (1u << a.bits) - 1u;
+  const int per_word = 32 / a.bits;
+  for (int64_t n = n0; n < n1; ++n) {
+    for (int64_t k = 0; k < a.K; ++k) {
+      const uint32_t q = (a.w[n * words + k / per_word] >> ((k % per_word) * a.bits)) & mask;
+      const int64_t g = n * groups + k / a.group_size;
+      a.y[n * a.K + k] = static_cast<float>(q) * a.scales[g] + a.biases[g];
+    }
+  }
+}
+
+void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part) {
+  const int64_t group = a.Hq / a.Hkv;
+  const int64_t D = a.D;
+  std::vector<float> scores(std::max<int64_t>(1, l1 - l0));
+  for (int64_t r = 0; r < group; ++r) {
+    const int64_t h = hkv * group + r;
+    for (int64_t i = 0; i < a.Lq; ++i) {
+      float* out = part + (r * a.Lq + i) * (D + 2);
+      const float* q = a.q + b * a.q_strides[0] + h * a.q_strides[1] + i * a.q_strides[2];
+      const int64_t limit = a.causal ? std::min(l1, a.Lk - a.Lq + i + 1) : l1;
+      float max_score = -std::numeric_limits<float>::infinity();
+      for (int64_t l = l0; l < limit; ++l) {
+        const float* k = a.k + b * a.k_strides[0] + hkv * a.k_strides[1] + l * a.k_strides[2];
+        float dot = 0.0f;
+        for (int64_t d = 0; d < D; ++d) {
+          dot += q[d * a.q_strides[3]] * k[d * a.k_strides[3]];
+        }
+        scores[l - l0] = dot * a.scale;
+        max_score = std::max(max_score, scores[l - l0]);
+      }
+      float sum = 0.0f;
+      float* acc = out + 2;
+      std::fill(acc, acc + D, 0.0f);
+      for (int64_t l = l0; l < limit; ++l) {
+        const float p = std::exp(scores[l - l0] - max_score);
+        sum += p;
+        const float* v = a.v + b * a.v_strides[0] + hkv * a.v_strides[1] + l * a.v_strides[2];
+        for (int64_t d = 0; d < D; ++d) {
+          acc[d] += p * v[d * a.v_strides[3]];
+        }
+      }
+      out[0] = max_score;
+      out[1] = sum;
+    }
+  }
+}
+
+} // namespace generic
+
+void qmm(const QmmArgs& a) {
+  const int64_t groups = a.K / a.group_size;
+  // sum of each group of x, for the bias term: sum_k (q s + b) x = s q.x + b sum(x)
+  thread_local std::vector<float> xsum; // reused: a decode step runs ~200 of these
+  xsum.resize(a.M * groups);
+  for (int64_t m = 0; m < a.M; ++m) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const float* xg = a.x + m * a.K + g * a.group_size;
+      float s = 0.0f;
+      for (int j = 0; j < a.group_size; ++j) {
+        s += xg[j];
+      }
+      xsum[m * groups + g] = s;
+    }
+  }
+  const bool fast = use_avx2();
+  thread_local std::vector<float> x_perm;
+  x_perm.clear();
+  if (fast && a.bits == 4) {
+    x_perm.resize(a.M * a.K);
+    for (int64_t m = 0; m < a.M; ++m) {
+      for (int64_t k0 = 0; k0 < a.K; k0 += 32) {
+        const float* src = a.x + m * a.K + k0;
+        float* dst = x_perm.data() + m * a.K + k0;
+        for (int j = 0; j < 16; ++j) {
+          dst[j] = src[2 * j];
+          dst[16 + j] = src[2 * j + 1];
+        }
+      }
+    }
+  }
+  ThreadPool& pool = ThreadPool::instance();
+  const int64_t rows = rows_per_task(a, pool.size());
+  const int tasks = static_cast<int>((a.N + rows - 1) / rows);
+  // thread_local buffers: the tasks run on other threads, so hand them pointers
+  const float* xp = x_perm.empty() ? nullptr : x_perm.data();
+  const float* xs = xsum.data();
+  pool.parallel_for(tasks, [&](int t) {
+    const int64_t n0 = t * rows;
+    const int64_t n1 = std::min(a.N, n0 + rows);
+#if defined(VMLX_HAVE_AVX2)
+    if (fast) {
+      avx2::qmm_rows(a, xp, xs, n0, n1);
+      return;
+    }
+#endif
+    generic::qmm_rows(a, xs, n0, n1);
+  });
+}
+
+void dequantize_weights(const QmmArgs& a) {
+  ThreadPool& pool = ThreadPool::instance();
+  const int64_t rows = std::max<int64_t>(1, (a.N + 4 * pool.size() - 1) / (4 * pool.size()));
+  const bool fast = use_avx2();
+  pool.parallel_for(static_cast<int>((a.N + rows - 1) / rows), [&](int t) {
+    const int64_t n0 = t * rows;
+    const int64_t n1 = std::min(a.N, n0 + rows);
+#if defined(VMLX_HAVE_AVX2)
+    if (fast) {
+      avx2::dequantize_rows(a, n0, n1);
+      return;
+    }
+#endif
+    generic::dequantize_rows(a, n0, n1);
+  });
+}
+
+void sdpa(const SdpaArgs& a) {
+  ThreadPool& pool = ThreadPool::instance();
+  const int64_t heads = a.B * a.Hkv;
+  const int64_t group = a.Hq / a.Hkv;
+  // Split long contexts over the keys too, so 3 KV heads keep 2+ cores busy; each split
+  // keeps its own running max and sum, merged below (the flash-decoding scheme).
+  int64_t splits = 1;
+  const int64_t want = 4 * pool.size();
+  if (heads < want) {
+    splits = std::min<int64_t>((want + heads - 1) / heads, std::max<int64_t>(1, a.Lk / 256));
+  }
+  const int64_t chunk = (a.Lk + splits - 1) / splits;
+  const int64_t part_size = group * a.Lq * (a.D + 2);
+  thread_local std::vector<float> parts;
+  parts.resize(heads * splits * part_size);
+  float* part_base = parts.data(); // the tasks run on other threads: not `parts`
+  // the vector bodies read rows of D contiguous floats
+  const bool fast = use_avx2() && a.q_strides[3] == 1 && a.k_strides[3] == 1 && a.v_strides[3] == 1;
+  pool.parallel_for(static_cast<int>(heads * splits), [&](int t) {
+    const int64_t head = t / splits;
+    const int64_t split = t % splits;
+    const int64_t l0 = split * chunk;
+    const int64_t l1 = std::min(a.Lk, l0 + chunk);
+    float* part = part_base + t * part_size;
+#if defined(VMLX_HAVE_AVX2)
+    if (fast) {
+      avx2::sdpa_task(a, head / a.Hkv, head % a.Hkv, l0, l1, part);
+      return;
+    }
+#endif
+    generic::sdpa_task(a, head / a.Hkv, head % a.Hkv, l0, l1, part);
+  });
+  for (int64_t head = 0; head < heads; ++head) {
+    const int64_t b = head / a.Hkv;
+    const int64_t hkv = head % a.Hkv;
+    for (int64_t row = 0; row < group * a.Lq; ++row) {
+      const int64_t h = hkv * group + row / a.Lq;
+      const int64_t i = row % a.Lq;
+      float* out = a.out + ((b * a.Hq + h) * a.Lq + i) * a.D;
+      float max_score = -std::numeric_limits<float>::infinity();
+      for (int64_t s = 0; s < splits; ++s) {
+        max_score = std::max(max_score, parts[(head * splits + s) * part_size + row * (a.D + 2)]);
+      }
+      float sum = 0.0f;
+      std::fill(out, out + a.D, 0.0f);
+      for (int64_t s = 0; s < splits; ++s) {
+        const float* p = parts.data() + (head * splits + s) * part_size + row * (a.D + 2);
+        if (p[1] == 0.0f) {
+          continue; // a split wholly past this row's causal limit
+        }
+        const float w = std::exp(p[0] - max_score);
+        sum += p[1] * w;
+        for (int64_t d = 0; d < a.D; ++d) {
+          out[d] += p[2 + d] * w;
+        }
+      }
+      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      for (int64_t d = 0; d < a.D; ++d) {
+        out[d] *= inv;
+      }
+    }
+  }
+}
+
+} // namespace vmlx

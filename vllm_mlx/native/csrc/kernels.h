@@ -1,0 +1,69 @@
+// CPU kernels on raw pointers, independent of MLX: the primitives (primitives.cpp) call
+// them from a dispatched CPU task.
+#pragma once
+
+#include <cstdint>
+
+namespace vmlx {
+
+// y[M, N] = x[M, K] @ dequantize(w, scales, biases)^T for MLX's affine layout: w is
+// [N, K * bits / 32] uint32 with element j of a word in bits [j*bits, (j+1)*bits),
+// scales and biases are [N, K / group_size] float32, w_real = q * scale + bias.
+struct QmmArgs {
+  const float* x;
+  const uint32_t* w;
+  const float* scales;
+  const float* biases;
+  float* y;
+  int64_t M, N, K;
+  int group_size;
+  int bits;
+};
+
+// Decode-time attention for one query block: q [B, Hq, Lq, D], k/v [B, Hkv, Lk, D]
+// given by element strides, out [B, Hq, Lq, D] contiguous. Query row i of Lq sees keys 0 .. Lk - Lq + i (causal) or all keys.
+struct SdpaArgs {
+  const float* q;
+  const float* k;
+  const float* v;
+  float* out;
+  int64_t B, Hq, Hkv, Lq, Lk, D;
+  int64_t q_strides[4];
+  int64_t k_strides[4];
+  int64_t v_strides[4];
+  float scale;
+  bool causal;
+};
+
+void qmm(const QmmArgs& args);
+// y[N, K] = dequantize(w, scales, biases) (x and M unused): for prefill, where a BLAS
+// sgemm on the float32 weights beats a matmul that unpacks them for every row block.
+void dequantize_weights(const QmmArgs& args);
+void sdpa(const SdpaArgs& args);
+
+// Which instruction set the kernels dispatch to ("avx2" or "generic"): the best this
+// CPU has, unless set_isa chose another (tests compare both). False if not available.
+const char* isa();
+bool set_isa(const char* name);
+
+// Kernel bodies per instruction set (kernels_*.cpp).
+namespace generic {
+void qmm_rows(const QmmArgs& a, const float* xsum, int64_t n0, int64_t n1);
+void dequantize_rows(const QmmArgs& a, int64_t n0, int64_t n1);
+void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part);
+} // namespace generic
+
+namespace avx2 {
+// x_perm: x with each 32-element block reordered as its 16 even then 16 odd elements
+// (4-bit only; nullptr for 8-bit), matching the nibble order of a 16-byte load.
+void qmm_rows(
+    const QmmArgs& a,
+    const float* x_perm,
+    const float* xsum,
+    int64_t n0,
+    int64_t n1);
+void dequantize_rows(const QmmArgs& a, int64_t n0, int64_t n1);
+void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part);
+} // namespace avx2
+
+} // namespace vmlx

@@ -1,0 +1,307 @@
+// AVX2 + FMA bodies: this file is compiled with -mavx2 -mfma (x86-64 only) and called
+// only when the CPU reports both at run time (kernels.cpp).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels.h"
+
+namespace vmlx::avx2 {
+
+namespace {
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline __m256 bytes_to_float(__m128i bytes) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
+}
+
+// Four vectors of 8 weights for the 32 elements at byte offset `at` of a row, already
+// multiplied by the group's scale. 4-bit: even elements then odd ones (x is permuted
+// to match); 8-bit: in order.
+template <int BITS>
+inline void load32(const uint8_t* row, int64_t k, __m256 scale, __m256 w[4]) {
+  if constexpr (BITS == 4) {
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + k / 2));
+    __m128i lo = _mm_and_si128(bytes, mask);
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), mask);
+    w[0] = _mm256_mul_ps(bytes_to_float(lo), scale);
+    w[1] = _mm256_mul_ps(bytes_to_float(_mm_srli_si128(lo, 8)), scale);
+    w[2] = _mm256_mul_ps(bytes_to_float(hi), scale);
+    w[3] = _mm256_mul_ps(bytes_to_float(_mm_srli_si128(hi, 8)), scale);
+  } else {
+    __m128i b0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + k));
+    __m128i b1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + k + 16));
+    w[0] = _mm256_mul_ps(bytes_to_float(b0), scale);
+    w[1] = _mm256_mul_ps(bytes_to_float(_mm_srli_si128(b0, 8)), scale);
+    w[2] = _mm256_mul_ps(bytes_to_float(b1), scale);
+    w[3] = _mm256_mul_ps(bytes_to_float(_mm_srli_si128(b1, 8)), scale);
+  }
+}
+
+// One weight row against MT rows of x: out[m] = sum_k q_k * scale_g(k) * x[m][k].
+// Several accumulators per row of x hide the FMA latency when MT is small.
+template <int BITS, int MT>
+inline void row_dot(
+    const float* x,
+    int64_t K,
+    const uint8_t* row,
+    const float* scales,
+    int group_size,
+    float* out) {
+  constexpr int A = MT <= 2 ? 4 : (MT <= 4 ? 2 : 1);
+  __m256 acc[MT][A];
+  for (int m = 0; m < MT; ++m) {
+    for (int j = 0; j < A; ++j) {
+      acc[m][j] = _mm256_setzero_ps();
+    }
+  }
+  const int64_t groups = K / group_size;
+  for (int64_t g = 0; g < groups; ++g) {
+    const __m256 scale = _mm256_broadcast_ss(scales + g);
+    for (int64_t k = g * group_size; k < (g + 1) * group_size; k += 32) {
+      __m256 w[4];
+      load32<BITS>(row, k, scale, w);
+      for (int m = 0; m < MT; ++m) {
+        const float* xm = x + m * K + k;
+        for (int j = 0; j < 4; ++j) {
+          acc[m][j % A] = _mm256_fmadd_ps(w[j], _mm256_loadu_ps(xm + 8 * j), acc[m][j % A]);
+        }
+      }
+    }
+  }
+  for (int m = 0; m < MT; ++m) {
+    __m256 total = acc[m][0];
+    for (int j = 1; j < A; ++j) {
+      total = _mm256_add_ps(total, acc[m][j]);
+    }
+    out[m] = hsum(total);
+  }
+}
+
+template <int BITS, int MT>
+void rows_tile(
+    const QmmArgs& a,
+    const float* x,
+    const float* xsum,
+    int64_t m0,
+    int64_t n0,
+    int64_t n1) {
+  const int64_t groups = a.K / a.group_size;
+  const int64_t row_bytes = a.K * BITS / 8;
+  const uint8_t* w = reinterpret_cast<const uint8_t*>(a.w);
+  float dots[MT];
+  for (int64_t n = n0; n < n1; ++n) {
+    row_dot<BITS, MT>(
+        x + m0 * a.K, a.K, w + n * row_bytes, a.scales + n * groups, a.group_size, dots);
+    const float* brow = a.biases + n * groups;
+    for (int m = 0; m < MT; ++m) {
+      const float* xs = xsum + (m0 + m) * groups;
+      float bias = 0.0f;
+      for (int64_t g = 0; g < groups; ++g) {
+        bias += brow[g] * xs[g];
+      }
+      a.y[(m0 + m) * a.N + n] = dots[m] + bias;
+    }
+  }
+}
+
+template <int BITS>
+void rows(const QmmArgs& a, const float* x, const float* xsum, int64_t n0, int64_t n1) {
+  constexpr int TILE = 8;
+  int64_t m0 = 0;
+  for (; m0 + TILE <= a.M; m0 += TILE) {
+    rows_tile<BITS, TILE>(a, x, xsum, m0, n0, n1);
+  }
+  switch (a.M - m0) {
+    case 0: break;
+    case 1: rows_tile<BITS, 1>(a, x, xsum, m0, n0, n1); break;
+    case 2: rows_tile<BITS, 2>(a, x, xsum, m0, n0, n1); break;
+    case 3: rows_tile<BITS, 3>(a, x, xsum, m0, n0, n1); break;
+    case 4: rows_tile<BITS, 4>(a, x, xsum, m0, n0, n1); break;
+    case 5: rows_tile<BITS, 5>(a, x, xsum, m0, n0, n1); break;
+    case 6: rows_tile<BITS, 6>(a, x, xsum, m0, n0, n1); break;
+    default: rows_tile<BITS, 7>(a, x, xsum, m0, n0, n1); break;
+  }
+}
+
+// exp(x) for x <= 0 (softmax after subtracting the max): Cephes-style range
+// reduction x = n ln2 + r and a degree-6 polynomial, max relative error ~2e-7.
+inline __m256 exp256(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.3f);
+  x = _mm256_max_ps(x, lo);
+  const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
+  const __m256 ln2_hi = _mm256_set1_ps(0.693359375f);
+  const __m256 ln2_lo = _mm256_set1_ps(-2.12194440e-4f);
+  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, ln2_hi, x);
+  r = _mm256_fnmadd_ps(n, ln2_lo, r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  __m256 r2 = _mm256_mul_ps(r, r);
+  p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+inline float dot(const float* a, const float* b, int64_t D) {
+  __m256 acc0 = _mm256_setzero_ps();
+  __m256 acc1 = _mm256_setzero_ps();
+  int64_t d = 0;
+  for (; d + 16 <= D; d += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d + 8), _mm256_loadu_ps(b + d + 8), acc1);
+  }
+  float s = hsum(_mm256_add_ps(acc0, acc1));
+  for (; d < D; ++d) {
+    s += a[d] * b[d];
+  }
+  return s;
+}
+
+// acc[0:D] += p * v[0:D]
+inline void axpy(float* acc, float p, const float* v, int64_t D) {
+  const __m256 pv = _mm256_set1_ps(p);
+  int64_t d = 0;
+  for (; d + 8 <= D; d += 8) {
+    _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(pv, _mm256_loadu_ps(v + d), _mm256_loadu_ps(acc + d)));
+  }
+  for (; d < D; ++d) {
+    acc[d] += p * v[d];
+  }
+}
+
+} // namespace
+
+void qmm_rows(const QmmArgs& a, const float* x_perm, const float* xsum, int64_t n0, int64_t n1) {
+  if (a.bits == 4) {
+    rows<4>(a, x_perm, xsum, n0, n1);
+  } else {
+    rows<8>(a, a.x, xsum, n0, n1);
+  }
+}
+
+void dequantize_rows(const QmmArgs& a, int64_t n0, int64_t n1) {
+  const int64_t groups = a.K / a.group_size;
+  const int64_t row_bytes = a.K * a.bits / 8;
+  const uint8_t* w = reinterpret_cast<const uint8_t*>(a.w);
+  const __m128i mask = _mm_set1_epi8(0x0F);
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = w + n * row_bytes;
+    float* out = a.y + n * a.K;
+    for (int64_t g = 0; g < groups; ++g) {
+      const __m256 scale = _mm256_broadcast_ss(a.scales + n * groups + g);
+      const __m256 bias = _mm256_broadcast_ss(a.biases + n * groups + g);
+      for (int64_t k = g * a.group_size; k < (g + 1) * a.group_size; k += 32) {
+        __m128i e0, e1;
+        if (a.bits == 4) { // interleave low/high nibbles back into element order
+          __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + k / 2));
+          __m128i lo = _mm_and_si128(bytes, mask);
+          __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), mask);
+          e0 = _mm_unpacklo_epi8(lo, hi);
+          e1 = _mm_unpackhi_epi8(lo, hi);
+        } else {
+          e0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + k));
+          e1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + k + 16));
+        }
+        _mm256_storeu_ps(out + k, _mm256_fmadd_ps(bytes_to_float(e0), scale, bias));
+        _mm256_storeu_ps(out + k + 8, _mm256_fmadd_ps(bytes_to_float(_mm_srli_si128(e0, 8)), scale, bias));
+        _mm256_storeu_ps(out + k + 16, _mm256_fmadd_ps(bytes_to_float(e1), scale, bias));
+        _mm256_storeu_ps(out + k + 24, _mm256_fmadd_ps(bytes_to_float(_mm_srli_si128(e1, 8)), scale, bias));
+      }
+    }
+  }
+}
+
+void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part) {
+  const int64_t group = a.Hq / a.Hkv;
+  const int64_t D = a.D;
+  const int64_t rows = group * a.Lq;
+  const int64_t span = std::max<int64_t>(1, l1 - l0);
+  thread_local std::vector<float> scores;
+  scores.resize(rows * span);
+  // Pass 1: all scores of this key range, each key row read once for every query row.
+  thread_local std::vector<int64_t> limit;
+  limit.resize(rows);
+  for (int64_t row = 0; row < rows; ++row) {
+    const int64_t i = row % a.Lq;
+    limit[row] = a.causal ? std::min(l1, a.Lk - a.Lq + i + 1) : l1;
+  }
+  const float* kbase = a.k + b * a.k_strides[0] + hkv * a.k_strides[1];
+  for (int64_t l = l0; l < l1; ++l) {
+    const float* k = kbase + l * a.k_strides[2];
+    for (int64_t row = 0; row < rows; ++row) {
+      const int64_t h = hkv * group + row / a.Lq;
+      const float* q = a.q + b * a.q_strides[0] + h * a.q_strides[1] + (row % a.Lq) * a.q_strides[2];
+      scores[row * span + (l - l0)] =
+          l < limit[row] ? dot(q, k, D) * a.scale : -std::numeric_limits<float>::infinity();
+    }
+  }
+  // Pass 2: softmax numerators, vectorized.
+  for (int64_t row = 0; row < rows; ++row) {
+    float* out = part + row * (D + 2);
+    float* s = scores.data() + row * span;
+    const int64_t n = limit[row] - l0;
+    if (n <= 0) {
+      out[0] = -std::numeric_limits<float>::infinity();
+      out[1] = 0.0f;
+      std::fill(out + 2, out + 2 + D, 0.0f);
+      continue;
+    }
+    __m256 vmax = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+      vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + j));
+    }
+    float max_score = -std::numeric_limits<float>::infinity();
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, vmax);
+    for (float lane : lanes) {
+      max_score = std::max(max_score, lane);
+    }
+    for (; j < n; ++j) {
+      max_score = std::max(max_score, s[j]);
+    }
+    const __m256 vm = _mm256_set1_ps(max_score);
+    __m256 vsum = _mm256_setzero_ps();
+    j = 0;
+    for (; j + 8 <= n; j += 8) {
+      __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
+      _mm256_storeu_ps(s + j, e);
+      vsum = _mm256_add_ps(vsum, e);
+    }
+    float sum = hsum(vsum);
+    for (; j < n; ++j) {
+      s[j] = std::exp(s[j] - max_score);
+      sum += s[j];
+    }
+    out[0] = max_score;
+    out[1] = sum;
+    std::fill(out + 2, out + 2 + D, 0.0f);
+  }
+  // Pass 3: weighted sum of the value rows, each read once for every query row.
+  const float* vbase = a.v + b * a.v_strides[0] + hkv * a.v_strides[1];
+  for (int64_t l = l0; l < l1; ++l) {
+    const float* v = vbase + l * a.v_strides[2];
+    for (int64_t row = 0; row < rows; ++row) {
+      if (l < limit[row]) {
+        axpy(part + row * (D + 2) + 2, scores[row * span + (l - l0)], v, D);
+      }
+    }
+  }
+}
+
+} // namespace vmlx::avx2

@@ -1,0 +1,96 @@
+// MLX primitives around the CPU kernels, built as an MLX extension (the mechanism of
+// MLX's "Custom Extensions" guide): they join MLX's lazy graph and run as tasks on the
+// CPU stream, so a model step still evaluates as one graph.
+#pragma once
+
+#include "mlx/mlx.h"
+#include "mlx/primitives.h"
+
+namespace vmlx {
+
+namespace mx = mlx::core;
+
+// x[..., K] @ dequantize(w, scales, biases)^T, MLX affine layout, bits 4 or 8,
+// group size 32, 64 or 128, float32 x, scales and biases. Throws std::invalid_argument
+// for anything else, so the caller can use MLX's own op instead.
+mx::array quantized_matmul(
+    const mx::array& x,
+    const mx::array& w,
+    const mx::array& scales,
+    const mx::array& biases,
+    int group_size,
+    int bits);
+
+// dequantize(w, scales, biases) as a float32 [N, K] array (same layouts as above).
+mx::array dequantize(const mx::array& w, const mx::array& scales, const mx::array& biases, int group_size, int bits);
+
+// softmax(q k^T * scale [causal]) v for float32 q [B, Hq, Lq, D], k/v [B, Hkv, Lk, D],
+// Hq a multiple of Hkv (grouped-query attention), without a mask array.
+mx::array attention(
+    const mx::array& q,
+    const mx::array& k,
+    const mx::array& v,
+    float scale,
+    bool causal);
+
+class QuantizedMatmul : public mx::Primitive {
+ public:
+  QuantizedMatmul(mx::Stream stream, int group_size, int bits)
+      : mx::Primitive(stream), group_size_(group_size), bits_(bits) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs)
+      override;
+  void eval_gpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs)
+      override;
+  const char* name() const override {
+    return "VllmMlxQuantizedMatmul";
+  }
+  bool is_equivalent(const mx::Primitive& other) const override;
+  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override;
+
+ private:
+  int group_size_;
+  int bits_;
+};
+
+class Dequantize : public mx::Primitive {
+ public:
+  Dequantize(mx::Stream stream, int group_size, int bits)
+      : mx::Primitive(stream), group_size_(group_size), bits_(bits) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs)
+      override;
+  void eval_gpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs)
+      override;
+  const char* name() const override {
+    return "VllmMlxDequantize";
+  }
+  bool is_equivalent(const mx::Primitive& other) const override;
+  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override;
+
+ private:
+  int group_size_;
+  int bits_;
+};
+
+class Attention : public mx::Primitive {
+ public:
+  Attention(mx::Stream stream, float scale, bool causal)
+      : mx::Primitive(stream), scale_(scale), causal_(causal) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs)
+      override;
+  void eval_gpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs)
+      override;
+  const char* name() const override {
+    return "VllmMlxAttention";
+  }
+  bool is_equivalent(const mx::Primitive& other) const override;
+  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override;
+
+ private:
+  float scale_;
+  bool causal_;
+};
+
+} // namespace vmlx

@@ -1,0 +1,141 @@
+"""Route a loaded mlx-lm model's quantized layers and attention to the native kernels.
+
+No fork of mlx-lm: each eligible ``nn.QuantizedLinear`` / ``nn.QuantizedEmbedding``
+changes class to a subclass whose matmul calls the kernel, and the model module's
+``scaled_dot_product_attention`` (the one name every mlx-lm model calls) is wrapped.
+Anything the kernels do not cover (other bits or modes, half-precision activations, mask
+arrays, quantized KV caches, long query blocks) goes to MLX's own op unchanged.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from vllm_mlx import native
+from vllm_mlx.engine.cpu import openblas_preloaded
+
+BITS = (4, 8)
+GROUP_SIZES = (32, 64, 128)
+# Longer query blocks (prefill) are matmul-shaped: MLX's SDPA (BLAS) does them better.
+MAX_NATIVE_QUERY = 8
+# Past this many rows of x (a prefill chunk), dequantizing the layer once and letting
+# OpenBLAS's sgemm multiply beats unpacking the weights for every block of 8 rows
+# (measured crossover 64-256 rows, docs/native-kernels.md). Needs OpenBLAS preloaded: the
+# bundled reference BLAS is slower than the native kernel at any size.
+DEQUANTIZE_ROWS = 64
+
+
+_BLAS_PRELOADED = openblas_preloaded()  # fixed for the process: set before it started
+
+
+@dataclass
+class Patched:
+    """What ``enable`` routed, for the start-up log and /health."""
+
+    linear: int = 0
+    embedding: int = 0
+    attention_modules: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        attention = ", ".join(self.attention_modules) or "none"
+        return (
+            f"{self.linear} quantized linear + {self.embedding} quantized embedding layers, "
+            f"attention in {attention}"
+        )
+
+
+def _eligible(layer: Any) -> bool:
+    return (
+        getattr(layer, "mode", "affine") == "affine"
+        and layer.bits in BITS
+        and layer.group_size in GROUP_SIZES
+        and layer.get("biases") is not None
+        and layer["scales"].dtype == mx.float32
+        and layer["biases"].dtype == mx.float32
+    )
+
+
+def _native_matmul(layer: Any, x: mx.array) -> mx.array | None:
+    if x.dtype != mx.float32 or not native.available():
+        return None
+    quantized = (layer["weight"], layer["scales"], layer["biases"], layer.group_size, layer.bits)
+    if x.size > DEQUANTIZE_ROWS * x.shape[-1] and _BLAS_PRELOADED:
+        return x @ native.dequantize(*quantized).T
+    return native.quantized_matmul(x, *quantized)
+
+
+class NativeQuantizedLinear(nn.QuantizedLinear):
+    """``nn.QuantizedLinear`` whose float32 matmul runs on the native kernel."""
+
+    def __call__(self, x: mx.array) -> mx.array:
+        out = _native_matmul(self, x)
+        if out is None:
+            return super().__call__(x)
+        return out + self["bias"] if "bias" in self else out
+
+
+class NativeQuantizedEmbedding(nn.QuantizedEmbedding):
+    """``nn.QuantizedEmbedding`` whose tied output projection runs on the native kernel."""
+
+    def as_linear(self, x: mx.array) -> mx.array:
+        out = _native_matmul(self, x)
+        return super().as_linear(x) if out is None else out
+
+
+def _route_attention(module_name: str) -> bool:
+    """Wrap ``scaled_dot_product_attention`` in one mlx-lm model module (once)."""
+    module = sys.modules.get(module_name)
+    original = getattr(module, "scaled_dot_product_attention", None)
+    if original is None:
+        return False
+    if getattr(original, "_vllm_mlx_native", False):
+        return True
+
+    def scaled_dot_product_attention(queries, keys, values, cache, scale, mask, sinks=None):
+        if _attention_eligible(queries, keys, cache, mask, sinks):
+            return native.attention(queries, keys, values, scale, mask == "causal")
+        return original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
+
+    scaled_dot_product_attention._vllm_mlx_native = True  # type: ignore[attr-defined]
+    scaled_dot_product_attention.__wrapped__ = original  # type: ignore[attr-defined]
+    module.scaled_dot_product_attention = scaled_dot_product_attention
+    return True
+
+
+def _attention_eligible(queries, keys, cache, mask, sinks) -> bool:
+    return (
+        native.available()
+        and sinks is None
+        and not hasattr(cache, "bits")  # quantized KV cache: tuples, not arrays
+        and (mask is None or (isinstance(mask, str) and mask == "causal"))
+        and isinstance(keys, mx.array)
+        and queries.dtype == mx.float32
+        and keys.dtype == mx.float32
+        and queries.ndim == 4
+        and queries.shape[2] <= MAX_NATIVE_QUERY
+    )
+
+
+def enable(model: nn.Module) -> Patched:
+    """Route ``model``'s eligible layers and attention to the native kernels."""
+    patched = Patched()
+    attention_modules: set[str] = set()
+    for _, layer in model.named_modules():
+        if type(layer) is nn.QuantizedLinear and _eligible(layer):
+            layer.__class__ = NativeQuantizedLinear
+            patched.linear += 1
+        elif type(layer) is nn.QuantizedEmbedding and _eligible(layer):
+            layer.__class__ = NativeQuantizedEmbedding
+            patched.embedding += 1
+        elif type(layer).__module__.startswith("mlx_lm.models."):
+            attention_modules.add(type(layer).__module__)
+    patched.attention_modules = tuple(
+        sorted(name for name in attention_modules if _route_attention(name))
+    )
+    native.record_routed(patched.describe())
+    return patched
