@@ -23,6 +23,7 @@ _routed: list[str] = []  # what patch.enable routed, latest last (for status())
 
 
 @functools.cache
+@functools.cache
 def _load() -> tuple[ModuleType | None, str | None]:
     """The extension (imported on first use: it imports mlx.core) or why it is missing."""
     if sys.platform == "darwin":
@@ -31,6 +32,13 @@ def _load() -> tuple[ModuleType | None, str | None]:
         return importlib.import_module(f"{__name__}._kernels"), None
     except ImportError as error:  # not built, or built against another mlx
         return None, f"not built ({error})"
+
+
+def _extension() -> ModuleType:
+    kernels, reason = _load()
+    if kernels is None:
+        raise RuntimeError(f"the native kernels are not available: {reason}")
+    return kernels
 
 
 def available() -> bool:
@@ -63,17 +71,17 @@ def record_routed(description: str) -> None:
 
 def quantized_matmul(x, w, scales, biases, group_size: int, bits: int):
     """``x @ dequantize(w, scales, biases).T`` on the native kernel (see ``_kernels``)."""
-    return _load()[0].quantized_matmul(x, w, scales, biases, group_size, bits)
+    return _extension().quantized_matmul(x, w, scales, biases, group_size, bits)
 
 
 def dequantize(w, scales, biases, group_size: int, bits: int):
     """``dequantize(w, scales, biases)`` as float32 ``[N, K]`` on the native kernel."""
-    return _load()[0].dequantize(w, scales, biases, group_size, bits)
+    return _extension().dequantize(w, scales, biases, group_size, bits)
 
 
 def attention(q, k, v, scale: float, causal: bool = False):
     """``softmax(q k^T * scale) v`` over grouped-query heads on the native kernel."""
-    return _load()[0].attention(q, k, v, scale, causal)
+    return _extension().attention(q, k, v, scale, causal)
 
 
 def set_isa(name: str) -> bool:

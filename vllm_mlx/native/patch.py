@@ -91,7 +91,7 @@ def _route_attention(module_name: str) -> bool:
     """Wrap ``scaled_dot_product_attention`` in one mlx-lm model module (once)."""
     module = sys.modules.get(module_name)
     original = getattr(module, "scaled_dot_product_attention", None)
-    if original is None:
+    if module is None or original is None:
         return False
     if getattr(original, "_vllm_mlx_native", False):
         return True
@@ -103,7 +103,7 @@ def _route_attention(module_name: str) -> bool:
 
     scaled_dot_product_attention._vllm_mlx_native = True  # type: ignore[attr-defined]
     scaled_dot_product_attention.__wrapped__ = original  # type: ignore[attr-defined]
-    module.scaled_dot_product_attention = scaled_dot_product_attention
+    setattr(module, "scaled_dot_product_attention", scaled_dot_product_attention)  # noqa: B010
     return True
 
 
