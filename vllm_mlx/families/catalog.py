@@ -266,3 +266,193 @@ TOOL_CALL_MODEL_NAMES = (
     ("devstral", "mistral"),
     ("qwen", "hermes"),
 )
+
+
+# -- Families added for issue 11 (appended so the tables above stay as they were) -----------
+# Markers and sources: docs/parsers.md ("Tool-call parsers"), /work notes on issue 11.
+
+REASONING_FORMATS.update(
+    (f.name, f)
+    for f in (
+        ReasoningFormat("think", "<think>", "</think>", aliases=("think_tags",)),
+        ReasoningFormat("poolside_v1", "<think>", "</think>", aliases=("poolside", "laguna")),
+        ReasoningFormat("step3p5", "<think>", "</think>", aliases=("step3.5", "step3_5")),
+        ReasoningFormat("step3", "<think>", "</think>", aliases=("stepfun",)),
+        ReasoningFormat(
+            "nemotron_v3", "<think>", "</think>", aliases=("nano_v3", "nemotron3", "nemotron")
+        ),
+        ReasoningFormat("kimi_k25", "<think>", "</think>", aliases=("kimi_k2", "kimi_thinking")),
+        ReasoningFormat("kimi", "◁think▷", "◁/think▷", aliases=("kimi_vl",)),
+        ReasoningFormat(
+            "minimax_m2",
+            "<think>",
+            "</think>",
+            aliases=("minimax", "minimax_m2_append_think", "minimax_m3"),
+        ),
+        ReasoningFormat(
+            "deepseek_v31", "<think>", "</think>", aliases=("deepseek_v3", "deepseek_v32")
+        ),
+        ReasoningFormat(
+            "command_r",
+            "<|START_THINKING|>",
+            "<|END_THINKING|>",
+            aliases=("cohere", "cohere_cmd", "cohere_command3", "cohere_command4", "command_a"),
+        ),
+        ReasoningFormat(
+            "apriel",
+            "Here are my reasoning steps:\n",
+            "[BEGIN FINAL RESPONSE]",
+            aliases=("apriel_thinker", "apriel-1.6"),
+        ),
+        ReasoningFormat(
+            "granite",
+            "Here is my thought process:",
+            "Here is my response:",
+            aliases=("granite3.2", "granite-3.2"),
+        ),
+    )
+)
+
+_NEMOTRON_JSON = dict(section_end="\n]</TOOLCALL>", call_start="", separator=",\n")
+_JSON_LIST = dict(section_end="\n]", call_start="", separator=",\n")
+
+TOOL_CALL_FORMATS.update(
+    (f.name, f)
+    for f in (
+        ToolCallFormat(
+            "seed_oss",
+            Xml("<parameter=", ">\n", "\n</parameter>"),
+            call_start="<seed:tool_call>\n<function=",
+            name_end=">\n",
+            args_end="</function>",
+            call_end="\n</seed:tool_call>",
+            separator="\n",
+            aliases=("seed-oss", "seed"),
+        ),
+        ToolCallFormat(
+            "step3",
+            Xml('<steptml:parameter name="', '">', "</steptml:parameter>"),
+            section_start="<｜tool_calls_begin｜>\n",
+            section_end="\n<｜tool_calls_end｜>",
+            call_start='<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="',
+            name_end='">\n',
+            args_end="</steptml:invoke>",
+            call_end="<｜tool_call_end｜>",
+            separator="\n",
+            aliases=("stepfun", "step-3"),
+        ),
+        ToolCallFormat(
+            "step3p5",
+            Xml("<parameter=", ">\n", "\n</parameter>"),
+            call_start="<tool_call>\n<function=",
+            name_end=">\n",
+            args_end="</function>",
+            call_end="\n</tool_call>",
+            separator="\n",
+            aliases=("step", "step3.5", "step3_5", "step3.7"),
+        ),
+        ToolCallFormat(
+            "poolside_v1",
+            Xml("<arg_key>", "</arg_key>", "</arg_value>", value_start="\n<arg_value>"),
+            call_start="<tool_call>",
+            name_end="\n",
+            call_end="</tool_call>",
+            separator="\n",
+            aliases=("poolside", "laguna"),
+        ),
+        ToolCallFormat(
+            "nemotron",
+            JSON_NAMED,
+            section_start="<TOOLCALL>[\n",
+            **_NEMOTRON_JSON,
+            aliases=("nemotron_json", "nemotron3", "nemotron_nano", "nemotron-nano-v2"),
+            variants=(
+                ToolCallFormat(
+                    "nemotron", JSON_NAMED, call_start="<TOOLCALL>\n", call_end="\n</TOOLCALL>"
+                ),
+                # Nemotron 3 Nano writes Qwen3-Coder XML calls
+                ToolCallFormat(
+                    "nemotron",
+                    Xml("<parameter=", ">\n", "\n</parameter>"),
+                    call_start="<tool_call>\n<function=",
+                    name_end=">\n",
+                    args_end="</function>",
+                    call_end="\n</tool_call>",
+                    separator="\n",
+                ),
+            ),
+        ),
+        ToolCallFormat(
+            "apriel",
+            JSON_NAMED,
+            section_start="<tool_calls>[\n",
+            section_end="\n]</tool_calls>",
+            call_start="",
+            separator=",\n",
+            aliases=("apriel_15", "apriel-1.5", "apriel-1.6"),
+        ),
+        ToolCallFormat(
+            "phi4_mini",
+            JSON_NAMED,
+            section_start="functools[\n",
+            **_JSON_LIST,
+            aliases=("phi4_mini_json", "phi4", "phi-4-mini", "firefunction", "firefunction_v2"),
+            variants=(
+                # llama.cpp's own Phi-4-mini template teaches this form
+                ToolCallFormat(
+                    "phi4_mini",
+                    JSON_NAMED,
+                    call_start="<|tool_call|>\n",
+                    call_end="\n<|/tool_call|>",
+                    separator="\n",
+                ),
+            ),
+        ),
+        ToolCallFormat(
+            "xlam",
+            JSON_NAMED,
+            section_start="[\n",
+            **_JSON_LIST,
+            aliases=("salesforce_xlam",),
+            variants=(
+                ToolCallFormat(
+                    "xlam",
+                    JSON_NAMED,
+                    section_start="```json\n[\n",
+                    section_end="\n]\n```",
+                    call_start="",
+                    separator=",\n",
+                ),
+                ToolCallFormat("xlam", JSON_NAMED, section_start="[TOOL_CALLS][\n", **_JSON_LIST),
+                ToolCallFormat(
+                    "xlam",
+                    JSON_NAMED,
+                    section_start="<tool_call>[\n",
+                    section_end="\n]\n</tool_call>",
+                    call_start="",
+                    separator=",\n",
+                ),
+            ),
+        ),
+        ToolCallFormat(
+            "lfm2",
+            PYTHON,
+            section_start="<|tool_call_start|>\n[",
+            section_end="]\n<|tool_call_end|>",
+            call_start="",
+            name_end="(",
+            separator=", ",
+            aliases=("lfm2.5", "lfm2_5", "liquid"),
+        ),
+        ToolCallFormat(
+            "apertus",
+            JSON,
+            section_start="<|tools_prefix|>[\n",
+            section_end="\n]<|tools_suffix|>",
+            call_start='{"',
+            name_end='":\n',
+            args_end="\n}",
+            separator=",\n",
+        ),
+    )
+)
