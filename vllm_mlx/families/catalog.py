@@ -7,7 +7,7 @@ add its detection markers, and check `render_call` against a real model output.
 
 from __future__ import annotations
 
-from .dialects import GEMMA, JSON, JSON_NAMED, PYTHON, JsonNamed, Xml
+from .dialects import GEMMA, JSON, JSON_NAMED, PYTHON, Dsml, JsonNamed, Xml
 from .formats import Channels, ReasoningFormat, ToolCallFormat
 
 HARMONY = Channels()
@@ -313,6 +313,8 @@ REASONING_FORMATS.update(
     )
 )
 
+DSML = "｜DSML｜"
+_DSML = Dsml("<" + DSML + 'parameter name="', '"', "</｜DSML｜parameter>")
 _NEMOTRON_JSON = dict(section_end="\n]</TOOLCALL>", call_start="", separator=",\n")
 _JSON_LIST = dict(section_end="\n]", call_start="", separator=",\n")
 
@@ -453,6 +455,27 @@ TOOL_CALL_FORMATS.update(
             name_end='":\n',
             args_end="\n}",
             separator=",\n",
+        ),
+        ToolCallFormat(
+            "deepseek_v32",
+            _DSML,
+            section_start="<" + DSML + "function_calls>\n",
+            section_end="</" + DSML + "function_calls>",
+            call_start="<" + DSML + 'invoke name="',
+            name_end='">\n',
+            call_end="</" + DSML + "invoke>\n",
+            aliases=("deepseek32", "deepseek_v3.2", "deepseek-v3.2", "dsml", "deepseek_v4"),
+            variants=(
+                ToolCallFormat(  # DeepSeek V4: the same calls in a `tool_calls` block
+                    "deepseek_v32",
+                    _DSML,
+                    section_start="<" + DSML + "tool_calls>\n",
+                    section_end="</" + DSML + "tool_calls>",
+                    call_start="<" + DSML + 'invoke name="',
+                    name_end='">\n',
+                    call_end="</" + DSML + "invoke>\n",
+                ),
+            ),
         ),
     )
 )

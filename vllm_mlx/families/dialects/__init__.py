@@ -8,6 +8,7 @@ writing that module and registering its class here; a family then names an insta
 from __future__ import annotations
 
 from .base import ArgumentReader, Dialect, Layout, Status
+from .dsml import Dsml
 from .gemma import GEMMA, GemmaDialect
 from .json import JSON, JsonDialect
 from .json_named import JSON_NAMED, JsonNamed
@@ -16,7 +17,7 @@ from .xml import Xml
 
 # Every dialect, by name, in the order error messages list them.
 DIALECTS: dict[str, type[Dialect]] = {
-    d.name: d for d in (JsonDialect, JsonNamed, Xml, PythonDialect, GemmaDialect)
+    d.name: d for d in (JsonDialect, JsonNamed, Xml, PythonDialect, GemmaDialect, Dsml)
 }
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "PYTHON",
     "ArgumentReader",
     "Dialect",
+    "Dsml",
     "Layout",
     "Status",
     "Xml",
