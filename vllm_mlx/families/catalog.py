@@ -146,7 +146,7 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
             call_start=DEEPSEEK_CALL_BEGIN,
             name_end=DEEPSEEK_SEP,
             call_end=DEEPSEEK_CALL_END,
-            aliases=("deepseek_v3.1", "deepseek-v3.1", "deepseek_v32"),
+            aliases=("deepseek_v3.1", "deepseek-v3.1"),
         ),
         ToolCallFormat(
             "glm45",
