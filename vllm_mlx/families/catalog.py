@@ -7,7 +7,7 @@ add its detection markers, and check `render_call` against a real model output.
 
 from __future__ import annotations
 
-from .dialects import GEMMA, JSON, JSON_NAMED, PYTHON, Dsml, JsonNamed, Xml
+from .dialects import GEMMA, JSON, JSON_NAMED, PYTHON, Dsml, JsonKeyed, JsonNamed, Xml
 from .formats import Channels, ReasoningFormat, ToolCallFormat
 
 HARMONY = Channels()
@@ -315,6 +315,15 @@ REASONING_FORMATS.update(
 
 DSML = "｜DSML｜"
 _DSML = Dsml("<" + DSML + 'parameter name="', '"', "</｜DSML｜parameter>")
+_COHERE = JsonKeyed()
+_COHERE_CONTROL = (
+    "<|START_RESPONSE|>",
+    "<|END_RESPONSE|>",
+    "<|START_TEXT|>",
+    "<|END_TEXT|>",
+    "<|CHATBOT_TOKEN|>",
+    "<|END_OF_TURN_TOKEN|>",
+)
 _NEMOTRON_JSON = dict(section_end="\n]</TOOLCALL>", call_start="", separator=",\n")
 _JSON_LIST = dict(section_end="\n]", call_start="", separator=",\n")
 
@@ -474,6 +483,39 @@ TOOL_CALL_FORMATS.update(
                     call_start="<" + DSML + 'invoke name="',
                     name_end='">\n',
                     call_end="</" + DSML + "invoke>\n",
+                ),
+            ),
+        ),
+        ToolCallFormat(
+            "command_r",
+            _COHERE,
+            section_start="<|START_ACTION|>\n[\n",
+            section_end="\n]\n<|END_ACTION|>",
+            call_start="",
+            separator=",\n",
+            aliases=(
+                "cohere",
+                "command_r7b",
+                "command_r_plus",
+                "command_a",
+                "cohere_command3",
+                "cohere_command4",
+            ),
+            dropped=_COHERE_CONTROL,
+            variants=(
+                ToolCallFormat(
+                    "command_r",
+                    _COHERE,
+                    call_start="<|START_ACTION|>\n",
+                    call_end="\n<|END_ACTION|>",
+                ),
+                ToolCallFormat(  # Command R+
+                    "command_r",
+                    _COHERE,
+                    section_start="Action:\n```json\n[\n",
+                    section_end="\n]\n```",
+                    call_start="",
+                    separator=",\n",
                 ),
             ),
         ),

@@ -12,12 +12,13 @@ from .dsml import Dsml
 from .gemma import GEMMA, GemmaDialect
 from .json import JSON, JsonDialect
 from .json_named import JSON_NAMED, JsonNamed
+from .keyed import JsonKeyed
 from .python import PYTHON, PythonDialect
 from .xml import Xml
 
 # Every dialect, by name, in the order error messages list them.
 DIALECTS: dict[str, type[Dialect]] = {
-    d.name: d for d in (JsonDialect, JsonNamed, Xml, PythonDialect, GemmaDialect, Dsml)
+    d.name: d for d in (JsonDialect, JsonNamed, Xml, PythonDialect, GemmaDialect, Dsml, JsonKeyed)
 }
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "GEMMA",
     "JSON",
     "JSON_NAMED",
+    "JsonKeyed",
     "PYTHON",
     "ArgumentReader",
     "Dialect",

@@ -50,6 +50,10 @@ class Dsml(Xml):
             for k, v in arguments.items()
         )
 
+    def closing(self, layout: Layout, named: bool = True) -> str:
+        """A JSON body may be followed by a newline before the invoke's end."""
+        return "\n" + super().closing(layout, named)
+
     def _parameter(
         self, layout: Layout, function: str, key: str, prop: Any, root: dict, g: LarkRules
     ) -> list[str]:
