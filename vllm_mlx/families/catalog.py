@@ -377,6 +377,7 @@ TOOL_CALL_FORMATS.update(
             section_start="<TOOLCALL>[\n",
             **_NEMOTRON_JSON,
             aliases=("nemotron_json", "nemotron3", "nemotron_nano", "nemotron-nano-v2"),
+            dropped=("<SPECIAL_12>",),
             variants=(
                 ToolCallFormat(
                     "nemotron", JSON_NAMED, call_start="<TOOLCALL>\n", call_end="\n</TOOLCALL>"
@@ -401,6 +402,7 @@ TOOL_CALL_FORMATS.update(
             call_start="",
             separator=",\n",
             aliases=("apriel_15", "apriel-1.5", "apriel-1.6"),
+            dropped=("[END FINAL RESPONSE]", "<|end|>"),
         ),
         ToolCallFormat(
             "phi4_mini",
@@ -474,6 +476,12 @@ TOOL_CALL_FORMATS.update(
             name_end='">\n',
             call_end="</" + DSML + "invoke>\n",
             aliases=("deepseek32", "deepseek_v3.2", "deepseek-v3.2", "dsml", "deepseek_v4"),
+            # a stray end marker, or the end of sentence when stop strings miss it
+            dropped=(
+                "</" + DSML + "function_calls>",
+                "</" + DSML + "tool_calls>",
+                "<｜end▁of▁sentence｜>",
+            ),
             variants=(
                 ToolCallFormat(  # DeepSeek V4: the same calls in a `tool_calls` block
                     "deepseek_v32",
