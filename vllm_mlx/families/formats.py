@@ -24,6 +24,8 @@ Tool calls (`ToolCallFormat`). One call is written as::
 * ``args_end``, ``call_end``: literal texts after the arguments; ``separator`` between calls.
 * ``dropped``: control markers that are never content (answer wrappers, turn ends); they are
   removed wherever they appear in content (`tool_parsers.dropping`).
+* ``prompt_opens``: the opening of the first call that the generation prompt itself writes
+  (Functionary's ``>>>``): the output continues it (`tool_parsers.continued`).
 
 Whitespace: a newline written in any literal above means "optional whitespace" when parsing,
 and exactly that newline when generating. ``render_call`` writes one canonical call, which is
@@ -97,6 +99,7 @@ class ToolCallFormat:
     variants: tuple[ToolCallFormat, ...] = field(default=(), compare=False)
     channels: Channels | None = None  # Harmony: calls are messages of its channel stream
     dropped: tuple[str, ...] = ()
+    prompt_opens: str = ""
 
     def render_call(self, name: str, arguments: dict, *, index: int = 0) -> str:
         """One call written exactly as this family writes it (without section markers)."""
