@@ -7,7 +7,7 @@ add its detection markers, and check `render_call` against a real model output.
 
 from __future__ import annotations
 
-from .dialects import GEMMA, JSON, JSON_NAMED, PYTHON, Dsml, JsonKeyed, JsonNamed, Xml
+from .dialects import GEMMA, JSON, JSON_NAMED, PYTHON, RECIPIENT, Dsml, JsonKeyed, JsonNamed, Xml
 from .formats import Channels, ReasoningFormat, ToolCallFormat
 
 HARMONY = Channels()
@@ -526,6 +526,23 @@ TOOL_CALL_FORMATS.update(
                     separator=",\n",
                 ),
             ),
+        ),
+        ToolCallFormat(
+            "functionary_v3",
+            RECIPIENT,
+            call_start=">>>",
+            name_end="\n",
+            aliases=("functionary", "meetkai", "functionary_v3.2", "functionary_v32"),
+            dropped=(">>>all\n",),
+            prompt_opens=">>>",
+        ),
+        ToolCallFormat(
+            "functionary_v31",
+            JSON,
+            call_start="<function=",
+            name_end=">",
+            call_end="</function>",
+            aliases=("functionary_v3.1", "functionary_llama3"),
         ),
     )
 )

@@ -14,11 +14,22 @@ from .json import JSON, JsonDialect
 from .json_named import JSON_NAMED, JsonNamed
 from .keyed import JsonKeyed
 from .python import PYTHON, PythonDialect
+from .recipient import RECIPIENT, RecipientDialect
 from .xml import Xml
 
 # Every dialect, by name, in the order error messages list them.
 DIALECTS: dict[str, type[Dialect]] = {
-    d.name: d for d in (JsonDialect, JsonNamed, Xml, PythonDialect, GemmaDialect, Dsml, JsonKeyed)
+    d.name: d
+    for d in (
+        JsonDialect,
+        JsonNamed,
+        Xml,
+        PythonDialect,
+        GemmaDialect,
+        Dsml,
+        JsonKeyed,
+        RecipientDialect,
+    )
 }
 
 __all__ = [
@@ -28,6 +39,7 @@ __all__ = [
     "JSON_NAMED",
     "JsonKeyed",
     "PYTHON",
+    "RECIPIENT",
     "ArgumentReader",
     "Dialect",
     "Dsml",
