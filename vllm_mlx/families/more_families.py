@@ -8,7 +8,7 @@ Marker spellings and sources: docs/parsers.md.
 
 from __future__ import annotations
 
-from .dialects import JSON, JSON_NAMED, PYTHON, RECIPIENT, Dsml, JsonKeyed, Xml
+from .dialects import FORCED_PYTHON, JSON, JSON_NAMED, RECIPIENT, Dsml, JsonKeyed, Xml
 from .formats import ReasoningFormat, ToolCallFormat
 
 # Markers and sources: docs/parsers.md ("Tool-call parsers"), /work notes on issue 11.
@@ -187,7 +187,7 @@ TOOL_CALLS: tuple[ToolCallFormat, ...] = (
     ),
     ToolCallFormat(
         "lfm2",
-        PYTHON,
+        FORCED_PYTHON,
         section_start="<|tool_call_start|>\n[",
         section_end="]\n<|tool_call_end|>",
         call_start="",

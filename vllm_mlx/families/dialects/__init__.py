@@ -14,6 +14,7 @@ from .json import JSON, JsonDialect
 from .json_named import JSON_NAMED, JsonNamed
 from .keyed import JsonKeyed
 from .python import PYTHON, PythonDialect
+from .python_forced import FORCED_PYTHON, ForcedPythonDialect
 from .recipient import RECIPIENT, RecipientDialect
 from .xml import Xml
 
@@ -29,11 +30,13 @@ DIALECTS: dict[str, type[Dialect]] = {
         Dsml,
         JsonKeyed,
         RecipientDialect,
+        ForcedPythonDialect,
     )
 }
 
 __all__ = [
     "DIALECTS",
+    "FORCED_PYTHON",
     "GEMMA",
     "JSON",
     "JSON_NAMED",

@@ -1,0 +1,139 @@
+"""The ``python`` dialect with a grammar: ``NAME(a=1, b='x')`` forced from the tool's schema
+(LFM2). Reading and writing are the ``python`` dialect's; the grammar writes each declared
+parameter as ``key=LITERAL`` in declaration order (required ones always, optional ones
+maybe), each value a Python literal of its declared type: strings quoted as ``repr`` writes
+them (either quote), numbers as JSON writes them, ``True``/``False``/``None``, lists and dicts
+with ``, `` and ``: `` as the writer separates them. An undeclared type is any literal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from ..lark import GrammarError, LarkRules, lark_string
+from ..value_types import declared_types
+from .base import Layout
+from .python import PythonDialect, _python_literal
+
+_STRING = r"""/'([^'\\\n]|\\.)*'|"([^"\\\n]|\\.)*"/"""
+_INTEGER = r"/-?(0|[1-9][0-9]*)/"
+_NUMBER = r"/-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?/"
+_ANY = "py_any"
+
+
+class ForcedPythonDialect(PythonDialect):
+    name: ClassVar[str] = "python_forced"
+    has_grammar: ClassVar[bool] = True
+
+    def arguments_grammar(
+        self, layout: Layout, rule: str, function: str, parameters: dict, g: LarkRules
+    ) -> list[str]:
+        if parameters.get("type", "object") != "object":
+            raise GrammarError(f"tool {function!r}: Python arguments need an object schema")
+        writer = _Values(g)
+        members = [
+            (key, [lark_string(f"{key}="), *writer.value(prop, f"{rule}_p{i}")])
+            for i, (key, prop) in enumerate((parameters.get("properties") or {}).items())
+        ]
+        required = set(parameters.get("required") or ())
+        missing = required - {key for key, _ in members}
+        if missing:
+            raise GrammarError(
+                f"tool {function!r}: required parameters {sorted(missing)} are not in properties"
+            )
+        return [*_members(g, f"{rule}_m", members, required), '")"']
+
+
+def _members(
+    g: LarkRules, rule: str, members: list[tuple[str, list[str]]], required: set[str]
+) -> list[str]:
+    """Items for ``m0, m1, ...`` where the optional members may be left out (the separator
+    is written only between members present): ``first_i`` starts at member i, ``rest_i``
+    follows a member already written."""
+    rest: list[str] = []  # items of rest_{i+1}
+    first: list[str] = []  # items of first_{i+1} ([] = nothing may follow)
+    for i in range(len(members) - 1, -1, -1):
+        key, items = members[i]
+        member = g.rule(f"{rule}{i}", items)
+        after = [g.rule(f"{rule}_rest{i + 1}", rest)] if rest else []
+        if key in required:
+            new_rest = ['", "', member, *after]
+            new_first = [member, *after]
+        else:
+            new_rest = [f'(", " {member})?', *after]
+            tail = f"{g.rule(f'{rule}_first{i + 1}', first)}" if first else ""
+            new_first = [f"({' '.join([member, *after])}{' | ' + tail if tail else ''})"]
+            if not tail:
+                new_first = [f"({' '.join([member, *after])})?"]
+        rest, first = new_rest, new_first
+    return first
+
+
+class _Values:
+    """Lark items for Python literals of a JSON schema's types."""
+
+    def __init__(self, g: LarkRules) -> None:
+        self.g = g
+        if not any(r.startswith(f"{_ANY}:") for r in g.rules):
+            self._any()
+
+    def value(self, schema: Any, rule: str) -> list[str]:
+        if not isinstance(schema, dict):
+            return [_ANY]
+        if "$ref" in schema:
+            raise GrammarError("references are not supported in Python-literal arguments")
+        if "const" in schema or "enum" in schema:
+            choices = [schema["const"]] if "const" in schema else list(schema["enum"])
+            return ["(" + " | ".join(lark_string(_python_literal(c)) for c in choices) + ")"]
+        types = declared_types(schema)
+        if not types:
+            return [_ANY]
+        writers: dict[str, Callable[[], list[str]]] = {
+            "string": lambda: [self.g.lexeme("py_string", _STRING)],
+            "integer": lambda: [self.g.lexeme("py_integer", _INTEGER)],
+            "number": lambda: [self.g.lexeme("py_number", _NUMBER)],
+            "boolean": lambda: ['("True" | "False")'],
+            "null": lambda: ['"None"'],
+            "array": lambda: self._array(schema, rule),
+            "object": lambda: self._object(schema, rule),
+        }
+        options = []
+        for kind in dict.fromkeys(types):
+            if kind not in writers:
+                return [_ANY]
+            options.append(" ".join(writers[kind]()))
+        return ["(" + " | ".join(options) + ")"]
+
+    def _array(self, schema: dict, rule: str) -> list[str]:
+        item = self.g.rule(f"{rule}_item", self.value(schema.get("items"), f"{rule}_i"))
+        return ['"["', f'({item} (", " {item})*)?', '"]"']
+
+    def _object(self, schema: dict, rule: str) -> list[str]:
+        props = schema.get("properties")
+        if not isinstance(props, dict) or not props:
+            return [_ANY]
+        members = [
+            (k, [lark_string(f"{_python_literal(k)}: "), *self.value(v, f"{rule}_{i}")])
+            for i, (k, v) in enumerate(props.items())
+        ]
+        required = set(schema.get("required") or ())
+        return ['"{"', *_members(self.g, f"{rule}_o", members, required), '"}"']
+
+    def _any(self) -> None:
+        """Any Python literal (``py_any``)."""
+        g = self.g
+        string = g.lexeme("py_string", _STRING)
+        number = g.lexeme("py_number", _NUMBER)
+        pair = f'{_ANY} ": " {_ANY}'
+        g.rule(
+            _ANY,
+            [
+                f'{string} | {number} | "True" | "False" | "None"'
+                f' | "[" ({_ANY} (", " {_ANY})*)? "]"'
+                f' | "{{" ({pair} (", " {pair})*)? "}}"'
+            ],
+        )
+
+
+FORCED_PYTHON = ForcedPythonDialect()
