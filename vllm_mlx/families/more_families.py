@@ -148,6 +148,7 @@ TOOL_CALLS: tuple[ToolCallFormat, ...] = (
         section_start="functools[\n",
         **_JSON_LIST,
         aliases=("phi4_mini_json", "phi4", "phi-4-mini", "firefunction", "firefunction_v2"),
+        dropped=("functools[]",),  # an empty call list is no call
         variants=(
             # llama.cpp's own Phi-4-mini template teaches this form
             ToolCallFormat(
@@ -194,6 +195,11 @@ TOOL_CALLS: tuple[ToolCallFormat, ...] = (
         name_end="(",
         separator=", ",
         aliases=("lfm2.5", "lfm2_5", "liquid"),
+        # an empty call list is no call
+        dropped=(
+            "<|tool_call_start|>[]<|tool_call_end|>",
+            "<|tool_call_start|>[ ]<|tool_call_end|>",
+        ),
     ),
     ToolCallFormat(
         "apertus",

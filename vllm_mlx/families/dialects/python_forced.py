@@ -8,13 +8,16 @@ with ``, `` and ``: `` as the writer separates them. An undeclared type is any l
 
 from __future__ import annotations
 
+import ast
+import json
+import math
 from collections.abc import Callable
 from typing import Any, ClassVar
 
 from ..lark import GrammarError, LarkRules, lark_string
 from ..value_types import declared_types
-from .base import Layout
-from .python import PythonDialect, _python_literal
+from .base import ArgumentReader, Layout
+from .python import PythonArguments, PythonDialect, _python_literal
 
 _STRING = r"""/'([^'\\\n]|\\.)*'|"([^"\\\n]|\\.)*"/"""
 _INTEGER = r"/-?(0|[1-9][0-9]*)/"
@@ -25,6 +28,9 @@ _ANY = "py_any"
 class ForcedPythonDialect(PythonDialect):
     name: ClassVar[str] = "python_forced"
     has_grammar: ClassVar[bool] = True
+
+    def reader(self, properties: dict[str, Any], named: bool = True) -> ArgumentReader:
+        return JsonSafeArguments()
 
     def arguments_grammar(
         self, layout: Layout, rule: str, function: str, parameters: dict, g: LarkRules
@@ -43,6 +49,60 @@ class ForcedPythonDialect(PythonDialect):
                 f"tool {function!r}: required parameters {sorted(missing)} are not in properties"
             )
         return [*_members(g, f"{rule}_m", members, required), '")"']
+
+
+class JsonSafeArguments(PythonArguments):
+    """Python keyword arguments whose values must become JSON: sets and tuples are lists
+    (vLLM's LFM2 reading), anything else JSON cannot hold (bytes, complex, non-finite
+    numbers) ends the call."""
+
+    def _read(self, source: str) -> dict | None:
+        found = _keywords(source)
+        if found is None and "\n" in source:  # a raw newline inside a quoted string
+            found = _keywords(source.replace("\n", "\\n"))
+        return found
+
+
+def _keywords(source: str) -> dict | None:
+    """``k=v, ...`` read as Python literals made JSON-safe; None if it is not that."""
+    try:
+        call = ast.parse(f"f({source})", mode="eval").body
+        if not isinstance(call, ast.Call) or call.args:
+            return None
+        return {
+            kw.arg: _json_safe(ast.literal_eval(_SetsAsLists().visit(kw.value)))
+            for kw in call.keywords
+            if kw.arg
+        }
+    except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError):
+        return None
+
+
+class _SetsAsLists(ast.NodeTransformer):
+    """A set literal read as the list it was written as (set order is not stable)."""
+
+    def visit_Set(self, node: ast.Set) -> ast.AST:
+        return ast.List(elts=[self.visit(e) for e in node.elts], ctx=ast.Load())
+
+
+def _json_safe(value: object) -> object:
+    if isinstance(value, (set, frozenset, tuple, list)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, dict):
+        return {_json_key(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("non-finite number")
+    if value is None or isinstance(value, (str, int, float)):
+        return value
+    raise ValueError(f"{type(value).__name__} is not JSON")
+
+
+def _json_key(key: object) -> str:
+    if isinstance(key, str):
+        return key
+    if isinstance(key, (int, float, bool)) or key is None:
+        return json.dumps(key)
+    raise ValueError(f"{type(key).__name__} key is not JSON")
 
 
 def _members(
