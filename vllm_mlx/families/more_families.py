@@ -43,6 +43,7 @@ REASONING: tuple[ReasoningFormat, ...] = (
         "apriel",
         "Here are my reasoning steps:\n",
         "[BEGIN FINAL RESPONSE]",
+        starts_in_reasoning=True,  # Apriel 1.6 always reasons; its template opens the block
         aliases=("apriel_thinker", "apriel-1.6"),
     ),
     ReasoningFormat(

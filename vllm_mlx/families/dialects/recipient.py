@@ -33,7 +33,7 @@ class CodeOrObject:
     def quick(self, text: str) -> str | None:
         if self._json is not None:
             return self._json.quick(text)
-        if self._code and ">" not in text:
+        if self._code and ">" not in text and not text[-1:].isspace():
             return encode_basestring(text)[1:-1]
         return None
 
@@ -53,8 +53,8 @@ class CodeOrObject:
         if end >= 0 or final:
             body = text[: end if end >= 0 else len(text)]
             return out + encode_basestring(body.rstrip())[1:-1] + '"}', len(body), Status.DONE
-        keep = partial_suffix(text, [_NEXT, "\n"])
-        body = text[: len(text) - keep]
+        rest = text[: len(text) - partial_suffix(text, [_NEXT])]
+        body = rest.rstrip()  # trailing whitespace waits: it is dropped before the end
         return out + encode_basestring(body)[1:-1], len(body), Status.MORE
 
 
