@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from parser_cases import WEATHER_TOOLS, assert_same_in_every_mode, calls_of, shape
+from parser_cases import WEATHER_TOOLS, assert_same_in_every_mode, calls_of, parse, shape
 
 from vllm_mlx.chat.parse_cli import _one_case
 from vllm_mlx.families.catalog import TOOL_CALL_FORMATS
@@ -353,6 +353,31 @@ def test_every_new_family_can_be_forced(tokenizer, family):
         assert accepts(tokenizer, matcher(tokenizer, family), variant.render_calls(calls))
     if family in MALFORMED:
         assert not accepts(tokenizer, matcher(tokenizer, family), MALFORMED[family])
+
+
+@pytest.mark.parametrize("family", NEW_TOOL_FAMILIES)
+def test_random_weights_make_calls_the_parser_reads_back(tokenizer, family):
+    """A forced call from a random-weight model parses back as schema-valid calls."""
+    import jsonschema
+    from test_constrained_tools import SCHEMAS, TOOLS, sample
+    from tiny_models import build_tiny_model
+
+    from vllm_mlx.constrained import build_logits_processors
+
+    model = build_tiny_model(tokenizer, seed=3)
+    for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
+        processors = build_logits_processors(
+            tokenizer,
+            tool_choice=choice,
+            tools=TOOLS,
+            tool_format=TOOL_CALL_FORMATS[family],
+            parallel_tool_calls=False,
+        )
+        text = sample(model, tokenizer, processors, seed=0)
+        message = parse(text, family, tools=TOOLS)
+        assert message.tool_calls and not message.content, text
+        for call in message.tool_calls:
+            jsonschema.validate(json.loads(call.arguments), SCHEMAS[call.name])
 
 
 # -- the corpus cases of the new families --------------------------------------------------

@@ -1,10 +1,10 @@
 """The ``python`` dialect with a grammar: ``NAME(a=1, b='x')`` forced from the tool's schema
-(LFM2). Reading and writing are the ``python`` dialect's; the grammar writes each declared
-parameter as ``key=LITERAL`` in declaration order (required ones always, optional ones
-maybe), each value a Python literal of its declared type: strings quoted as ``repr`` writes
-them (either quote), numbers as JSON writes them, ``True``/``False``/``None``, lists and dicts
-with ``, `` and ``: `` as the writer separates them. An undeclared type is any literal.
-"""
+(LFM2). The grammar writes each declared parameter as ``key=VALUE`` in declaration order
+(required ones always, optional ones maybe): an unconstrained string quoted either way,
+``True``/``False``/``None``, and everything the schema constrains (numbers, constrained
+strings, lists, dicts, references) as JSON, which is Python too once the reader takes
+``true``/``false``/``null`` for Python's names. An undeclared type is any literal. The writer
+writes what the grammar forces (scalars as Python, lists and dicts as JSON)."""
 
 from __future__ import annotations
 
@@ -14,13 +14,12 @@ import math
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from ..lark import GrammarError, LarkRules, lark_string
+from ..lark import GrammarError, LarkRules, hoisted, json_value, lark_string, without_defs
 from ..value_types import declared_types
 from .base import ArgumentReader, Layout
 from .python import PythonArguments, PythonDialect, _python_literal
 
 _STRING = r"""/'([^'\\\n]|\\.)*'|"([^"\\\n]|\\.)*"/"""
-_INTEGER = r"/-?(0|[1-9][0-9]*)/"
 _NUMBER = r"/-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?/"
 _ANY = "py_any"
 
@@ -32,12 +31,16 @@ class ForcedPythonDialect(PythonDialect):
     def reader(self, properties: dict[str, Any], named: bool = True) -> ArgumentReader:
         return JsonSafeArguments()
 
+    def render_arguments(self, arguments: dict) -> str:
+        """Scalars as Python writes them, lists and dicts as JSON (what the grammar forces)."""
+        return ", ".join(f"{k}={_value_text(v)}" for k, v in arguments.items()) + ")"
+
     def arguments_grammar(
         self, layout: Layout, rule: str, function: str, parameters: dict, g: LarkRules
     ) -> list[str]:
         if parameters.get("type", "object") != "object":
             raise GrammarError(f"tool {function!r}: Python arguments need an object schema")
-        writer = _Values(g)
+        writer = _Values(g, parameters)
         members = [
             (key, [lark_string(f"{key}="), *writer.value(prop, f"{rule}_p{i}")])
             for i, (key, prop) in enumerate((parameters.get("properties") or {}).items())
@@ -79,10 +82,19 @@ def _keywords(source: str) -> dict | None:
 
 
 class _SetsAsLists(ast.NodeTransformer):
-    """A set literal read as the list it was written as (set order is not stable)."""
+    """A set literal read as the list it was written as (set order is not stable), and the
+    JSON names ``true``/``false``/``null`` as Python's (containers are written as JSON)."""
 
     def visit_Set(self, node: ast.Set) -> ast.AST:
         return ast.List(elts=[self.visit(e) for e in node.elts], ctx=ast.Load())
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if node.id in _JSON_NAMES:
+            return ast.Constant(_JSON_NAMES[node.id])
+        return node
+
+
+_JSON_NAMES = {"true": True, "false": False, "null": None}
 
 
 def _json_safe(value: object) -> object:
@@ -130,11 +142,18 @@ def _members(
     return first
 
 
+def _value_text(value: object) -> str:
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, ensure_ascii=False)
+    return _python_literal(value)
+
+
 class _Values:
     """Lark items for Python literals of a JSON schema's types."""
 
-    def __init__(self, g: LarkRules) -> None:
+    def __init__(self, g: LarkRules, root: dict) -> None:
         self.g = g
+        self.root = root
         if not any(r.startswith(f"{_ANY}:") for r in g.rules):
             self._any()
 
@@ -142,7 +161,7 @@ class _Values:
         if not isinstance(schema, dict):
             return [_ANY]
         if "$ref" in schema:
-            raise GrammarError("references are not supported in Python-literal arguments")
+            return [self._json(schema)]
         if "const" in schema or "enum" in schema:
             choices = [schema["const"]] if "const" in schema else list(schema["enum"])
             return ["(" + " | ".join(lark_string(_python_literal(c)) for c in choices) + ")"]
@@ -150,13 +169,13 @@ class _Values:
         if not types:
             return [_ANY]
         writers: dict[str, Callable[[], list[str]]] = {
-            "string": lambda: [self.g.lexeme("py_string", _STRING)],
-            "integer": lambda: [self.g.lexeme("py_integer", _INTEGER)],
-            "number": lambda: [self.g.lexeme("py_number", _NUMBER)],
+            "string": lambda: self._string(schema),
+            "integer": lambda: [self._json({**schema, "type": "integer"})],
+            "number": lambda: [self._json({**schema, "type": "number"})],
             "boolean": lambda: ['("True" | "False")'],
             "null": lambda: ['"None"'],
-            "array": lambda: self._array(schema, rule),
-            "object": lambda: self._object(schema, rule),
+            "array": lambda: [self._json({**schema, "type": "array"})],
+            "object": lambda: [self._json({**schema, "type": "object"})],
         }
         options = []
         for kind in dict.fromkeys(types):
@@ -165,20 +184,15 @@ class _Values:
             options.append(" ".join(writers[kind]()))
         return ["(" + " | ".join(options) + ")"]
 
-    def _array(self, schema: dict, rule: str) -> list[str]:
-        item = self.g.rule(f"{rule}_item", self.value(schema.get("items"), f"{rule}_i"))
-        return ['"["', f'({item} (", " {item})*)?', '"]"']
+    def _string(self, schema: dict) -> list[str]:
+        """A quoted string; one the schema constrains is forced as JSON writes it."""
+        if set(schema) & {"minLength", "maxLength", "pattern", "format"}:
+            return [self._json({**schema, "type": "string"})]
+        return [self.g.lexeme("py_string", _STRING)]
 
-    def _object(self, schema: dict, rule: str) -> list[str]:
-        props = schema.get("properties")
-        if not isinstance(props, dict) or not props:
-            return [_ANY]
-        members = [
-            (k, [lark_string(f"{_python_literal(k)}: "), *self.value(v, f"{rule}_{i}")])
-            for i, (k, v) in enumerate(props.items())
-        ]
-        required = set(schema.get("required") or ())
-        return ['"{"', *_members(self.g, f"{rule}_o", members, required), '"}"']
+    def _json(self, schema: dict) -> str:
+        """JSON text for ``schema`` (JSON numbers, strings, lists and dicts read as Python)."""
+        return json_value(hoisted(without_defs(schema), self.root), self.g.json_options)
 
     def _any(self) -> None:
         """Any Python literal (``py_any``)."""
@@ -189,7 +203,7 @@ class _Values:
         g.rule(
             _ANY,
             [
-                f'{string} | {number} | "True" | "False" | "None"'
+                f'{string} | {number} | "True" | "False" | "None" | "true" | "false" | "null"'
                 f' | "[" ({_ANY} (", " {_ANY})*)? "]"'
                 f' | "{{" ({pair} (", " {pair})*)? "}}"'
             ],
