@@ -8,7 +8,7 @@ Marker spellings and sources: docs/parsers.md.
 
 from __future__ import annotations
 
-from .dialects import FORCED_PYTHON, JSON, JSON_NAMED, RECIPIENT, Dsml, JsonKeyed, Xml
+from .dialects import FORCED_PYTHON, JSON, JSON_NAMED, RECIPIENT, Dsml, JsonKeyed, NestedXml, Xml
 from .formats import ReasoningFormat, ToolCallFormat
 
 # Markers and sources: docs/parsers.md ("Tool-call parsers"), /work notes on issue 11.
@@ -56,6 +56,7 @@ REASONING: tuple[ReasoningFormat, ...] = (
 
 DSML = "｜DSML｜"
 _DSML = Dsml("<" + DSML + 'parameter name="', '"', "</｜DSML｜parameter>")
+MINIMAX_NS = "]<]minimax[>["
 _COHERE = JsonKeyed()
 _COHERE_CONTROL = (
     "<|START_RESPONSE|>",
@@ -289,6 +290,17 @@ TOOL_CALLS: tuple[ToolCallFormat, ...] = (
         call_end="</function>",
         aliases=("functionary_v3.1", "functionary_llama3"),
     ),
+    ToolCallFormat(
+        "minimax_m3",
+        NestedXml(MINIMAX_NS, MINIMAX_NS + "</invoke>"),
+        section_start=MINIMAX_NS + "<tool_call>\n",
+        section_end=MINIMAX_NS + "</tool_call>",
+        call_start=MINIMAX_NS + '<invoke name="',
+        name_end='">',
+        args_end=MINIMAX_NS + "</invoke>",
+        call_end="\n",
+        aliases=("minimax-m3",),
+    ),
 )
 
 # Detection of the families above. Their markers are more specific than the older families'
@@ -305,6 +317,7 @@ TOOL_CALL_MARKERS_FIRST = (
     ("functools[", "phi4_mini"),
     ("<|tool_call_start|>", "lfm2"),
     ("<|tools_prefix|>", "apertus"),
+    (MINIMAX_NS, "minimax_m3"),
 )
 TOOL_CALL_MODEL_NAMES_FIRST = (
     ("seed-oss", "seed_oss"),
@@ -326,6 +339,7 @@ TOOL_CALL_MODEL_NAMES_FIRST = (
     ("poolside", "poolside_v1"),
     ("xlam", "xlam"),
     ("apertus", "apertus"),
+    ("minimax-m3", "minimax_m3"),
 )
 REASONING_MARKERS_FIRST = (
     ("<|START_THINKING|>", "command_r"),

@@ -13,6 +13,7 @@ from .gemma import GEMMA, GemmaDialect
 from .json import JSON, JsonDialect
 from .json_named import JSON_NAMED, JsonNamed
 from .keyed import JsonKeyed
+from .nested_xml import NestedXml
 from .python import PYTHON, PythonDialect
 from .python_forced import FORCED_PYTHON, ForcedPythonDialect
 from .recipient import RECIPIENT, RecipientDialect
@@ -31,6 +32,7 @@ DIALECTS: dict[str, type[Dialect]] = {
         JsonKeyed,
         RecipientDialect,
         ForcedPythonDialect,
+        NestedXml,
     )
 }
 
@@ -41,6 +43,7 @@ __all__ = [
     "JSON",
     "JSON_NAMED",
     "JsonKeyed",
+    "NestedXml",
     "PYTHON",
     "RECIPIENT",
     "ArgumentReader",
