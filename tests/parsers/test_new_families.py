@@ -401,7 +401,6 @@ KNOWN = {
     "nemotron-vllm-malformed": "cut-off call keeps what streamed (shared)",
     "phi4_mini-vllm-surrounding": "text around calls glued (shared)",
     "phi4_mini-vllm-malformed-open": "cut-off call keeps what streamed (shared)",
-    "poolside_v1-vllm-name-with-space": "names with spaces are not names",
     "step3-smg-complete": "text around calls glued (shared)",
     "step3-smg-types": "null for a typed XML parameter (shared)",
     "step3-smg-python-literals": "None for a typed XML parameter (shared)",

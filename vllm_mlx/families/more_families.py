@@ -8,7 +8,17 @@ Marker spellings and sources: docs/parsers.md.
 
 from __future__ import annotations
 
-from .dialects import FORCED_PYTHON, JSON, JSON_NAMED, RECIPIENT, Dsml, JsonKeyed, NestedXml, Xml
+from .dialects import (
+    FORCED_PYTHON,
+    JSON,
+    JSON_NAMED,
+    RECIPIENT,
+    Dsml,
+    JsonKeyed,
+    NestedXml,
+    SpacedNameXml,
+    Xml,
+)
 from .formats import ReasoningFormat, ToolCallFormat
 
 # Markers and sources: docs/parsers.md ("Tool-call parsers"), /work notes on issue 11.
@@ -104,7 +114,7 @@ TOOL_CALLS: tuple[ToolCallFormat, ...] = (
     ),
     ToolCallFormat(
         "poolside_v1",
-        Xml("<arg_key>", "</arg_key>", "</arg_value>", value_start="\n<arg_value>"),
+        SpacedNameXml("<arg_key>", "</arg_key>", "</arg_value>", value_start="\n<arg_value>"),
         call_start="<tool_call>",
         name_end="\n",
         call_end="</tool_call>",

@@ -17,6 +17,7 @@ from .nested_xml import NestedXml
 from .python import PYTHON, PythonDialect
 from .python_forced import FORCED_PYTHON, ForcedPythonDialect
 from .recipient import RECIPIENT, RecipientDialect
+from .spaced import SpacedNameXml
 from .xml import Xml
 
 # Every dialect, by name, in the order error messages list them.
@@ -33,6 +34,7 @@ DIALECTS: dict[str, type[Dialect]] = {
         RecipientDialect,
         ForcedPythonDialect,
         NestedXml,
+        SpacedNameXml,
     )
 }
 
@@ -50,6 +52,7 @@ __all__ = [
     "Dialect",
     "Dsml",
     "Layout",
+    "SpacedNameXml",
     "Status",
     "Xml",
 ]
