@@ -25,6 +25,7 @@ PAIRS = [(t, r) for t in TOOL_CALL_FORMATS for r in ("qwen3",)] + [
     (None, "glm45"),
     (None, None),
 ]
+PAIRS += [(None, r) for r in REASONING_FORMATS if (None, r) not in PAIRS and r != "harmony"]
 
 
 def _fragments(tool: str | None, reasoning: str | None) -> list[str]:
@@ -32,7 +33,8 @@ def _fragments(tool: str | None, reasoning: str | None) -> list[str]:
     if tool:
         for fmt in (TOOL_CALL_FORMATS[tool], *TOOL_CALL_FORMATS[tool].variants):
             frags += [fmt.render_call("get_weather", {"city": 'a"b', "days": 2})]
-            frags += [fmt.render_call("noop", {}), fmt.separator]
+            frags += [fmt.render_call("noop", {}), fmt.separator, fmt.prompt_opens]
+            frags += [m for d in fmt.dropped for m in (d, d[: len(d) // 2])]
             for lit in (
                 fmt.section_start,
                 fmt.call_start,

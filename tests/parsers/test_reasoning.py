@@ -29,7 +29,8 @@ def test_truncated_block_is_all_reasoning(name):
 @pytest.mark.parametrize("name", DELIMITED)
 def test_absent_block(name):
     msg = assert_same_in_every_mode("Just an answer.", reasoning=name)
-    expected = ("Just an answer.", None) if name == "deepseek_r1" else (None, "Just an answer.")
+    opened = REASONING_FORMATS[name].starts_in_reasoning
+    expected = ("Just an answer.", None) if opened else (None, "Just an answer.")
     assert shape(msg)[:2] == expected
 
 

@@ -53,7 +53,7 @@ def test_one_call_then_several_calls_round_trip(name):
 @pytest.mark.parametrize("name", MARKED)
 def test_content_before_a_call(name):
     for fmt in _variants(name):
-        if len(fmt.section_start + fmt.call_start) <= 1:
+        if len((fmt.section_start + fmt.call_start).split("\n")[0]) <= 1:
             continue  # bare `[`/`{` openings count only at the start of the output
         text = "Let me check.\n\n" + fmt.render_calls(CALLS[:1])
         msg = assert_same_in_every_mode(text, name, tools=WEATHER_TOOLS)
@@ -74,7 +74,8 @@ def test_truncated_before_the_arguments_stays_content(name):
 
 @pytest.mark.parametrize("name", MARKED)
 def test_partial_marker_is_held_then_released(name):
-    trigger = (TOOL_CALL_FORMATS[name].section_start + TOOL_CALL_FORMATS[name].call_start)[:4]
+    opening = TOOL_CALL_FORMATS[name].section_start + TOOL_CALL_FORMATS[name].call_start
+    trigger = opening.split("\n")[0][:4]
     text = "abc " + trigger
     joined, _, deltas = stream(text, [1], name)
     assert joined.content == text.rstrip()

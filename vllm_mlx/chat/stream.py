@@ -22,7 +22,7 @@ from vllm_mlx.families.message import (
     ToolCallDelta,
 )
 from vllm_mlx.reasoning import DelimitedReasoningParser
-from vllm_mlx.tool_parsers import HarmonyParser, MarkedToolParser
+from vllm_mlx.tool_parsers import HarmonyParser, marked_parser
 from vllm_mlx.tool_parsers.base import DeltaBuilder, ToolParser
 
 log = logging.getLogger(__name__)
@@ -212,7 +212,7 @@ def make_output_stream(
         reasoning=DelimitedReasoningParser(reasoning_format, prompt_tail)
         if reasoning_format
         else None,
-        tools=MarkedToolParser(tool_format, tools) if tool_format else None,
+        tools=marked_parser(tool_format, tools) if tool_format else None,
     )
 
 

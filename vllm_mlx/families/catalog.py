@@ -7,6 +7,7 @@ add its detection markers, and check `render_call` against a real model output.
 
 from __future__ import annotations
 
+from . import more_families
 from .dialects import GEMMA, JSON, JSON_NAMED, PYTHON, JsonNamed, Xml
 from .formats import Channels, ReasoningFormat, ToolCallFormat
 
@@ -146,7 +147,7 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
             call_start=DEEPSEEK_CALL_BEGIN,
             name_end=DEEPSEEK_SEP,
             call_end=DEEPSEEK_CALL_END,
-            aliases=("deepseek_v3.1", "deepseek-v3.1", "deepseek_v32"),
+            aliases=("deepseek_v3.1", "deepseek-v3.1"),
         ),
         ToolCallFormat(
             "glm45",
@@ -266,3 +267,13 @@ TOOL_CALL_MODEL_NAMES = (
     ("devstral", "mistral"),
     ("qwen", "hermes"),
 )
+
+
+# The families added for issue 11 (`families.more_families`): formats appended, their more
+# specific detection markers tried first.
+REASONING_FORMATS.update((f.name, f) for f in more_families.REASONING)
+TOOL_CALL_FORMATS.update((f.name, f) for f in more_families.TOOL_CALLS)
+TOOL_CALL_MARKERS = more_families.TOOL_CALL_MARKERS_FIRST + TOOL_CALL_MARKERS
+TOOL_CALL_MODEL_NAMES = more_families.TOOL_CALL_MODEL_NAMES_FIRST + TOOL_CALL_MODEL_NAMES
+REASONING_MARKERS = more_families.REASONING_MARKERS_FIRST + REASONING_MARKERS
+REASONING_MODEL_NAMES = more_families.REASONING_MODEL_NAMES_FIRST + REASONING_MODEL_NAMES

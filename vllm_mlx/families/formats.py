@@ -22,6 +22,10 @@ Tool calls (`ToolCallFormat`). One call is written as::
 * ``dialect``: how NAME and ARGUMENTS are written, read and forced (`families.dialects`:
   ``json``, ``json_named``, ``xml``, ``python``, ``gemma``).
 * ``args_end``, ``call_end``: literal texts after the arguments; ``separator`` between calls.
+* ``dropped``: control markers that are never content (answer wrappers, turn ends); they are
+  removed wherever they appear in content (`tool_parsers.dropping`).
+* ``prompt_opens``: the opening of the first call that the generation prompt itself writes
+  (Functionary's ``>>>``): the output continues it (`tool_parsers.continued`).
 
 Whitespace: a newline written in any literal above means "optional whitespace" when parsing,
 and exactly that newline when generating. ``render_call`` writes one canonical call, which is
@@ -94,6 +98,8 @@ class ToolCallFormat:
     # Other openings of the same family, tried when this one does not match (mistral).
     variants: tuple[ToolCallFormat, ...] = field(default=(), compare=False)
     channels: Channels | None = None  # Harmony: calls are messages of its channel stream
+    dropped: tuple[str, ...] = ()
+    prompt_opens: str = ""
 
     def render_call(self, name: str, arguments: dict, *, index: int = 0) -> str:
         """One call written exactly as this family writes it (without section markers)."""

@@ -19,6 +19,8 @@ from vllm_mlx.families.catalog import (
 from vllm_mlx.families.formats import ToolCallFormat
 from vllm_mlx.families.registry import ParserRegistry, UnknownParserError
 from vllm_mlx.tool_parsers.base import ToolParser
+from vllm_mlx.tool_parsers.continued import ContinuedToolParser
+from vllm_mlx.tool_parsers.dropping import DroppingToolParser
 from vllm_mlx.tool_parsers.harmony import HarmonyParser
 from vllm_mlx.tool_parsers.marked import MarkedToolParser
 
@@ -28,7 +30,16 @@ __all__ = [
     "ToolParser",
     "ToolParserManager",
     "UnknownParserError",
+    "marked_parser",
 ]
+
+
+def marked_parser(fmt: ToolCallFormat, tools: list[dict] | None = None) -> ToolParser:
+    """The parser for a family written between markers (its control markers removed)."""
+    parser: ToolParser = MarkedToolParser(fmt, tools)
+    if fmt.dropped:
+        parser = DroppingToolParser(parser, fmt.dropped)
+    return ContinuedToolParser(parser, fmt.prompt_opens) if fmt.prompt_opens else parser
 
 
 class _ToolParsers(ParserRegistry[ToolCallFormat]):

@@ -223,7 +223,8 @@ class MarkedToolParser(ToolParser):
         """Start a call; ``raw_name`` None: the object names the function after its
         arguments, so the whole object is read first."""
         self._active = variant
-        name, call_id = raw_name or "", new_call_id()
+        name = raw_name or ""
+        call_id = variant.dialect.call_id(self._buf[:end]) or new_call_id()
         self._named = raw_name is not None
         if raw_name is not None and variant.name_prefix:
             call_id = raw_name

@@ -122,6 +122,10 @@ class Dialect:
             return expect_object(text, end, final, name)
         return Match.MATCH, end, name
 
+    def call_id(self, header: str) -> str | None:
+        """The id the model wrote in a matched call ``header`` (None: the server makes one)."""
+        return None
+
     def header_end(self, layout: Layout) -> str:
         """The literal text a call header ends with (an argument object's ``{`` counts)."""
         return "{" if self.object_arguments else layout.name_end
