@@ -211,13 +211,13 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
 
 # Detection, most specific first: (marker in the chat template or special tokens, parser) and
 # (substring of the lower-cased model name, parser).
-REASONING_MARKERS = (
+REASONING_MARKERS: tuple[tuple[str, str], ...] = (
     ("<seed:think>", "seed_oss"),
     ("[THINK]", "mistral"),
     (HARMONY.channel, "harmony"),
     ("<|channel>", "gemma4"),
 )
-REASONING_MODEL_NAMES = (
+REASONING_MODEL_NAMES: tuple[tuple[str, str], ...] = (
     ("gpt-oss", "harmony"),
     ("gpt_oss", "harmony"),
     ("seed-oss", "seed_oss"),
@@ -232,7 +232,7 @@ REASONING_MODEL_NAMES = (
     ("qwq", "qwen3"),
     ("qwen3", "qwen3"),
 )
-TOOL_CALL_MARKERS = (
+TOOL_CALL_MARKERS: tuple[tuple[str, str], ...] = (
     ("<|tool_calls_section_begin|>", "kimi_k2"),
     ("<minimax:tool_call>", "minimax_m2"),
     (HARMONY.channel, "harmony"),
@@ -245,7 +245,7 @@ TOOL_CALL_MARKERS = (
     ("<tool_call>", "hermes"),
     ("<|python_tag|>", "llama3_json"),
 )
-TOOL_CALL_MODEL_NAMES = (
+TOOL_CALL_MODEL_NAMES: tuple[tuple[str, str], ...] = (
     ("kimi", "kimi_k2"),
     ("gpt-oss", "harmony"),
     ("minimax-m2", "minimax_m2"),

@@ -8,6 +8,8 @@ Marker spellings and sources: docs/parsers.md.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .dialects import (
     FORCED_PYTHON,
     JSON,
@@ -76,8 +78,8 @@ _COHERE_CONTROL = (
     "<|CHATBOT_TOKEN|>",
     "<|END_OF_TURN_TOKEN|>",
 )
-_NEMOTRON_JSON = dict(section_end="\n]</TOOLCALL>", call_start="", separator=",\n")
-_JSON_LIST = dict(section_end="\n]", call_start="", separator=",\n")
+_NEMOTRON_JSON: dict[str, Any] = dict(section_end="\n]</TOOLCALL>", call_start="", separator=",\n")
+_JSON_LIST: dict[str, Any] = dict(section_end="\n]", call_start="", separator=",\n")
 
 TOOL_CALLS: tuple[ToolCallFormat, ...] = (
     ToolCallFormat(
