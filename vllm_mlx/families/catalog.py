@@ -12,7 +12,28 @@ from .formats import Channels, ReasoningFormat, ToolCallFormat
 
 HARMONY = Channels()
 
-THINK = ReasoningFormat("qwen3", "<think>", "</think>", aliases=("qwen", "qwen3_5", "qwq"))
+THINK = ReasoningFormat(
+    "qwen3",
+    "<think>",
+    "</think>",
+    # `<think>` writers whose template may open the block (the prompt tail says so):
+    # upstream's think / step3p5, Kimi K2/K2.5 and Nemotron 3 (SMG, vLLM), DeepSeek V3/V3.1
+    aliases=(
+        "qwen",
+        "qwen3_5",
+        "qwq",
+        "think",
+        "step3p5",
+        "kimi",
+        "kimi_k2",
+        "kimi_k25",
+        "kimi_thinking",
+        "nano_v3",
+        "nemotron_v3",
+        "deepseek_v3",
+        "deepseek_v31",
+    ),
+)
 
 REASONING_FORMATS: dict[str, ReasoningFormat] = {
     f.name: f
@@ -23,7 +44,16 @@ REASONING_FORMATS: dict[str, ReasoningFormat] = {
             "<think>",
             "</think>",
             starts_in_reasoning=True,
-            aliases=("deepseek-r1", "r1", "deepseek"),
+            # templates that always open the block: Qwen3 Thinking-2507, MiniMax-M2
+            aliases=(
+                "deepseek-r1",
+                "r1",
+                "deepseek",
+                "qwen3_thinking",
+                "minimax",
+                "minimax_m2",
+                "minimax_m2_append_think",
+            ),
         ),
         ReasoningFormat(
             "glm45", "<think>", "</think>", aliases=("glm4", "glm4_moe", "glm-4.5", "glm47")
@@ -34,7 +64,7 @@ REASONING_FORMATS: dict[str, ReasoningFormat] = {
             "harmony",
             HARMONY.channel + HARMONY.reasoning_channel + HARMONY.message,
             HARMONY.end,
-            aliases=("gpt_oss", "gpt-oss", "openai"),
+            aliases=("gpt_oss", "gpt-oss", "openai", "openai_gptoss"),
             channels=HARMONY,
         ),
         ReasoningFormat("seed_oss", "<seed:think>", "</seed:think>", aliases=("seed-oss", "seed")),
@@ -58,7 +88,7 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
             call_start="<tool_call>\n",
             call_end="\n</tool_call>",
             separator="\n",
-            aliases=("qwen", "qwen2_5", "qwen3", "nous"),
+            aliases=("qwen", "qwen2_5", "qwen3", "nous", "granite4", "granite_4"),
         ),
         ToolCallFormat(
             "qwen3_coder",
@@ -68,7 +98,19 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
             args_end="</function>",
             call_end="\n</tool_call>",
             separator="\n",
-            aliases=("qwen3_xml", "qwen3_5", "qwen3.5", "qwen3coder"),
+            # Nemotron 3 and Step 3.5 write Qwen3-Coder XML (upstream vllm-mlx's names)
+            aliases=(
+                "qwen3_xml",
+                "qwen3_5",
+                "qwen3.5",
+                "qwen3coder",
+                "qwen_xml",
+                "qwen_coder",
+                "nemotron",
+                "nemotron3",
+                "step3p5",
+                "step",
+            ),
         ),
         ToolCallFormat(
             "llama3_json",
@@ -76,7 +118,15 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
             section_start="<|python_tag|>",
             call_start="",
             separator="; ",
-            aliases=("llama3", "llama3_1", "llama3.1", "llama3.2", "llama"),
+            aliases=(
+                "llama3",
+                "llama3_1",
+                "llama3.1",
+                "llama3.2",
+                "llama",
+                "llama4",
+                "llama4_json",
+            ),
             variants=(
                 ToolCallFormat(
                     "llama3_json",
@@ -94,7 +144,7 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
             call_start="",
             name_end="(",
             separator=", ",
-            aliases=("llama4_pythonic", "llama4", "python"),
+            aliases=("llama4_pythonic", "python"),
             variants=(
                 ToolCallFormat(
                     "pythonic",
@@ -136,7 +186,7 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
             name_end="\n```json\n",
             args_end="\n```",
             call_end=DEEPSEEK_CALL_END,
-            aliases=("deepseek-v3", "deepseek_r1_0528", "deepseek"),
+            aliases=("deepseek-v3", "deepseek_r1_0528", "deepseek", "deepseek_r1"),
         ),
         ToolCallFormat(
             "deepseek_v31",
@@ -146,7 +196,7 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
             call_start=DEEPSEEK_CALL_BEGIN,
             name_end=DEEPSEEK_SEP,
             call_end=DEEPSEEK_CALL_END,
-            aliases=("deepseek_v3.1", "deepseek-v3.1", "deepseek_v32"),
+            aliases=("deepseek_v3.1", "deepseek-v3.1", "deepseek31"),
         ),
         ToolCallFormat(
             "glm45",
@@ -155,7 +205,7 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
             name_end="\n",
             call_end="</tool_call>",
             separator="\n",
-            aliases=("glm4", "glm4_moe", "glm-4.5", "glm47", "glm4.7"),
+            aliases=("glm4", "glm4_moe", "glm-4.5", "glm47", "glm4.7", "glm45_moe", "glm47_moe"),
         ),
         ToolCallFormat(
             "kimi_k2",
@@ -166,7 +216,7 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
             name_prefix="functions.",
             name_end="<|tool_call_argument_begin|>",
             call_end="<|tool_call_end|>",
-            aliases=("kimi", "kimi-k2"),
+            aliases=("kimi", "kimi-k2", "kimik2", "moonshot"),
         ),
         ToolCallFormat(
             "minimax_m2",
@@ -207,6 +257,10 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
     )
 }
 
+# Upstream vllm-mlx's names that try every format: here they ask for detection from the
+# model; with no model to detect from (`vllm-mlx parse`) they mean the Hermes fallback.
+AUTO_TOOL_NAMES = ("auto", "generic")
+FALLBACK_TOOL_FORMAT = "hermes"
 
 # Detection, most specific first: (marker in the chat template or special tokens, parser) and
 # (substring of the lower-cased model name, parser).
