@@ -65,6 +65,7 @@ class MarkedToolParser(ToolParser):
         self._seen_text = False
         self._pending_ws = ""
         self._skip_ws = False
+        self._gap = ""  # whitespace around the calls since the last content text
         self._index = 0
         self._active = fmt
         self._args: ArgumentReader | None = None
@@ -194,7 +195,9 @@ class MarkedToolParser(ToolParser):
 
     def _between(self, out: DeltaBuilder, final: bool) -> None:
         v = self._active
-        self._buf = self._buf.lstrip()  # whitespace between calls is layout
+        stripped = self._buf.lstrip()  # whitespace between calls is layout
+        self._gap += self._buf[: len(self._buf) - len(stripped)]
+        self._buf = stripped
         if not self._buf and not final:
             return
         if v.section_end:
@@ -235,7 +238,8 @@ class MarkedToolParser(ToolParser):
         self._buf, self._state = self._buf[end:], _State.ARGS
         if self._args.streams:
             out.call_start(self._index, call_id, name)
-            self._call_raw, self._pending_ws = [], ""
+            self._call_raw = []
+            self._hold_gap()
         else:
             self._call = (call_id, name)
 
@@ -250,7 +254,8 @@ class MarkedToolParser(ToolParser):
                 if not self._named:
                     name = self._args.name
                 out.call_start(self._index, call_id, name)
-                self._call, self._call_raw, self._pending_ws = None, [], ""
+                self._call, self._call_raw = None, []
+                self._hold_gap()
         out.arguments(self._index, text)
         if status is Status.DONE:
             self._call, self._call_raw, self._state = None, [], _State.AFTER
@@ -296,14 +301,24 @@ class MarkedToolParser(ToolParser):
     def _content(self, text: str, out: DeltaBuilder) -> None:
         out.content(self._plain(text))
 
+    def _hold_gap(self) -> None:
+        """A call starts: the whitespace before it waits for the text after it."""
+        self._gap += self._pending_ws
+        self._pending_ws = ""
+
     def _plain(self, text: str) -> str:
-        """What plain ``text`` adds to content. Whitespace right before or after a call is
-        layout, not content, so trailing whitespace waits for the next text."""
+        """What plain ``text`` adds to content. Trailing whitespace waits for the next text;
+        the whitespace around calls joins the text before them to the text after them
+        (`_join_gap`), and is dropped at the ends of the content."""
         if self._skip_ws:
-            text = text.lstrip()
-            if not text:
+            stripped = text.lstrip()
+            self._gap += text[: len(text) - len(stripped)]
+            if not stripped:
                 return ""
-            self._skip_ws = False
+            text, self._skip_ws = stripped, False
+            gap, self._gap = self._gap, ""
+            if self._seen_text:
+                self._pending_ws = _join_gap(gap)
         body = text.rstrip()
         if not body:
             self._pending_ws += text
@@ -311,6 +326,13 @@ class MarkedToolParser(ToolParser):
         released, self._pending_ws = self._pending_ws + body, text[len(body) :]
         self._seen_text = True
         return released
+
+
+def _join_gap(gap: str) -> str:
+    """The whitespace that separates the text before a call from the text after it: kept as
+    written, except that more than one line break is one paragraph break (a call on its
+    own lines between two paragraphs leaves two paragraphs, not four blank lines)."""
+    return "\n\n" if gap.count("\n") > 1 else gap
 
 
 def _trigger(variant: ToolCallFormat) -> str:
