@@ -18,7 +18,14 @@ from enum import Enum
 
 from vllm_mlx.families.dialects import ArgumentReader, Status
 from vllm_mlx.families.formats import ToolCallFormat
-from vllm_mlx.families.literal import MAX_NAME, Match, match_literal, partial_suffix, skip_space
+from vllm_mlx.families.literal import (
+    MAX_NAME,
+    Match,
+    first_marker,
+    match_literal,
+    partial_suffix,
+    skip_space,
+)
 from vllm_mlx.families.message import CONTENT, Quick
 from vllm_mlx.tool_parsers.base import DeltaBuilder, ToolParser, new_call_id, parameter_schemas
 
@@ -337,8 +344,7 @@ def _join_gap(gap: str) -> str:
 
 def _trigger(variant: ToolCallFormat) -> str:
     """The first literal text of a call, which starts holding text back."""
-    opening = variant.section_start + variant.call_start + variant.dialect.lead
-    return opening.split("\n", 1)[0]
+    return first_marker(variant.section_start + variant.call_start + variant.dialect.lead)
 
 
 def _last_chars(literals) -> str | None:
