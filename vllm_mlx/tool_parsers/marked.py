@@ -33,6 +33,9 @@ _KIMI_INDEX = re.compile(r":\d+$")
 _NOT_NAME = re.compile(r"[^\w.\-:/]")  # the complement of `literal.NAME_CHARS`
 _MAX_HEADER = 4 * MAX_NAME
 _RECHECK = 16  # characters held markup may grow by before it is re-matched
+# Between calls models write any of these (then optional whitespace), or only whitespace,
+# whatever their family's canonical separator is (Llama 3's ``; ``).
+_SEPARATORS = (";\n", ",\n")
 
 
 class _State(Enum):
@@ -214,7 +217,8 @@ class MarkedToolParser(ToolParser):
                 return
             if state is Match.PARTIAL:
                 return
-        options = [(v, v.separator), (v, "")] if v.separator else [(v, "")]
+        seps = (v.separator, *_SEPARATORS) if v.separator else ()
+        options = [(v, sep) for sep in seps] + [(v, "")]
         self._try_calls(out, final, options, self._leave_section)
 
     def _try_calls(self, out, final, options, on_fail) -> None:
