@@ -76,6 +76,7 @@ DEEPSEEK_CALLS_END = "<｜tool▁calls▁end｜>"
 DEEPSEEK_CALL_BEGIN = "<｜tool▁call▁begin｜>"
 DEEPSEEK_CALL_END = "<｜tool▁call▁end｜>"
 DEEPSEEK_SEP = "<｜tool▁sep｜>"
+DEEPSEEK_EOS = "<｜end▁of▁sentence｜>"
 
 _MISTRAL_NAMED = ToolCallFormat("mistral", JSON, call_start="[TOOL_CALLS]", name_end="[ARGS]")
 
@@ -187,6 +188,7 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
             args_end="\n```",
             call_end=DEEPSEEK_CALL_END,
             aliases=("deepseek-v3", "deepseek_r1_0528", "deepseek", "deepseek_r1"),
+            controls=(DEEPSEEK_EOS,),
         ),
         ToolCallFormat(
             "deepseek_v31",
@@ -197,6 +199,7 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
             name_end=DEEPSEEK_SEP,
             call_end=DEEPSEEK_CALL_END,
             aliases=("deepseek_v3.1", "deepseek-v3.1", "deepseek31"),
+            controls=(DEEPSEEK_EOS,),
         ),
         ToolCallFormat(
             "glm45",

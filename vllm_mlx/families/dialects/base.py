@@ -69,6 +69,11 @@ class ArgumentReader(Protocol):
 
     def feed(self, text: str, final: bool) -> Step: ...
 
+    def close(self) -> str:
+        """The JSON text that ends what was released validly (a call cut off or failed
+        after it was reported)."""
+        ...
+
 
 class Layout(Protocol):
     """The literal texts of a family's call around its name and arguments (a

@@ -42,6 +42,9 @@ class NameLastObject:
         self._raw.append(text)
         return ""
 
+    def close(self) -> str:
+        return ""  # nothing is released before the object is read whole
+
     def feed(self, text: str, final: bool) -> Step:
         _, used, status = self._scan.feed(text, final)
         self._raw.append(text[:used])

@@ -248,6 +248,16 @@ class XmlArguments:
                 self._close_value(out)
                 self._phase, pos = _XmlPhase.KEY_OR_END, at + len(self._value_end)
 
+    def close(self) -> str:
+        if not self._opened:
+            return ""
+        if self._phase is not _XmlPhase.VALUE:
+            return "}"
+        if self._string:
+            return '"}'
+        value = typed_value(self._pending, self._properties.get(self._key))
+        return json.dumps(value, ensure_ascii=False) + "}"
+
     def _read_key(self, text: str, pos: int, final: bool) -> tuple[str, int] | None:
         """Key, its closing tag, the value's opening and one layout newline; None if the
         text does not hold all of it yet."""
