@@ -33,6 +33,7 @@ THINK = ReasoningFormat(
         "deepseek_v3",
         "deepseek_v31",
     ),
+    call_markers=("<tool_call>",),
 )
 
 REASONING_FORMATS: dict[str, ReasoningFormat] = {

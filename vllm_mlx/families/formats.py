@@ -73,6 +73,9 @@ class ReasoningFormat:
     end: str
     starts_in_reasoning: bool = False
     aliases: tuple[str, ...] = ()
+    # texts that open a tool call: one met inside a block that never closes ends the
+    # reasoning (used when no tool-call format says which; see `reasoning.delimited`)
+    call_markers: tuple[str, ...] = ()
     channels: Channels | None = None  # Harmony: reasoning is a channel of its message stream
 
 

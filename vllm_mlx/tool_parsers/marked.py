@@ -91,6 +91,11 @@ class MarkedToolParser(ToolParser):
         self._closing = ""  # the literal text after the current call's arguments
         self._call_raw: list[str] = []  # raw text of a call not yet reported
 
+    @property
+    def triggers(self) -> tuple[str, ...]:
+        """The texts that open a call anywhere in the output."""
+        return tuple(self._triggers)
+
     def quick(self, text: str) -> Quick:
         """Plain text that cannot begin a call, argument text a reader passes through, or
         text merged into held markup (see `_may_decide`)."""
