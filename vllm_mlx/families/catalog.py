@@ -79,7 +79,11 @@ DEEPSEEK_CALL_END = "<｜tool▁call▁end｜>"
 DEEPSEEK_SEP = "<｜tool▁sep｜>"
 DEEPSEEK_EOS = "<｜end▁of▁sentence｜>"
 
-_MISTRAL_NAMED = ToolCallFormat("mistral", JSON, call_start="[TOOL_CALLS]", name_end="[ARGS]")
+_MISTRAL_NAMED = ToolCallFormat(
+    "mistral", JSON, call_start="[TOOL_CALLS]", name_end="[ARGS]", call_id_marker="[CALL_ID]"
+)
+# v11 tokenizers without [ARGS]: the name directly followed by the JSON object
+_MISTRAL_BARE_NAME = ToolCallFormat("mistral", JSON, call_start="[TOOL_CALLS]")
 
 TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
     f.name: f
@@ -169,6 +173,7 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
             aliases=("magistral", "devstral", "mistral_small"),
             variants=(
                 _MISTRAL_NAMED,
+                _MISTRAL_BARE_NAME,
                 ToolCallFormat(
                     "mistral",
                     JSON_NAMED,

@@ -93,6 +93,9 @@ class ToolCallFormat:
     section_end: str = ""
     separator: str = ""
     name_prefix: str = ""
+    # a marker after the name that introduces the model's own call id (Mistral's
+    # ``[CALL_ID]``), optional when parsing, never written
+    call_id_marker: str = ""
     aliases: tuple[str, ...] = ()
     # end-of-turn tokens the model may write after its calls; never content
     controls: tuple[str, ...] = ()

@@ -276,6 +276,9 @@ class MarkedToolParser(ToolParser):
         if raw_name is not None and variant.name_prefix:
             call_id = raw_name
             name = _KIMI_INDEX.sub("", raw_name.removeprefix(variant.name_prefix))
+        if variant.call_id_marker and variant.call_id_marker in self._buf[:end]:
+            own = self._buf[:end].split(variant.call_id_marker, 1)[1]
+            call_id = own[: own.index(variant.name_end)].strip() or call_id
         dialect = variant.dialect
         self._closing = dialect.closing(variant, self._named)
         self._args = dialect.reader(self._properties.get(name, {}), self._named)
@@ -320,6 +323,13 @@ class MarkedToolParser(ToolParser):
 
     def _after(self, out: DeltaBuilder, final: bool) -> None:
         v = self._active
+        skip = 0
+        if self._named:
+            state, skip = v.dialect.extra_members(self._buf, final)
+            if state is Match.PARTIAL:
+                return
+            if skip:
+                self._consume(skip)
         state, end = match_literal(self._buf, 0, self._closing, final)
         if state is Match.FAIL and v.args_end:  # the arguments' end tag is missing
             state, end = match_literal(self._buf, 0, v.call_end, final)

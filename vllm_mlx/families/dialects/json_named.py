@@ -19,6 +19,7 @@ from .base import ArgumentReader, Dialect, Layout, Status, Step, expect_object
 from .json import JsonArguments
 
 _JSON_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"', re.DOTALL)
+_DECODER = json.JSONDecoder()
 
 
 class NameLastObject:
@@ -113,6 +114,27 @@ class JsonNamed(Dialect):
             if state is Match.PARTIAL:
                 result = Match.PARTIAL, end
         return (*result, "")
+
+    def extra_members(self, text: str, final: bool) -> tuple[Match, int]:
+        """Keys after the arguments (Mistral Nemo's ``"id"``): ``, "key": value`` ..."""
+        pos = 0
+        while True:
+            state, at = match_literal(text, pos, '\n,\n"', final)
+            if state is not Match.MATCH:
+                return (Match.MATCH, pos) if state is Match.FAIL else (state, pos)
+            m = _JSON_STRING.match(text, at - 1)
+            state, at = (
+                (Match.FAIL, at) if m is None else match_literal(text, m.end(), "\n:\n", final)
+            )
+            if state is not Match.MATCH:
+                return (Match.PARTIAL if m is None and not final else state), pos
+            try:
+                _, end = _DECODER.raw_decode(text, at)
+            except ValueError:
+                return (Match.FAIL if final else Match.PARTIAL), pos
+            if end == len(text) and not final:
+                return Match.PARTIAL, pos  # a number may continue
+            pos = end
 
     def closing(self, layout: Layout, named: bool = True) -> str:
         """After the arguments object: the wrapper's ``}`` (read by `NameLastObject` itself
