@@ -331,6 +331,8 @@ class MarkedToolParser(ToolParser):
             if skip:
                 self._consume(skip)
         state, end = match_literal(self._buf, 0, self._closing, final)
+        if state is Match.FAIL and self._named and self._next_in_block(v, out, final):
+            return
         if state is Match.FAIL and v.args_end:  # the arguments' end tag is missing
             state, end = match_literal(self._buf, 0, v.call_end, final)
         if state is Match.FAIL and final:  # a stop string ate the rest of the closing
@@ -344,6 +346,30 @@ class MarkedToolParser(ToolParser):
         in_section = bool(v.section_start or v.separator) and state is Match.MATCH
         self._state = _State.BETWEEN if in_section else _State.TEXT
         self._skip_ws = True
+
+    def _next_in_block(self, v: ToolCallFormat, out: DeltaBuilder, final: bool) -> bool:
+        """Several call objects in one block (``{…}, {…}`` or one per line inside one
+        ``<tool_call>``): another object instead of the closing starts the next call.
+        True when that was decided (a call started, or more text is needed)."""
+        wrapper = v.dialect.closing(v, True)[: -len(v.args_end + v.call_end) or None]
+        if not v.dialect.lead or not v.call_end or wrapper == v.dialect.closing(v, True):
+            return False
+        state, at = match_literal(self._buf, 0, wrapper, final)
+        if state is not Match.MATCH:
+            return False
+        for lead in _SEPARATORS + ("\n",):
+            state, pos = match_literal(self._buf, at, lead, final)
+            if state is not Match.MATCH:
+                continue
+            state, end, name = v.dialect.match_header(v, self._buf, pos, final)
+            if state is Match.PARTIAL:
+                return True
+            if state is Match.MATCH:
+                self._index += 1
+                self._consume(pos)
+                self._commit(v, name, end - pos, out)
+                return True
+        return False
 
     def _section_start(self, variant: ToolCallFormat) -> str:
         return variant.section_start
