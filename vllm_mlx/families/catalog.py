@@ -255,6 +255,19 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
             call_start="",
             separator=", ",
             aliases=("granite3", "granite-3"),
+            variants=(
+                # Granite 3.1 writes the list after a plain <tool_call>; a lone object
+                # without the list is accepted too
+                ToolCallFormat(
+                    "granite",
+                    JSON_NAMED,
+                    section_start="<tool_call>[",
+                    section_end="]",
+                    call_start="",
+                    separator=", ",
+                ),
+                ToolCallFormat("granite", JSON_NAMED, section_start="<|tool_call|>", call_start=""),
+            ),
         ),
         ToolCallFormat(
             "gemma4",

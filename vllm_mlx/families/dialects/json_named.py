@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..lark import LarkRules, hoisted, json_value, without_defs
-from ..literal import MAX_NAME, Match, match_literal
+from ..literal import MAX_NAME, Match, match_literal, skip_space
 from .base import ArgumentReader, Dialect, Layout, Status, Step, expect_object
 from .json import JsonArguments
 
@@ -63,6 +63,84 @@ class NameLastObject:
         return json.dumps(args, ensure_ascii=False), used, Status.DONE
 
 
+class EncodedArguments:
+    """Arguments written as a JSON string holding the object (``"arguments": "{\\"a\\": 1}"``,
+    Granite 4): held until the string ends, then decoded; anything but an object fails."""
+
+    streams = False
+    settles = '"'
+    unread = ""
+    name = ""
+
+    def __init__(self) -> None:
+        self._raw: list[str] = []
+
+    def quick(self, text: str) -> str | None:
+        return None
+
+    def close(self) -> str:
+        return ""
+
+    def feed(self, text: str, final: bool) -> Step:
+        source = "".join(self._raw) + text
+        m = _JSON_STRING.match(source, skip_space(source, 0))
+        if m is None:
+            self._raw.append(text)
+            status = Status.FAIL if final else Status.MORE
+            return "", len(text), status
+        used = m.end() - (len(source) - len(text))
+        try:
+            value = json.loads(json.loads(m.group(0)))
+        except ValueError:
+            return "", used, Status.FAIL
+        if not isinstance(value, dict):
+            return "", used, Status.FAIL
+        return json.dumps(value, ensure_ascii=False), used, Status.DONE
+
+
+class NamedArguments:
+    """The arguments of a named call: an object (streamed) or a JSON string holding one."""
+
+    def __init__(self) -> None:
+        self._reader: ArgumentReader | None = None
+
+    def _pick(self, text: str) -> ArgumentReader | None:
+        if self._reader is None:
+            at = skip_space(text, 0)
+            if at < len(text):
+                self._reader = EncodedArguments() if text[at] == '"' else JsonArguments()
+        return self._reader
+
+    @property
+    def streams(self) -> bool:
+        return False  # JsonArguments reports the call with its first released text
+
+    @property
+    def settles(self) -> str | None:
+        return None if self._reader is None else self._reader.settles
+
+    @property
+    def unread(self) -> str:
+        return "" if self._reader is None else self._reader.unread
+
+    @property
+    def name(self) -> str:
+        return ""
+
+    def quick(self, text: str) -> str | None:
+        reader = self._pick(text)
+        return None if reader is None else reader.quick(text)
+
+    def close(self) -> str:
+        return "" if self._reader is None else self._reader.close()
+
+    def feed(self, text: str, final: bool) -> Step:
+        reader = self._pick(text)
+        if reader is None:
+            return "", 0, Status.FAIL if final else Status.MORE
+        return reader.feed(text, final)
+
+
 @dataclass(frozen=True)
 class JsonNamed(Dialect):
     """``{"name": NAME, "<arguments_key>": {...}}`` right after ``call_start``."""
@@ -79,7 +157,7 @@ class JsonNamed(Dialect):
 
     # -- reading ---------------------------------------------------------------------------
     def reader(self, properties: dict[str, Any], named: bool = True) -> ArgumentReader:
-        return JsonArguments() if named else NameLastObject(self.keys())
+        return NamedArguments() if named else NameLastObject(self.keys())
 
     def match_header(
         self, layout: Layout, text: str, pos: int, final: bool
@@ -101,6 +179,9 @@ class JsonNamed(Dialect):
                 break
         if state is not Match.MATCH:
             return state, end, ""
+        at = skip_space(text, end)
+        if at < len(text) and text[at] == '"':  # arguments as a JSON string
+            return Match.MATCH, end, name
         return expect_object(text, end, final, name)
 
     def _arguments_first(self, text: str, start: int, final: bool):
