@@ -478,8 +478,10 @@ def _last_chars(literals) -> str | None:
 
 
 def _at_start_only(variant: ToolCallFormat) -> bool:
-    """Bare openings (``[`` or ``{``) count as calls only at the start of the output."""
-    return len(_trigger(variant)) == 1
+    """A bare JSON opening (``{``) counts as a call only at the start of the output; a bare
+    call list (``[name(``) anywhere, since its header is distinctive (Llama 4 writes the
+    list after prose)."""
+    return len(_trigger(variant)) == 1 and not variant.name_end
 
 
 def _match_header(
