@@ -28,11 +28,13 @@ NOT_IMPLEMENTED = {
     "cohere",
     "cohere_command3",
     "command_r",
+    "command_r_plus",
     "deepseek32",
     "deepseek_v32",
     "deepseek_v4",
     "functionary",
     "functionary_v3",
+    "functionary_v31",
     "json",
     "kimi_k3",
     "lfm2",
@@ -49,12 +51,86 @@ NOT_IMPLEMENTED = {
     "cohere_cmd",
     "granite",
 }
+# Nemotron Nano v2's <TOOLCALL> cases: the corpus names them `nemotron`, which upstream
+# vllm-mlx (and we, as a drop-in alias) use for Nemotron 3's Qwen3-Coder XML; the <TOOLCALL>
+# family is not implemented yet.
+NOT_IMPLEMENTED_CASES = {
+    "nemotron-vllm-array",
+    "nemotron-vllm-single-object",
+    "nemotron-vllm-string-args",
+    "nemotron-vllm-malformed",
+    "nemotron-vllm-nested",
+    "nemotron-vllm-think-as-content",
+    "nemotron-vllm-think-reasoning",
+    "nemotron-vllm-two",
+    "nemotron-vllm-no-call",
+    "nemotron-lcpp-nano2-special",
+}
 # reasoning names that exist as tool-call names (or the other way round) are told apart
 NOT_IMPLEMENTED_REASONING = NOT_IMPLEMENTED - {"seed_oss"}
 NOT_IMPLEMENTED_TOOL = NOT_IMPLEMENTED - {"granite"}
 
 # Cases we could not fix, with the reason. Strict: a case that starts passing must leave.
-KNOWN_FAILURES: dict[str, str] = {}
+KNOWN_FAILURES: dict[str, str] = {
+    # A malformed call before a good one in the same section: the failed call's text goes
+    # back to content and is rescanned from the section opener, so the good sibling (whose
+    # own opener is not a trigger) is not found. Needs a per-call resync inside sections.
+    "deepseek_v3-smg-malformed-first": "malformed sibling call hides the good one",
+    "deepseek_v31-smg-malformed-first": "malformed sibling call hides the good one",
+    "kimi_k2-vllm-invalid-json-sibling": "malformed sibling: the bad call is ended validly "
+    "(its streamed part kept) instead of dropped, the good one is lost",
+    "kimi_k2-vllm-invalid-id": "an id without the functions. prefix is not rejected",
+    # Gemma 4's literal dialect: quoted keys, `108.` numbers and a cut-off string value
+    "gemma4-vllm-quoted-key": "gemma4 dialect: quoted keys not read",
+    "gemma4-vllm-nested-quoted-key": "gemma4 dialect: quoted keys not read",
+    "gemma4-vllm-trailing-dot": "gemma4 dialect: numbers like 108. not read",
+    "gemma4-issue-trailing-dot": "gemma4 dialect: numbers like 108. not read",
+    "gemma4-vllm-incomplete": "gemma4 dialect: a cut-off string value loses the call",
+    # Peers disagree: SMG infers types for schema-less XML values; we keep undeclared values
+    # verbatim (a string the tool did not type stays the string the model wrote).
+    "glm45-smg47-types-noschema": "choice: undeclared XML values stay strings",
+    "minimax_m2-smg-no-schema": "choice: undeclared XML values stay strings",
+    # JSON reader: a lone `{` before the cut is not yet a value, so nothing is reported
+    "granite-vllm-truncated": "a call cut off right after `{` is not reported",
+    # Harmony: unfinished header at stream end, `\n` between messages, a second call
+    # after `\n<|start|>assistant to=…` (the one stream!=whole case of the corpus)
+    "harmony-issue-unfinished-header": "harmony: unfinished header leaks",
+    "harmony-issue-unfinished-header-only": "harmony: unfinished header leaks",
+    "harmony-vllm-final-prefix-only": "harmony: unfinished header leaks",
+    "harmony-lcpp-analysis-final": "harmony: newline between messages kept",
+    "harmony-lcpp-analysis-then-call": "harmony: newline between messages kept",
+    "harmony-lcpp-parallel": "harmony: second call after a newline leaks; 1-char chunks differ",
+    # Kimi: calls without the functions. prefix / section markers, ids that are bare counters
+    "kimi_k2-smg-whitespace": "kimi: whitespace inside the id (`functions.test :0`)",
+    "kimi_k2-vllm-bare-counter": "kimi: bare counter id `0` (name from the tools)",
+    "kimi_k2-vllm-bare-counter-infer": "kimi: bare counter id `0` (name from the tools)",
+    "kimi_k2-vllm-bare-counter-ambiguous": "kimi: bare counter id `0` is taken as the name",
+    "kimi_k2-lcpp-kt-call-in-think-bare": "kimi: calls without section markers in think",
+    "kimi_k2-lcpp-kt-bare-real": "kimi: calls without section markers",
+    # Llama 3 JSON: a bare object at the start followed by prose is a call here (SMG: text)
+    "llama3_json-smg-trailing-text": "bare JSON then prose: we report the call",
+    # Mistral: the marker before prose is kept (dropping it needs the rest held back); Nemo's
+    # id comes after the streamed arguments, when the call was already reported with ours
+    "mistral-vllm-pre11-not-json": "[TOOL_CALLS] before prose is kept as content",
+    "mistral-lcpp-nemo-id": "Nemo's id after the arguments is not the call id",
+    # Qwen3-Coder XML recovery: a parameter without its closing tag, <function=…> without
+    # the <tool_call> wrapper
+    "qwen3_coder-smg-param-no-close": "xml: parameter without </parameter>",
+    "qwen3_coder-issue-param-no-close": "xml: parameter without </parameter>",
+    "qwen3_coder-vllm-no-tags": "xml: <function=…> without <tool_call>",
+    "qwen3_coder-issue-no-wrapper": "xml: <function=…> without <tool_call>",
+    # Gemma 4 reasoning: `<|channel>` without `thought`, the newline after `thought`, and a
+    # block after text
+    "names-reasoning-gemma4": "gemma4 reasoning: newline after thought kept",
+    "reasoning_gemma4-vllm-thought-prefix": "gemma4 reasoning: newline after thought kept",
+    "reasoning_gemma4-vllm-thought-only": "gemma4 reasoning: newline after thought kept",
+    "reasoning_gemma4-vllm-thought-multiline": "gemma4 reasoning: newline after thought kept",
+    "reasoning_gemma4-vllm-no-content": "gemma4 reasoning: <|channel> without thought",
+    "reasoning_gemma4-vllm-reasoning": "gemma4 reasoning: <|channel> without thought",
+    "reasoning_gemma4-vllm-multiline": "gemma4 reasoning: <|channel> without thought",
+    "reasoning_gemma4-vllm-thousand": "gemma4 reasoning: <|channel> without thought",
+    "reasoning_gemma4-vllm-text-before": "gemma4 reasoning: a block after text",
+}
 
 
 def _cases() -> list:
@@ -62,7 +138,11 @@ def _cases() -> list:
     for case in load_cases(CORPUS, None):
         marks = []
         tool, reasoning = case.get("tool_call_parser"), case.get("reasoning_parser")
-        if tool in NOT_IMPLEMENTED_TOOL or reasoning in NOT_IMPLEMENTED_REASONING:
+        if (
+            tool in NOT_IMPLEMENTED_TOOL
+            or reasoning in NOT_IMPLEMENTED_REASONING
+            or case["id"] in NOT_IMPLEMENTED_CASES
+        ):
             marks.append(pytest.mark.skip(reason="family not implemented"))
         elif case["id"] in KNOWN_FAILURES:
             marks.append(pytest.mark.xfail(reason=KNOWN_FAILURES[case["id"]], strict=True))
