@@ -111,10 +111,9 @@ KNOWN_FAILURES: dict[str, str] = {
     # id comes after the streamed arguments, when the call was already reported with ours
     "mistral-vllm-pre11-not-json": "[TOOL_CALLS] before prose is kept as content",
     "mistral-lcpp-nemo-id": "Nemo's id after the arguments is not the call id",
-    # Qwen3-Coder XML recovery: a parameter without its closing tag, <function=…> without
-    # the <tool_call> wrapper
-    "qwen3_coder-smg-param-no-close": "xml: parameter without </parameter>",
-    "qwen3_coder-issue-param-no-close": "xml: parameter without </parameter>",
+    # Qwen3-Coder XML recovery: a parameter without its closing tag before </function> (one
+    # before the next parameter is read), <function=…> without the <tool_call> wrapper
+    "qwen3_coder-smg-param-no-close": "xml: parameter without </parameter> before </function>",
     "qwen3_coder-vllm-no-tags": "xml: <function=…> without <tool_call>",
     "qwen3_coder-issue-no-wrapper": "xml: <function=…> without <tool_call>",
     # Gemma 4 reasoning: `<|channel>` without `thought`, the newline after `thought`, and a
