@@ -112,10 +112,8 @@ KNOWN_FAILURES: dict[str, str] = {
     "mistral-vllm-pre11-not-json": "[TOOL_CALLS] before prose is kept as content",
     "mistral-lcpp-nemo-id": "Nemo's id after the arguments is not the call id",
     # Qwen3-Coder XML recovery: a parameter without its closing tag before </function> (one
-    # before the next parameter is read), <function=…> without the <tool_call> wrapper
+    # before the next parameter is read)
     "qwen3_coder-smg-param-no-close": "xml: parameter without </parameter> before </function>",
-    "qwen3_coder-vllm-no-tags": "xml: <function=…> without <tool_call>",
-    "qwen3_coder-issue-no-wrapper": "xml: <function=…> without <tool_call>",
     # Gemma 4 reasoning: `<|channel>` without `thought`, the newline after `thought`, and a
     # block after text
     "names-reasoning-gemma4": "gemma4 reasoning: newline after thought kept",

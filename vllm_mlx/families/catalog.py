@@ -117,6 +117,16 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
                 "step3p5",
                 "step",
             ),
+            # <function=…> written without the <tool_call> wrapper
+            variants=(
+                ToolCallFormat(
+                    "qwen3_coder",
+                    Xml("<parameter=", ">\n", "\n</parameter>"),
+                    call_start="<function=",
+                    name_end=">\n",
+                    args_end="</function>",
+                ),
+            ),
         ),
         ToolCallFormat(
             "llama3_json",
