@@ -138,7 +138,7 @@ def select_formats(
         reasoning = ReasoningParserManager.resolve(reasoning)
     else:
         reasoning = ReasoningParserManager.detect(loaded.name, template, specials)
-    if tool is not None:
+    if tool is not None and not ToolParserManager.is_auto(tool):
         tool = ToolParserManager.resolve(tool)
     else:
         tool = ToolParserManager.detect(loaded.name, template, specials) or FALLBACK_TOOL_PARSER

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
@@ -10,6 +11,7 @@ from click.testing import CliRunner
 from vllm_mlx.cli import main
 from vllm_mlx.families.registry import UnknownParserError
 from vllm_mlx.reasoning import ReasoningParserManager
+from vllm_mlx.runtime import select_formats
 from vllm_mlx.tool_parsers import ToolParserManager
 
 HERMES_OUTPUT = (
@@ -29,6 +31,75 @@ def test_names_and_aliases():
     assert ReasoningParserManager.resolve("glm4") == "glm45"
     assert ToolParserManager.resolve("gpt_oss") == "harmony"
     assert ToolParserManager.resolve("qwen") == "hermes"
+
+
+# Every name upstream vllm-mlx accepts, with the family it means here (issue 11's drop-in
+# names; the families not implemented yet are missing on purpose: functionary, poolside_v1,
+# xlam as tool names; poolside_v1 as a reasoning name).
+UPSTREAM_TOOL_NAMES = {
+    "deepseek": "deepseek_v3",
+    "gemma4": "gemma4",
+    "glm47": "glm45",
+    "granite": "granite",
+    "harmony": "harmony",
+    "hermes": "hermes",
+    "kimi": "kimi_k2",
+    "llama": "llama3_json",
+    "llama4": "llama3_json",
+    "minimax": "minimax_m2",
+    "mistral": "mistral",
+    "nemotron": "qwen3_coder",
+    "qwen": "hermes",
+    "qwen3_xml": "qwen3_coder",
+    "step3p5": "qwen3_coder",
+}
+UPSTREAM_REASONING_NAMES = {
+    "deepseek_r1": "deepseek_r1",
+    "gemma4": "gemma4",
+    "glm4": "glm45",
+    "gpt_oss": "harmony",
+    "harmony": "harmony",
+    "mistral": "mistral",
+    "qwen3": "qwen3",
+    "step3p5": "qwen3",
+    "think": "qwen3",
+}
+
+
+@pytest.mark.parametrize(("name", "family"), UPSTREAM_TOOL_NAMES.items())
+def test_upstream_tool_names_mean_their_family(name, family):
+    assert ToolParserManager.resolve(name) == family
+
+
+@pytest.mark.parametrize(("name", "family"), UPSTREAM_REASONING_NAMES.items())
+def test_upstream_reasoning_names_mean_their_family(name, family):
+    assert ReasoningParserManager.resolve(name) == family
+
+
+def test_auto_asks_for_detection_and_means_the_fallback_without_a_model():
+    assert ToolParserManager.is_auto("auto") and ToolParserManager.is_auto("Generic")
+    assert not ToolParserManager.is_auto("hermes")
+    assert ToolParserManager.resolve("auto") == "hermes"
+
+
+def test_deepseek_v32_is_not_deepseek_v31():
+    """vLLM's deepseek_v32 is DSML, a different syntax: not an alias of V3.1."""
+    try:
+        assert ToolParserManager.resolve("deepseek_v32") != "deepseek_v31"
+    except UnknownParserError:
+        pass  # DSML not implemented yet
+
+
+def test_runtime_detects_the_family_for_auto():
+    kimi = SimpleNamespace(
+        name="some-model",
+        chat_template="{{ '<|tool_calls_section_begin|>' }}",
+        tokenizer=SimpleNamespace(all_special_tokens=[]),
+    )
+    _, tool = select_formats(kimi, None, "auto")
+    assert tool is not None and tool.name == "kimi_k2"
+    plain = SimpleNamespace(name="x", chat_template="", tokenizer=kimi.tokenizer)
+    assert select_formats(plain, None, "generic")[1].name == "hermes"
 
 
 def test_unknown_name_lists_valid_names():

@@ -30,9 +30,13 @@ PAIRS += [(None, r) for r in REASONING_FORMATS if (None, r) not in PAIRS and r !
 
 def _fragments(tool: str | None, reasoning: str | None) -> list[str]:
     frags = ["\n", " ", "{", "}", "[", "]", '"', ",", ":", "1", "(", ")", "=", "<", ">"]
+    # separators and the whitespace real models write between and inside markers; invalid
+    # JSON values; a JSON-string arguments value
+    frags += [";", ";\n", ", ", "\n\n", " \n ", "NaN", "True", "None", "108.", '"{\\"a\\": 1}"']
     if tool:
         for fmt in (TOOL_CALL_FORMATS[tool], *TOOL_CALL_FORMATS[tool].variants):
-            frags += [fmt.render_call("get_weather", {"city": 'a"b', "days": 2})]
+            call = fmt.render_call("get_weather", {"city": 'a"b', "days": 2})
+            frags += [call, _spaced(call), fmt.section_start + " \n", *fmt.controls]
             frags += [fmt.render_call("noop", {}), fmt.separator, fmt.prompt_opens]
             frags += [m for d in fmt.dropped for m in (d, d[: len(d) // 2])]
             for lit in (
@@ -64,6 +68,11 @@ def _fragments(tool: str | None, reasoning: str | None) -> list[str]:
             "<|constrain|>json",
         ]
     return [f for f in frags if f]
+
+
+def _spaced(text: str) -> str:
+    """``text`` with a space and a newline at every marker boundary (``><``, ``][``)."""
+    return text.replace("><", "> \n<").replace("][", "] [").replace("|>{", "|> {")
 
 
 @st.composite

@@ -43,7 +43,7 @@ def test_merged_feeds_release_the_same_message():
         stream.feed(c)
     stream.finish()
     assert shape(stream.message) == shape(whole)
-    assert whole.content == "Hi <tool_x>bye"  # whitespace around a call is layout
+    assert whole.content == "Hi <tool_x>  bye"  # the text around a call is kept, not glued
     assert [(c.name, c.arguments) for c in whole.tool_calls] == [
         ("get_weather", '{"city": "a<b", "days": 2}')
     ]

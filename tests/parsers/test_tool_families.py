@@ -95,7 +95,8 @@ def test_hermes_real_qwen3_output_and_argument_streaming():
     assert [c.arguments for c in msg.tool_calls] == ['{"city": "Paris", "days": 12}', "{}"]
     _, _, deltas = stream(text, [1], "hermes")
     pieces = [tc.arguments for d in deltas for tc in d.tool_calls if tc.arguments]
-    assert len(pieces) > 10  # arguments stream character by character, not as one chunk
+    # string values stream character by character (keys and commas wait for their value)
+    assert len(pieces) > 5
     assert "1" not in pieces and "12" in "".join(pieces)  # a number is held until it ends
 
 
@@ -115,7 +116,8 @@ def test_hermes_not_json_stays_content():
 def test_hermes_truncated_inside_arguments_keeps_the_call():
     text = '<tool_call>\n{"name": "f", "arguments": {"city": "Par'
     msg = assert_same_in_every_mode(text, "hermes")
-    assert [(c.name, c.arguments) for c in msg.tool_calls] == [("f", '{"city": "Par')]
+    # what was streamed is kept, and ended so that the arguments are valid JSON
+    assert [(c.name, c.arguments) for c in msg.tool_calls] == [("f", '{"city": "Par"}')]
 
 
 def test_qwen3_coder_typed_values_and_verbatim_strings():

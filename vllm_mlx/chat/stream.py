@@ -208,11 +208,13 @@ def make_output_stream(
             prompt_tail=prompt_tail,
         )
         return OutputStream(whole=whole)
+    tool_parser = marked_parser(tool_format, tools) if tool_format else None
+    calls = tool_parser.triggers if tool_parser else ()  # a call may end an unclosed block
     return OutputStream(
-        reasoning=DelimitedReasoningParser(reasoning_format, prompt_tail)
+        reasoning=DelimitedReasoningParser(reasoning_format, prompt_tail, calls)
         if reasoning_format
         else None,
-        tools=marked_parser(tool_format, tools) if tool_format else None,
+        tools=tool_parser,
     )
 
 

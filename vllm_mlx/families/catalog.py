@@ -13,7 +13,16 @@ from .formats import Channels, ReasoningFormat, ToolCallFormat
 
 HARMONY = Channels()
 
-THINK = ReasoningFormat("qwen3", "<think>", "</think>", aliases=("qwen", "qwen3_5", "qwq"))
+THINK = ReasoningFormat(
+    "qwen3",
+    "<think>",
+    "</think>",
+    # `<think>` writers whose template may open the block (the prompt tail says so); the
+    # families with names of their own (think, kimi, step3p5, nemotron_v3, deepseek_v31…)
+    # are in more_families.py
+    aliases=("qwen", "qwen3_5", "qwq"),
+    call_markers=("<tool_call>",),
+)
 
 REASONING_FORMATS: dict[str, ReasoningFormat] = {
     f.name: f
@@ -24,7 +33,8 @@ REASONING_FORMATS: dict[str, ReasoningFormat] = {
             "<think>",
             "</think>",
             starts_in_reasoning=True,
-            aliases=("deepseek-r1", "r1", "deepseek"),
+            # templates that always open the block: Qwen3 Thinking-2507, MiniMax-M2
+            aliases=("deepseek-r1", "r1", "deepseek", "qwen3_thinking"),
         ),
         ReasoningFormat(
             "glm45", "<think>", "</think>", aliases=("glm4", "glm4_moe", "glm-4.5", "glm47")
@@ -35,7 +45,7 @@ REASONING_FORMATS: dict[str, ReasoningFormat] = {
             "harmony",
             HARMONY.channel + HARMONY.reasoning_channel + HARMONY.message,
             HARMONY.end,
-            aliases=("gpt_oss", "gpt-oss", "openai"),
+            aliases=("gpt_oss", "gpt-oss", "openai", "openai_gptoss"),
             channels=HARMONY,
         ),
         ReasoningFormat("seed_oss", "<seed:think>", "</seed:think>", aliases=("seed-oss", "seed")),
@@ -47,8 +57,13 @@ DEEPSEEK_CALLS_END = "<｜tool▁calls▁end｜>"
 DEEPSEEK_CALL_BEGIN = "<｜tool▁call▁begin｜>"
 DEEPSEEK_CALL_END = "<｜tool▁call▁end｜>"
 DEEPSEEK_SEP = "<｜tool▁sep｜>"
+DEEPSEEK_EOS = "<｜end▁of▁sentence｜>"
 
-_MISTRAL_NAMED = ToolCallFormat("mistral", JSON, call_start="[TOOL_CALLS]", name_end="[ARGS]")
+_MISTRAL_NAMED = ToolCallFormat(
+    "mistral", JSON, call_start="[TOOL_CALLS]", name_end="[ARGS]", call_id_marker="[CALL_ID]"
+)
+# v11 tokenizers without [ARGS]: the name directly followed by the JSON object
+_MISTRAL_BARE_NAME = ToolCallFormat("mistral", JSON, call_start="[TOOL_CALLS]")
 
 TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
     f.name: f
@@ -59,7 +74,7 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
             call_start="<tool_call>\n",
             call_end="\n</tool_call>",
             separator="\n",
-            aliases=("qwen", "qwen2_5", "qwen3", "nous"),
+            aliases=("qwen", "qwen2_5", "qwen3", "nous", "granite4", "granite_4"),
         ),
         ToolCallFormat(
             "qwen3_coder",
@@ -69,7 +84,19 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
             args_end="</function>",
             call_end="\n</tool_call>",
             separator="\n",
-            aliases=("qwen3_xml", "qwen3_5", "qwen3.5", "qwen3coder"),
+            # Nemotron 3 and Step 3.5 also write this XML: their own families (more_families.py)
+            # read it as well
+            aliases=("qwen3_xml", "qwen3_5", "qwen3.5", "qwen3coder", "qwen_xml", "qwen_coder"),
+            # <function=…> written without the <tool_call> wrapper
+            variants=(
+                ToolCallFormat(
+                    "qwen3_coder",
+                    Xml("<parameter=", ">\n", "\n</parameter>"),
+                    call_start="<function=",
+                    name_end=">\n",
+                    args_end="</function>",
+                ),
+            ),
         ),
         ToolCallFormat(
             "llama3_json",
@@ -77,7 +104,15 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
             section_start="<|python_tag|>",
             call_start="",
             separator="; ",
-            aliases=("llama3", "llama3_1", "llama3.1", "llama3.2", "llama"),
+            aliases=(
+                "llama3",
+                "llama3_1",
+                "llama3.1",
+                "llama3.2",
+                "llama",
+                "llama4",
+                "llama4_json",
+            ),
             variants=(
                 ToolCallFormat(
                     "llama3_json",
@@ -95,7 +130,7 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
             call_start="",
             name_end="(",
             separator=", ",
-            aliases=("llama4_pythonic", "llama4", "python"),
+            aliases=("llama4_pythonic", "python"),
             variants=(
                 ToolCallFormat(
                     "pythonic",
@@ -118,6 +153,7 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
             aliases=("magistral", "devstral", "mistral_small"),
             variants=(
                 _MISTRAL_NAMED,
+                _MISTRAL_BARE_NAME,
                 ToolCallFormat(
                     "mistral",
                     JSON_NAMED,
@@ -137,7 +173,8 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
             name_end="\n```json\n",
             args_end="\n```",
             call_end=DEEPSEEK_CALL_END,
-            aliases=("deepseek-v3", "deepseek_r1_0528", "deepseek"),
+            aliases=("deepseek-v3", "deepseek_r1_0528", "deepseek", "deepseek_r1"),
+            controls=(DEEPSEEK_EOS,),
         ),
         ToolCallFormat(
             "deepseek_v31",
@@ -147,7 +184,8 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
             call_start=DEEPSEEK_CALL_BEGIN,
             name_end=DEEPSEEK_SEP,
             call_end=DEEPSEEK_CALL_END,
-            aliases=("deepseek_v3.1", "deepseek-v3.1"),
+            aliases=("deepseek_v3.1", "deepseek-v3.1", "deepseek31"),
+            controls=(DEEPSEEK_EOS,),
         ),
         ToolCallFormat(
             "glm45",
@@ -156,7 +194,7 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
             name_end="\n",
             call_end="</tool_call>",
             separator="\n",
-            aliases=("glm4", "glm4_moe", "glm-4.5", "glm47", "glm4.7"),
+            aliases=("glm4", "glm4_moe", "glm-4.5", "glm47", "glm4.7", "glm45_moe", "glm47_moe"),
         ),
         ToolCallFormat(
             "kimi_k2",
@@ -167,7 +205,7 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
             name_prefix="functions.",
             name_end="<|tool_call_argument_begin|>",
             call_end="<|tool_call_end|>",
-            aliases=("kimi", "kimi-k2"),
+            aliases=("kimi", "kimi-k2", "kimik2", "moonshot"),
         ),
         ToolCallFormat(
             "minimax_m2",
@@ -197,6 +235,19 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
             call_start="",
             separator=", ",
             aliases=("granite3", "granite-3"),
+            variants=(
+                # Granite 3.1 writes the list after a plain <tool_call>; a lone object
+                # without the list is accepted too
+                ToolCallFormat(
+                    "granite",
+                    JSON_NAMED,
+                    section_start="<tool_call>[",
+                    section_end="]",
+                    call_start="",
+                    separator=", ",
+                ),
+                ToolCallFormat("granite", JSON_NAMED, section_start="<|tool_call|>", call_start=""),
+            ),
         ),
         ToolCallFormat(
             "gemma4",
@@ -208,6 +259,10 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
     )
 }
 
+# Upstream vllm-mlx's names that try every format: here they ask for detection from the
+# model; with no model to detect from (`vllm-mlx parse`) they mean the Hermes fallback.
+AUTO_TOOL_NAMES = ("auto", "generic")
+FALLBACK_TOOL_FORMAT = "hermes"
 
 # Detection, most specific first: (marker in the chat template or special tokens, parser) and
 # (substring of the lower-cased model name, parser).

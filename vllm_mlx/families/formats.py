@@ -77,6 +77,9 @@ class ReasoningFormat:
     end: str
     starts_in_reasoning: bool = False
     aliases: tuple[str, ...] = ()
+    # texts that open a tool call: one met inside a block that never closes ends the
+    # reasoning (used when no tool-call format says which; see `reasoning.delimited`)
+    call_markers: tuple[str, ...] = ()
     channels: Channels | None = None  # Harmony: reasoning is a channel of its message stream
 
 
@@ -94,7 +97,12 @@ class ToolCallFormat:
     section_end: str = ""
     separator: str = ""
     name_prefix: str = ""
+    # a marker after the name that introduces the model's own call id (Mistral's
+    # ``[CALL_ID]``), optional when parsing, never written
+    call_id_marker: str = ""
     aliases: tuple[str, ...] = ()
+    # end-of-turn tokens the model may write after its calls; never content
+    controls: tuple[str, ...] = ()
     # Other openings of the same family, tried when this one does not match (mistral).
     variants: tuple[ToolCallFormat, ...] = field(default=(), compare=False)
     channels: Channels | None = None  # Harmony: calls are messages of its channel stream

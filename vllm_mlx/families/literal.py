@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from enum import Enum
+from functools import lru_cache
 
 NAME_CHARS = re.compile(r"[\w.\-:/]+")
 MAX_NAME = 256
@@ -20,9 +21,35 @@ class Match(Enum):
     FAIL = "fail"
 
 
+# Markers are special tokens: models (and detokenizers that put spaces between special
+# tokens) write whitespace between them, e.g. ``[TOOL_CALLS] [`` or a newline after a
+# section opener. A boundary is where a marker ends (``>``, ``]``) and another or an opening
+# bracket begins (``<``, ``[``, ``{``); a literal that begins with one may follow whitespace.
+_BOUNDARY = re.compile(r"(?<=[>\]])(?=[<\[{])")
+_OPENS = "<[{"
+
+
+@lru_cache(maxsize=512)
+def literal_pieces(literal: str) -> tuple[str, ...]:
+    """``literal`` split where optional whitespace may stand: at its newlines, at marker
+    boundaries, and before it when it begins with a marker or bracket."""
+    pieces = [p for line in literal.split("\n") for p in _BOUNDARY.split(line)]
+    if literal[:1] in _OPENS:
+        pieces.insert(0, "")
+    # split("\n") keeps empty pieces for the newlines; `_BOUNDARY` splits need the same
+    # whitespace skip, which match_literal applies between every two pieces
+    return tuple(pieces)
+
+
+def first_marker(literal: str) -> str:
+    """The literal text up to its first point of optional whitespace."""
+    return next((p for p in literal_pieces(literal) if p), "")
+
+
 def match_literal(text: str, pos: int, literal: str, final: bool) -> tuple[Match, int]:
-    """Match ``literal`` at ``text[pos:]`` with flexible whitespace where it has newlines."""
-    pieces = literal.split("\n")
+    """Match ``literal`` at ``text[pos:]``; whitespace is optional where `literal_pieces`
+    splits it."""
+    pieces = literal_pieces(literal)
     i = pos
     for n, piece in enumerate(pieces):
         if n > 0:

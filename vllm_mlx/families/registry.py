@@ -40,10 +40,13 @@ class ParserRegistry(Generic[F]):
         formats: Mapping[str, F],
         markers: Iterable[tuple[str, str]],
         name_fragments: Iterable[tuple[str, str]],
+        auto: tuple[tuple[str, ...], str] | None = None,
     ):
         """``markers``: (text in the template or special tokens, parser); ``name_fragments``:
-        (substring of the lower-cased model name, parser); both most specific first."""
+        (substring of the lower-cased model name, parser); both most specific first.
+        ``auto``: (names that ask for detection, the parser they mean without a model)."""
         self.kind = kind
+        self.auto_names, self.auto_fallback = auto or ((), "")
         self.formats = formats
         self.markers = tuple(markers)
         self.name_fragments = tuple(name_fragments)
@@ -56,13 +59,21 @@ class ParserRegistry(Generic[F]):
         """Alias -> canonical name."""
         return {a: f.name for f in self.formats.values() for a in f.aliases}
 
+    def is_auto(self, name: str) -> bool:
+        """Does ``name`` ask for detection from the model (upstream's ``auto``)?"""
+        return _key(name) in self.auto_names
+
     def resolve(self, name: str) -> str:
-        """The canonical name for a name or alias; `UnknownParserError` otherwise."""
+        """The canonical name for a name or alias (an auto name: the fallback family);
+        `UnknownParserError` otherwise."""
         wanted = _key(name)
+        if wanted in self.auto_names:
+            return self.auto_fallback
         for fmt in self.formats.values():
             if wanted in {_key(n) for n in (fmt.name, *fmt.aliases)}:
                 return fmt.name
-        raise UnknownParserError(self.kind, name, [*self.names(), *self.aliases()])
+        valid = [*self.names(), *self.aliases(), *self.auto_names]
+        raise UnknownParserError(self.kind, name, valid)
 
     def format(self, name: str) -> F:
         """The format a name or alias stands for; `UnknownParserError` otherwise."""

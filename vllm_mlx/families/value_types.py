@@ -1,7 +1,8 @@
 """Typing XML-style argument values by the tool's JSON schema.
 
 A value declared ``string`` (or not declared at all) is kept verbatim, even when it looks like
-a number or JSON. Other declared types convert; a value that cannot convert stays a string,
+a number or JSON. Other declared types convert (``null`` / ``None`` is JSON null whatever the
+type); a value that cannot convert stays a string,
 so a call is never dropped over a type mismatch. No HTML unescaping.
 """
 
@@ -35,6 +36,8 @@ def typed_value(raw: str, schema: dict | None) -> object:
     if not types or "string" in types:
         return raw
     text = raw.strip()
+    if text in _NULLS:  # JSON's and Python's null for a typed value: no value, not a string
+        return None
     for kind in types:
         converted = _convert(text, kind)
         if converted is not _FAILED:
@@ -43,6 +46,7 @@ def typed_value(raw: str, schema: dict | None) -> object:
 
 
 _FAILED = object()
+_NULLS = ("null", "None")
 _PY_TYPES = {"object": dict, "array": list}
 
 

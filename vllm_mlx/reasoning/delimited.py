@@ -12,7 +12,7 @@ from __future__ import annotations
 from enum import Enum
 
 from vllm_mlx.families.formats import ReasoningFormat
-from vllm_mlx.families.literal import split_held
+from vllm_mlx.families.literal import partial_suffix
 from vllm_mlx.families.message import CONTENT, REASONING, Quick
 
 Pieces = list[tuple[bool, str]]  # (is_reasoning, text) in output order
@@ -22,6 +22,7 @@ class _Phase(Enum):
     BEFORE = "before"  # nothing but whitespace so far; a START may still come
     OPENING = "opening"  # inside the block; a redundant START may still be written
     REASONING = "reasoning"
+    CALL = "call"  # a tool call opened inside the block: held until the block ends or not
     AFTER = "after"  # block closed: content, leading whitespace dropped
     CONTENT = "content"  # plain content for good
 
@@ -40,11 +41,18 @@ def opened_by_prompt(fmt: ReasoningFormat, prompt_tail: str) -> bool:
 class DelimitedReasoningParser:
     """Splits text into reasoning and content pieces, incrementally."""
 
-    def __init__(self, fmt: ReasoningFormat, prompt_tail: str = "") -> None:
+    def __init__(
+        self, fmt: ReasoningFormat, prompt_tail: str = "", call_markers: tuple[str, ...] = ()
+    ) -> None:
+        """``call_markers``: the texts that open a tool call (the tool format's, else the
+        family's own `ReasoningFormat.call_markers`)."""
         self.fmt = fmt
         self._phase = _Phase.OPENING if opened_by_prompt(fmt, prompt_tail) else _Phase.BEFORE
         self._held = ""
-        self._end_first = fmt.end[0]
+        self._calls = tuple(call_markers or fmt.call_markers)
+        self._watch = (fmt.end, *self._calls)
+        self._firsts = "".join({m[0] for m in self._watch})
+        self._searched = 0  # how much of a held call was searched for the end marker
 
     @property
     def done(self) -> bool:
@@ -58,7 +66,7 @@ class DelimitedReasoningParser:
         phase = self._phase
         if phase is _Phase.CONTENT:
             return CONTENT, text
-        if phase is _Phase.REASONING and self._end_first not in text:
+        if phase is _Phase.REASONING and not any(c in text for c in self._firsts):
             return REASONING, text
         return None
 
@@ -88,12 +96,24 @@ class DelimitedReasoningParser:
                     opening = self._phase is _Phase.OPENING
                     self._phase = _Phase.REASONING if opening else _Phase.CONTENT
                 continue
-            before, after, found = split_held(buf, self.fmt.end)
+            if self._phase is _Phase.CALL:
+                at = buf.find(self.fmt.end, max(0, self._searched - len(self.fmt.end) + 1))
+                if at < 0:  # still undecided: the whole call stays held
+                    self._held, self._searched = buf, len(buf)
+                    break
+                out.append((True, buf[:at]))  # the block closed: it was reasoning
+                self._phase, self._searched = _Phase.AFTER, 0
+                buf = buf[at + len(self.fmt.end) :]
+                continue
+            before, marker, after = _split_first(buf, self._watch)
             if before:
                 out.append((True, before))
-            if found:
+            if marker == self.fmt.end:
                 self._phase = _Phase.AFTER
                 buf = after
+            elif marker:
+                self._phase = _Phase.CALL
+                buf = marker + after
             else:
                 self._held = after
                 break
@@ -103,8 +123,21 @@ class DelimitedReasoningParser:
         held, self._held = self._held, ""
         if not held:
             return []
+        if self._phase is _Phase.CALL:  # the block never closed: the call is a call
+            return [(False, held)]
         if self._phase in (_Phase.REASONING, _Phase.OPENING):
             return [(True, held)]
         if self._phase is _Phase.AFTER:
             return []
         return [(False, held)]
+
+
+def _split_first(text: str, markers: tuple[str, ...]) -> tuple[str, str, str]:
+    """(before, marker, after) at the first of ``markers``; without one, marker is "" and
+    ``after`` is the held-back tail that could still begin one."""
+    hits = [(at, m) for at, m in ((text.find(m), m) for m in markers) if at >= 0]
+    if hits:
+        at, marker = min(hits)
+        return text[:at], marker, text[at + len(marker) :]
+    keep = partial_suffix(text, list(markers))
+    return text[: len(text) - keep], "", text[len(text) - keep :]

@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from vllm_mlx.families.catalog import (
+    AUTO_TOOL_NAMES,
     DEEPSEEK_CALLS_BEGIN,
     DEEPSEEK_SEP,
+    FALLBACK_TOOL_FORMAT,
     TOOL_CALL_FORMATS,
     TOOL_CALL_MARKERS,
     TOOL_CALL_MODEL_NAMES,
@@ -57,5 +59,9 @@ class _ToolParsers(ParserRegistry[ToolCallFormat]):
 
 # The registry of tool-call parsers.
 ToolParserManager = _ToolParsers(
-    "tool-call", TOOL_CALL_FORMATS, TOOL_CALL_MARKERS, TOOL_CALL_MODEL_NAMES
+    "tool-call",
+    TOOL_CALL_FORMATS,
+    TOOL_CALL_MARKERS,
+    TOOL_CALL_MODEL_NAMES,
+    auto=(AUTO_TOOL_NAMES, FALLBACK_TOOL_FORMAT),
 )

@@ -88,6 +88,12 @@ class ToolParser(ABC):
         """Answer a feed that only extends one field, or None (see the module docstring)."""
         return None
 
+    @property
+    def triggers(self) -> tuple[str, ...]:
+        """The texts that open a call anywhere in the output (one ends an unclosed
+        reasoning block)."""
+        return ()
+
 
 def parameter_schemas(tools: list[dict]) -> dict[str, dict]:
     """Function name -> its JSON-schema ``properties`` (for typing XML-style values)."""

@@ -26,6 +26,10 @@ class ContinuedToolParser(ToolParser):
     def quick(self, text: str) -> Quick:
         return self._inner.quick(text) if self._settled else None
 
+    @property
+    def triggers(self) -> tuple[str, ...]:
+        return self._inner.triggers
+
     def feed(self, text: str, out: DeltaBuilder) -> None:
         if not self._started:
             self._started, text = True, self._opening + text

@@ -39,6 +39,10 @@ class DroppingToolParser(ToolParser):
             self._seen = True
         return hit
 
+    @property
+    def triggers(self) -> tuple[str, ...]:
+        return self._inner.triggers
+
     def feed(self, text: str, out: DeltaBuilder) -> None:
         self._inner.feed(text, self._events)
         self._forward(out, final=False)

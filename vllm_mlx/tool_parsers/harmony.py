@@ -64,6 +64,7 @@ class HarmonyParser(ToolParser):
         self._call_name: str | None = None  # a call whose arguments have not begun yet
         self._args: JsonArguments | None = None
         self._index = 0
+        self._skip_ws = False  # after a call whose message did not end: whitespace is layout
         at = prompt_tail.rfind(self._start)
         if at >= 0 and not any(e in prompt_tail[at:] for e in self._ends):
             self._state, self._buf = _State.HEADER, prompt_tail[at + len(self._start) :]
@@ -74,7 +75,7 @@ class HarmonyParser(ToolParser):
     def quick(self, text: str) -> Quick:
         """Text with no ``<`` outside a header cannot hold a marker: it extends the current
         route (or argument text a JSON string passes through)."""
-        if self._buf or self._state is _State.HEADER or "<" in text:
+        if self._buf or self._skip_ws or self._state is _State.HEADER or "<" in text:
             return None
         if self._state is _State.OUTSIDE or self._route is _Route.CONTENT:
             return CONTENT, text
@@ -110,6 +111,13 @@ class HarmonyParser(ToolParser):
                 return
 
     def _outside(self, out: DeltaBuilder, final: bool) -> None:
+        if self._skip_ws:  # right after a call's JSON: its message's end marker, if any
+            stripped = self._buf.lstrip()
+            if not final and stripped and any(e.startswith(stripped) for e in self._ends):
+                self._buf = stripped
+                return  # maybe the end marker, still arriving
+            end = next((e for e in self._ends if stripped.startswith(e)), "")
+            self._buf, self._skip_ws = stripped[len(end) :], not stripped
         hits = [(self._buf.find(m), m) for m in self._openings]
         found = [(at, m) for at, m in hits if at >= 0]
         if not found:
@@ -183,7 +191,11 @@ class HarmonyParser(ToolParser):
         args, used, status = self._args.feed(text, final)
         out.arguments(self._index, args)
         rest = text[used:]
-        if status is not Status.MORE:
+        if status is Status.DONE:  # the next message may follow without this one's end
+            self._index += 1
+            self._route, self._args, self._state = _Route.CONTENT, None, _State.OUTSIDE
+            self._buf, self._skip_ws = rest + self._buf, True
+        elif status is not Status.MORE:
             self._index += 1
             self._route, self._args = _Route.CONTENT, None
             out.content(rest.strip() if status is Status.DONE else rest)

@@ -18,7 +18,15 @@ from enum import Enum
 
 from vllm_mlx.families.dialects import ArgumentReader, Status
 from vllm_mlx.families.formats import ToolCallFormat
-from vllm_mlx.families.literal import MAX_NAME, Match, match_literal, partial_suffix, skip_space
+from vllm_mlx.families.literal import (
+    MAX_NAME,
+    Match,
+    first_marker,
+    literal_pieces,
+    match_literal,
+    partial_suffix,
+    skip_space,
+)
 from vllm_mlx.families.message import CONTENT, Quick
 from vllm_mlx.tool_parsers.base import DeltaBuilder, ToolParser, new_call_id, parameter_schemas
 
@@ -26,6 +34,10 @@ _KIMI_INDEX = re.compile(r":\d+$")
 _NOT_NAME = re.compile(r"[^\w.\-:/]")  # the complement of `literal.NAME_CHARS`
 _MAX_HEADER = 4 * MAX_NAME
 _RECHECK = 16  # characters held markup may grow by before it is re-matched
+_MARKUP = re.compile(r"[{<\[]")
+# Between calls models write any of these (then optional whitespace), or only whitespace,
+# whatever their family's canonical separator is (Llama 3's ``; ``).
+_SEPARATORS = (";\n", ",\n")
 
 
 class _State(Enum):
@@ -46,7 +58,10 @@ class MarkedToolParser(ToolParser):
         self._properties = parameter_schemas(self.tools)
         self._triggers = sorted({_trigger(v) for v in self._variants if not _at_start_only(v)})
         self._start_triggers = sorted({_trigger(v) for v in self._variants if _at_start_only(v)})
-        self._trigger_chars = tuple({t[0] for t in self._triggers})
+        # control markers met outside a call (a stray end marker, an end-of-turn token)
+        self._strays = sorted({m for v in self._variants for m in _stray_markers(v)})
+        self._watch = sorted({*self._triggers, *self._strays})
+        self._trigger_chars = tuple({t[0] for t in self._watch})
         self._steps = {
             _State.TEXT: self._text,
             _State.HEADER: self._header,
@@ -57,7 +72,7 @@ class MarkedToolParser(ToolParser):
         self._header_end = _last_chars(v.dialect.header_end(v) for v in self._variants)
         # a proper prefix of one trigger never holds another, so it stays undecided
         self._prefixes_undecided = not any(
-            a != b and a in b for a in self._triggers for b in self._triggers
+            a != b and a in b for a in self._watch for b in self._watch
         )
         self._state = _State.TEXT
         self._buf = ""
@@ -65,6 +80,9 @@ class MarkedToolParser(ToolParser):
         self._seen_text = False
         self._pending_ws = ""
         self._skip_ws = False
+        self._gap = ""  # whitespace around the calls since the last content text
+        self._verbatim = 0  # leading characters of `_buf` that a failed call gave back
+        self._markup = False  # content since the last call holds markup (`_MARKUP`)
         self._index = 0
         self._active = fmt
         self._args: ArgumentReader | None = None
@@ -72,6 +90,11 @@ class MarkedToolParser(ToolParser):
         self._call: tuple[str, str] | None = None  # (id, name) not yet reported
         self._closing = ""  # the literal text after the current call's arguments
         self._call_raw: list[str] = []  # raw text of a call not yet reported
+
+    @property
+    def triggers(self) -> tuple[str, ...]:
+        """The texts that open a call anywhere in the output."""
+        return tuple(self._triggers)
 
     def quick(self, text: str) -> Quick:
         """Plain text that cannot begin a call, argument text a reader passes through, or
@@ -85,6 +108,8 @@ class MarkedToolParser(ToolParser):
             for c in self._trigger_chars:
                 if c in text:
                     return None
+            if not self._markup and _MARKUP.search(text):
+                self._markup = True
             if text and not (self._skip_ws or self._pending_ws or text[-1].isspace()):
                 self._seen_text = True  # what `_plain` does with such text, inlined
                 return CONTENT, text
@@ -106,7 +131,7 @@ class MarkedToolParser(ToolParser):
         if self._start_triggers and not self._seen_text:
             return None
         held = self._buf + text
-        for trigger in self._triggers:
+        for trigger in self._watch:
             if len(held) < len(trigger) and trigger.startswith(held):
                 self._buf = held
                 return CONTENT, ""
@@ -149,8 +174,12 @@ class MarkedToolParser(ToolParser):
         self._run(out, final=True)
         if self._state in (_State.HEADER, _State.ARGS) and self._call_raw:
             self._release("".join(self._call_raw) + self._buf, out)
-        elif self._state is _State.ARGS and self._args is not None and self._args.unread:
-            self._release(self._args.unread + self._buf, out)  # a cut-off call's last member
+        elif self._state is _State.ARGS and self._args is not None:
+            out.arguments(self._index, self._args.close())  # a cut-off call: valid JSON
+            if self._args.unread:
+                self._release(self._args.unread + self._buf, out)  # its last member
+            elif self._buf:
+                self._content(self._buf, out)
         elif self._buf:
             self._content(self._buf, out)
         self._buf = ""
@@ -177,24 +206,42 @@ class MarkedToolParser(ToolParser):
                 return
             if not final and any(t.startswith(rest) for t in self._start_triggers):
                 return
-        found = [(buf.find(t), t) for t in self._triggers]
-        hits = [at for at, _ in found if at >= 0]
-        if hits:
-            at = min(hits)
-            self._content(buf[:at], out)
-            self._buf, self._state = buf[at:], _State.HEADER
+        found = [(at, t) for at, t in ((buf.find(t), t) for t in self._watch) if at >= 0]
+        if found:
+            at, marker = min(found, key=lambda hit: (hit[0], -len(hit[1])))
+            if marker in self._triggers:
+                self._content(buf[:at], out)
+                self._consume(at)
+                self._state = _State.HEADER
+                return
+            # a control marker: dropped, unless it ends a failed call's text or text that
+            # looks like a call missing its opening marker (markup since the last call)
+            end = at + len(marker)
+            verbatim = at < self._verbatim or self._markup or _MARKUP.search(buf, 0, at)
+            self._content(buf[: end if verbatim else at], out)
+            self._consume(end)
+            if not verbatim:
+                self._hold_gap()
+                self._skip_ws = True
             return
-        keep = 0 if final else partial_suffix(buf, self._triggers)
+        keep = 0 if final else partial_suffix(buf, self._watch)
         self._content(buf[: len(buf) - keep], out)
-        self._buf = buf[len(buf) - keep :]
+        self._consume(len(buf) - keep)
+
+    def _consume(self, n: int) -> None:
+        """Drop the first ``n`` characters of the held text."""
+        self._buf = self._buf[n:]
+        self._verbatim = max(0, self._verbatim - n)
 
     def _header(self, out: DeltaBuilder, final: bool) -> None:
         prefix_of = self._section_start
-        self._try_calls(out, final, [(v, prefix_of(v)) for v in self._variants], self._abandon)
+        self._try_calls(out, final, [(v, prefix_of(v)) for v in self._variants], self._not_a_call)
 
     def _between(self, out: DeltaBuilder, final: bool) -> None:
         v = self._active
-        self._buf = self._buf.lstrip()  # whitespace between calls is layout
+        stripped = self._buf.lstrip()  # whitespace between calls is layout
+        self._gap += self._buf[: len(self._buf) - len(stripped)]
+        self._buf = stripped
         if not self._buf and not final:
             return
         if v.section_end:
@@ -204,7 +251,8 @@ class MarkedToolParser(ToolParser):
                 return
             if state is Match.PARTIAL:
                 return
-        options = [(v, v.separator), (v, "")] if v.separator else [(v, "")]
+        seps = (v.separator, *_SEPARATORS) if v.separator else ()
+        options = [(v, sep) for sep in seps] + [(v, "")]
         self._try_calls(out, final, options, self._leave_section)
 
     def _try_calls(self, out, final, options, on_fail) -> None:
@@ -217,7 +265,7 @@ class MarkedToolParser(ToolParser):
                 return
             partial |= state is Match.PARTIAL
         if not partial or len(self._buf) > _MAX_HEADER:
-            on_fail(out)
+            on_fail(out, final)
 
     def _commit(self, variant: ToolCallFormat, raw_name: str | None, end: int, out) -> None:
         """Start a call; ``raw_name`` None: the object names the function after its
@@ -229,21 +277,27 @@ class MarkedToolParser(ToolParser):
         if raw_name is not None and variant.name_prefix:
             call_id = raw_name
             name = _KIMI_INDEX.sub("", raw_name.removeprefix(variant.name_prefix))
+        if variant.call_id_marker and variant.call_id_marker in self._buf[:end]:
+            own = self._buf[:end].split(variant.call_id_marker, 1)[1]
+            call_id = own[: own.index(variant.name_end)].strip() or call_id
         dialect = variant.dialect
         self._closing = dialect.closing(variant, self._named)
         self._args = dialect.reader(self._properties.get(name, {}), self._named)
         self._call_raw = [self._buf[:end]]
-        self._buf, self._state = self._buf[end:], _State.ARGS
+        self._consume(end)
+        self._state = _State.ARGS
         if self._args.streams:
             out.call_start(self._index, call_id, name)
-            self._call_raw, self._pending_ws = [], ""
+            self._call_raw = []
+            self._hold_gap()
         else:
             self._call = (call_id, name)
 
     def _arguments(self, out: DeltaBuilder, final: bool) -> None:
         assert self._args is not None
         text, used, status = self._args.feed(self._buf, final)
-        consumed, self._buf = self._buf[:used], self._buf[used:]
+        consumed = self._buf[:used]
+        self._consume(used)
         if self._call is not None:
             self._call_raw.append(consumed)
             if text:  # the reader's first output: the call is real
@@ -251,7 +305,8 @@ class MarkedToolParser(ToolParser):
                 if not self._named:
                     name = self._args.name
                 out.call_start(self._index, call_id, name)
-                self._call, self._call_raw, self._pending_ws = None, [], ""
+                self._call, self._call_raw = None, []
+                self._hold_gap()
         out.arguments(self._index, text)
         if status is Status.DONE:
             self._call, self._call_raw, self._state = None, [], _State.AFTER
@@ -259,52 +314,124 @@ class MarkedToolParser(ToolParser):
             if self._call is not None:
                 self._call = None
                 self._release("".join(self._call_raw) + self._buf, out)
-            else:  # already reported: close the call, the rest is content
+            else:  # already reported: end its JSON validly, the rest is content
+                out.arguments(self._index, self._args.close())
                 self._buf = self._args.unread + self._buf
+                self._markup = True  # its end markers stay with the rest
                 self._index += 1
                 self._state = _State.TEXT
             self._call_raw = []
 
     def _after(self, out: DeltaBuilder, final: bool) -> None:
         v = self._active
+        skip = 0
+        if self._named:
+            state, skip = v.dialect.extra_members(self._buf, final)
+            if state is Match.PARTIAL:
+                return
+            if skip:
+                self._consume(skip)
         state, end = match_literal(self._buf, 0, self._closing, final)
+        if state is Match.FAIL and self._named and self._next_in_block(v, out, final):
+            return
+        if state is Match.FAIL and v.args_end:  # the arguments' end tag is missing
+            state, end = match_literal(self._buf, 0, v.call_end, final)
+        if state is Match.FAIL and final:  # a stop string ate the rest of the closing
+            if match_literal(self._buf, 0, self._closing, False)[0] is Match.PARTIAL:
+                state, end = Match.MATCH, len(self._buf)
         if state is Match.PARTIAL:
             return
         self._index += 1
         if state is Match.MATCH:
-            self._buf = self._buf[end:]
+            self._consume(end)
         in_section = bool(v.section_start or v.separator) and state is Match.MATCH
         self._state = _State.BETWEEN if in_section else _State.TEXT
         self._skip_ws = True
 
+    def _next_in_block(self, v: ToolCallFormat, out: DeltaBuilder, final: bool) -> bool:
+        """Several call objects in one block (``{…}, {…}`` or one per line inside one
+        ``<tool_call>``): another object instead of the closing starts the next call.
+        True when that was decided (a call started, or more text is needed)."""
+        wrapper = v.dialect.closing(v, True)[: -len(v.args_end + v.call_end) or None]
+        if not v.dialect.lead or not v.call_end or wrapper == v.dialect.closing(v, True):
+            return False
+        state, at = match_literal(self._buf, 0, wrapper, final)
+        if state is not Match.MATCH:
+            return False
+        for lead in _SEPARATORS + ("\n",):
+            state, pos = match_literal(self._buf, at, lead, final)
+            if state is not Match.MATCH:
+                continue
+            state, end, name = v.dialect.match_header(v, self._buf, pos, final)
+            if state is Match.PARTIAL:
+                return True
+            if state is Match.MATCH:
+                self._index += 1
+                self._consume(pos)
+                self._commit(v, name, end - pos, out)
+                return True
+        return False
+
     def _section_start(self, variant: ToolCallFormat) -> str:
         return variant.section_start
+
+    def _not_a_call(self, out: DeltaBuilder, final: bool) -> None:
+        """A call's opening marker not followed by a call is content, except an empty
+        section (its opening and end markers are dropped)."""
+        for v in self._variants:
+            opening = v.section_start.strip()
+            if self._verbatim or not v.section_end or not _is_marker(opening):
+                continue
+            state, end = match_literal(self._buf, 0, opening + "\n" + v.section_end, final)
+            if state is Match.PARTIAL and len(self._buf) <= _MAX_HEADER:
+                return
+            if state is Match.MATCH:
+                self._consume(end)
+                self._state = _State.TEXT
+                self._hold_gap()
+                self._skip_ws = True
+                return
+        self._abandon(out)
 
     def _abandon(self, out: DeltaBuilder) -> None:
         """The held text is not a call: its first character is content; rescan the rest."""
         self._content(self._buf[:1], out)
-        self._buf, self._state = self._buf[1:], _State.TEXT
+        self._consume(1)
+        self._state = _State.TEXT
 
-    def _leave_section(self, out: DeltaBuilder) -> None:
+    def _leave_section(self, out: DeltaBuilder, final: bool) -> None:
         self._state = _State.TEXT
 
     def _release(self, text: str, out: DeltaBuilder) -> None:
         """A call that never completed: its text goes back to content, rescanned."""
-        self._buf, self._state = text, _State.TEXT
+        self._buf, self._state, self._verbatim = text, _State.TEXT, len(text)
         self._abandon(out)
         self._run(out, final=True)
 
     def _content(self, text: str, out: DeltaBuilder) -> None:
+        if not self._markup and _MARKUP.search(text):
+            self._markup = True
         out.content(self._plain(text))
 
+    def _hold_gap(self) -> None:
+        """A call starts: the whitespace before it waits for the text after it."""
+        self._markup = False
+        self._gap += self._pending_ws
+        self._pending_ws = ""
+
     def _plain(self, text: str) -> str:
-        """What plain ``text`` adds to content. Whitespace right before or after a call is
-        layout, not content, so trailing whitespace waits for the next text."""
+        """What plain ``text`` adds to content. Trailing whitespace waits for the next text;
+        the whitespace around calls joins the text before them to the text after them
+        (`_join_gap`), and is dropped at the ends of the content."""
         if self._skip_ws:
-            text = text.lstrip()
-            if not text:
+            stripped = text.lstrip()
+            self._gap += text[: len(text) - len(stripped)]
+            if not stripped:
                 return ""
-            self._skip_ws = False
+            text, self._skip_ws = stripped, False
+            gap, self._gap = self._gap, ""
+            if self._seen_text:
+                self._pending_ws = _join_gap(gap)
         body = text.rstrip()
         if not body:
             self._pending_ws += text
@@ -314,10 +441,29 @@ class MarkedToolParser(ToolParser):
         return released
 
 
+def _join_gap(gap: str) -> str:
+    """The whitespace that separates the text before a call from the text after it: kept as
+    written, except that more than one line break is one paragraph break (a call on its
+    own lines between two paragraphs leaves two paragraphs, not four blank lines)."""
+    return "\n\n" if gap.count("\n") > 1 else gap
+
+
 def _trigger(variant: ToolCallFormat) -> str:
     """The first literal text of a call, which starts holding text back."""
-    opening = variant.section_start + variant.call_start + variant.dialect.lead
-    return opening.split("\n", 1)[0]
+    return first_marker(variant.section_start + variant.call_start + variant.dialect.lead)
+
+
+def _is_marker(text: str) -> bool:
+    """Does ``text`` look like a special token (``<|…|>``, ``</…>``, ``[…]``)?"""
+    return len(text) > 3 and text[0] + text[-1] in ("<>", "[]")
+
+
+def _stray_markers(variant: ToolCallFormat) -> list[str]:
+    """The markers that end calls or sections, and the family's end-of-turn tokens: never
+    content when met outside a call."""
+    literals = (variant.args_end, variant.call_end, variant.section_end)
+    pieces = [p for lit in literals for p in literal_pieces(lit) if _is_marker(p)]
+    return [*pieces, *variant.controls]
 
 
 def _last_chars(literals) -> str | None:
@@ -333,8 +479,10 @@ def _last_chars(literals) -> str | None:
 
 
 def _at_start_only(variant: ToolCallFormat) -> bool:
-    """Bare openings (``[`` or ``{``) count as calls only at the start of the output."""
-    return len(_trigger(variant)) == 1
+    """A bare JSON opening (``{``) counts as a call only at the start of the output; a bare
+    call list (``[name(``) anywhere, since its header is distinctive (Llama 4 writes the
+    list after prose)."""
+    return len(_trigger(variant)) == 1 and not variant.name_end
 
 
 def _match_header(

@@ -69,6 +69,11 @@ class ArgumentReader(Protocol):
 
     def feed(self, text: str, final: bool) -> Step: ...
 
+    def close(self) -> str:
+        """The JSON text that ends what was released validly (a call cut off or failed
+        after it was reported)."""
+        ...
+
 
 class Layout(Protocol):
     """The literal texts of a family's call around its name and arguments (a
@@ -82,6 +87,8 @@ class Layout(Protocol):
     def name_prefix(self) -> str: ...
     @property
     def name_end(self) -> str: ...
+    @property
+    def call_id_marker(self) -> str: ...
     @property
     def args_end(self) -> str: ...
     @property
@@ -115,6 +122,14 @@ class Dialect:
         if state is not Match.MATCH:
             return state, end, ""
         name = text[pos:end]
+        if layout.call_id_marker:  # NAME [CALL_ID] ID name_end
+            state, at = match_literal(text, end, layout.call_id_marker, final)
+            if state is Match.PARTIAL:
+                return state, at, ""
+            if state is Match.MATCH:
+                state, end = match_name(text, at, final)
+                if state is not Match.MATCH:
+                    return state, end, ""
         state, end = match_literal(text, end, layout.name_end, final)
         if state is not Match.MATCH:
             return state, end, ""
@@ -129,6 +144,11 @@ class Dialect:
     def header_end(self, layout: Layout) -> str:
         """The literal text a call header ends with (an argument object's ``{`` counts)."""
         return "{" if self.object_arguments else layout.name_end
+
+    def extra_members(self, text: str, final: bool) -> tuple[Match, int]:
+        """Skip what may follow the arguments before the closing (json_named: other keys
+        of the call object); MATCH with where the closing begins."""
+        return Match.MATCH, 0
 
     def closing(self, layout: Layout, named: bool = True) -> str:
         """The literal text after a call's arguments."""

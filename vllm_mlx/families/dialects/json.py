@@ -17,13 +17,21 @@ from .base import ArgumentReader, Dialect, Layout, Status, Step
 
 _STRING_BODY = re.compile(r'[^"\\]+')
 _CLOSERS = {"}": "{", "]": "["}
+_SCALAR = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?|true|false|null")
+_KEY, _COLON, _VALUE, _COMMA = "key", "colon", "value", "comma"  # what comes next
+_LITERAL_ENDS = frozenset(' \t\r\n,:]}"{[')
 
 
 class JsonArguments:
-    """Streams a JSON object verbatim; a number or literal is held until it ends."""
+    """Streams a JSON object verbatim, releasing only text after which the object can still
+    be closed validly (`close`): a number or literal is held until it ends (and must be
+    JSON: ``NaN``, ``Infinity``, ``True``, ``None`` fail), a comma and a key until the next
+    value begins. Nothing is released before the first value begins, so an object that is
+    malformed from the start is never reported as a call.
+    """
 
-    streams = True
-    settles = None  # held text (a number or literal) may end on any character
+    streams = False  # reported with the first released text (see above)
+    settles = None  # held text (a number, literal, key) may be settled by any character
     unread = ""  # everything consumed is released
     name = ""
 
@@ -31,18 +39,35 @@ class JsonArguments:
         self._stack: list[str] = []
         self._in_string = False
         self._escape = False
+        self._expect = _VALUE
+        self._started = False  # the first value has begun: text may be released
+        self._fresh = False  # right after an opening bracket (it may close empty)
 
     def quick(self, text: str) -> str | None:
-        """The JSON text of a feed that neither ends the object nor holds a literal back
-        (the reader is left as it was otherwise)."""
-        if self._in_string and not self._escape and '"' not in text and "\\" not in text:
+        """The JSON text of a feed that neither ends the object nor holds text back (the
+        reader is left as it was otherwise)."""
+        if (
+            self._in_string
+            and self._started
+            and not self._escape
+            and '"' not in text
+            and "\\" not in text
+        ):
             return text  # inside a string that neither ends nor escapes
-        saved = self._stack[:], self._in_string, self._escape
+        saved, fresh = self._state(), self._fresh
         piece, used, status = self.feed(text, False)
         if status is Status.MORE and used == len(text):
             return piece
-        self._stack, self._in_string, self._escape = saved
+        self._restore(saved)
+        self._fresh = fresh
         return None
+
+    def close(self) -> str:
+        """The text that ends the released JSON validly (a cut-off or failed call)."""
+        if not self._started:
+            return ""
+        tail = '"' if self._in_string else ""
+        return tail + "".join("}" if c == "{" else "]" for c in reversed(self._stack))
 
     def feed(self, text: str, final: bool) -> Step:
         i = start = 0
@@ -52,6 +77,9 @@ class JsonArguments:
                 return "", i, Status.MORE
             if text[i] != "{":
                 return "", i, Status.FAIL
+        # `hold`: where released text must stop, `saved` the state to resume from there
+        hold = -1 if self._started else start
+        saved = self._state()
         literal_at = -1
         n = len(text)
         while i < n:
@@ -63,29 +91,89 @@ class JsonArguments:
                     self._escape = True
                 elif c == '"':
                     self._in_string = False
+                    self._expect = _COLON if self._expect == _KEY else _COMMA
                 else:
                     m = _STRING_BODY.match(text, i)
                     i = m.end() if m else i + 1
                     continue
+                i += 1
+                continue
+            if literal_at >= 0:
+                if c not in _LITERAL_ENDS:
+                    i += 1
+                    continue
+                if not _SCALAR.fullmatch(text, literal_at, i):
+                    return self._fail(text, start, hold, literal_at, saved)
+                literal_at, hold, self._started = -1, -1, True
+            fresh, self._fresh = self._fresh, False
+            if c in " \t\r\n":
+                self._fresh = fresh
             elif c == '"':
-                literal_at = -1
+                if self._expect == _KEY:
+                    if hold < 0:
+                        hold, saved = i, self._state()
+                elif self._expect == _VALUE:
+                    hold, self._started = -1, True
+                else:
+                    return self._fail(text, start, hold, i, saved)
                 self._in_string = True
             elif c in "{[":
-                literal_at = -1
+                if self._expect != _VALUE:
+                    return self._fail(text, start, hold, i, saved)
+                if self._stack:
+                    hold, self._started = -1, True
                 self._stack.append(c)
+                self._expect, self._fresh = (_KEY if c == "{" else _VALUE), True
             elif c in "}]":
-                literal_at = -1
-                if not self._stack or self._stack.pop() != _CLOSERS[c]:
-                    return text[start:i], i, Status.FAIL
+                if not (self._expect == _COMMA or fresh) or self._stack[-1] != _CLOSERS[c]:
+                    return self._fail(text, start, hold, i, saved)
+                self._stack.pop()
+                self._expect = _COMMA
                 if not self._stack:
+                    self._started = True
                     return text[start : i + 1], i + 1, Status.DONE
-            elif c in " \t\r\n,:":
-                literal_at = -1
-            elif literal_at < 0:
-                literal_at = i
+                if not self._started:
+                    hold, self._started = -1, True
+            elif c == ":":
+                if self._expect != _COLON:
+                    return self._fail(text, start, hold, i, saved)
+                self._expect = _VALUE
+            elif c == ",":
+                if self._expect != _COMMA:
+                    return self._fail(text, start, hold, i, saved)
+                if hold < 0:
+                    hold, saved = i, self._state()
+                self._expect = _KEY if self._stack[-1] == "{" else _VALUE
+            else:  # a number or literal begins: held until it ends
+                if self._expect != _VALUE:
+                    return self._fail(text, start, hold, i, saved)
+                if hold < 0:
+                    hold, saved = i, self._state()
+                literal_at, self._expect = i, _COMMA
             i += 1
-        end = literal_at if literal_at >= 0 and not final else n
-        return text[start:end], end, Status.MORE
+        if literal_at >= 0 and final:
+            if not _SCALAR.fullmatch(text, literal_at, n):
+                return self._fail(text, start, hold, literal_at, saved)
+            hold, self._started = -1, True
+        if hold < 0:
+            return text[start:n], n, Status.MORE
+        self._restore(saved)
+        return text[start:hold], hold, Status.MORE
+
+    def _state(self) -> tuple:
+        return self._stack[:], self._in_string, self._escape, self._expect, self._started
+
+    def _restore(self, saved: tuple) -> None:
+        stack, self._in_string, self._escape, self._expect, self._started = saved
+        self._stack = stack[:]
+        self._fresh = False
+
+    def _fail(self, text: str, start: int, hold: int, at: int, saved: tuple) -> Step:
+        """Invalid JSON at ``at``: release what was valid (up to a held point)."""
+        if hold >= 0:
+            self._restore(saved)
+            return text[start:hold], hold, Status.FAIL
+        return text[start:at], at, Status.FAIL
 
 
 class JsonDialect(Dialect):

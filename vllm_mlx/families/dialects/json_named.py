@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..lark import LarkRules, hoisted, json_value, without_defs
-from ..literal import MAX_NAME, Match, match_literal
+from ..literal import MAX_NAME, Match, match_literal, skip_space
 from .base import ArgumentReader, Dialect, Layout, Status, Step, expect_object
 from .json import JsonArguments
 
 _JSON_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"', re.DOTALL)
+_DECODER = json.JSONDecoder()
 
 
 class NameLastObject:
@@ -42,6 +43,9 @@ class NameLastObject:
         self._raw.append(text)
         return ""
 
+    def close(self) -> str:
+        return ""  # nothing is released before the object is read whole
+
     def feed(self, text: str, final: bool) -> Step:
         _, used, status = self._scan.feed(text, final)
         self._raw.append(text[:used])
@@ -57,6 +61,84 @@ class NameLastObject:
             return "", used, Status.FAIL
         self.name = name
         return json.dumps(args, ensure_ascii=False), used, Status.DONE
+
+
+class EncodedArguments:
+    """Arguments written as a JSON string holding the object (``"arguments": "{\\"a\\": 1}"``,
+    Granite 4): held until the string ends, then decoded; anything but an object fails."""
+
+    streams = False
+    settles = '"'
+    unread = ""
+    name = ""
+
+    def __init__(self) -> None:
+        self._raw: list[str] = []
+
+    def quick(self, text: str) -> str | None:
+        return None
+
+    def close(self) -> str:
+        return ""
+
+    def feed(self, text: str, final: bool) -> Step:
+        source = "".join(self._raw) + text
+        m = _JSON_STRING.match(source, skip_space(source, 0))
+        if m is None:
+            self._raw.append(text)
+            status = Status.FAIL if final else Status.MORE
+            return "", len(text), status
+        used = m.end() - (len(source) - len(text))
+        try:
+            value = json.loads(json.loads(m.group(0)))
+        except ValueError:
+            return "", used, Status.FAIL
+        if not isinstance(value, dict):
+            return "", used, Status.FAIL
+        return json.dumps(value, ensure_ascii=False), used, Status.DONE
+
+
+class NamedArguments:
+    """The arguments of a named call: an object (streamed) or a JSON string holding one."""
+
+    def __init__(self) -> None:
+        self._reader: ArgumentReader | None = None
+
+    def _pick(self, text: str) -> ArgumentReader | None:
+        if self._reader is None:
+            at = skip_space(text, 0)
+            if at < len(text):
+                self._reader = EncodedArguments() if text[at] == '"' else JsonArguments()
+        return self._reader
+
+    @property
+    def streams(self) -> bool:
+        return False  # JsonArguments reports the call with its first released text
+
+    @property
+    def settles(self) -> str | None:
+        return None if self._reader is None else self._reader.settles
+
+    @property
+    def unread(self) -> str:
+        return "" if self._reader is None else self._reader.unread
+
+    @property
+    def name(self) -> str:
+        return ""
+
+    def quick(self, text: str) -> str | None:
+        reader = self._pick(text)
+        return None if reader is None else reader.quick(text)
+
+    def close(self) -> str:
+        return "" if self._reader is None else self._reader.close()
+
+    def feed(self, text: str, final: bool) -> Step:
+        reader = self._pick(text)
+        if reader is None:
+            return "", 0, Status.FAIL if final else Status.MORE
+        return reader.feed(text, final)
 
 
 @dataclass(frozen=True)
@@ -75,7 +157,7 @@ class JsonNamed(Dialect):
 
     # -- reading ---------------------------------------------------------------------------
     def reader(self, properties: dict[str, Any], named: bool = True) -> ArgumentReader:
-        return JsonArguments() if named else NameLastObject(self.keys())
+        return NamedArguments() if named else NameLastObject(self.keys())
 
     def match_header(
         self, layout: Layout, text: str, pos: int, final: bool
@@ -97,6 +179,9 @@ class JsonNamed(Dialect):
                 break
         if state is not Match.MATCH:
             return state, end, ""
+        at = skip_space(text, end)
+        if at < len(text) and text[at] == '"':  # arguments as a JSON string
+            return Match.MATCH, end, name
         return expect_object(text, end, final, name)
 
     def _arguments_first(self, text: str, start: int, final: bool):
@@ -110,6 +195,27 @@ class JsonNamed(Dialect):
             if state is Match.PARTIAL:
                 result = Match.PARTIAL, end
         return (*result, "")
+
+    def extra_members(self, text: str, final: bool) -> tuple[Match, int]:
+        """Keys after the arguments (Mistral Nemo's ``"id"``): ``, "key": value`` ..."""
+        pos = 0
+        while True:
+            state, at = match_literal(text, pos, '\n,\n"', final)
+            if state is not Match.MATCH:
+                return (Match.MATCH, pos) if state is Match.FAIL else (state, pos)
+            m = _JSON_STRING.match(text, at - 1)
+            state, at = (
+                (Match.FAIL, at) if m is None else match_literal(text, m.end(), "\n:\n", final)
+            )
+            if state is not Match.MATCH:
+                return (Match.PARTIAL if m is None and not final else state), pos
+            try:
+                _, end = _DECODER.raw_decode(text, at)
+            except ValueError:
+                return (Match.FAIL if final else Match.PARTIAL), pos
+            if end == len(text) and not final:
+                return Match.PARTIAL, pos  # a number may continue
+            pos = end
 
     def closing(self, layout: Layout, named: bool = True) -> str:
         """After the arguments object: the wrapper's ``}`` (read by `NameLastObject` itself

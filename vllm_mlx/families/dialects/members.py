@@ -30,6 +30,9 @@ class MemberStream:
         """Text consumed but not released as arguments."""
         return "".join(self._raw)
 
+    def close(self) -> str:
+        return "}" if self._members else ""
+
     def _member(self, text: str, start: int, end: int, last: bool, out: list[str]) -> bool:
         """Release the member ending at ``text[end]``; False if it is not one."""
         self._raw.append(text[start:end])

@@ -190,6 +190,9 @@ class XmlArguments:
         self._lead_newline = params.lead_newline
         self._value_end = params.value_close
         self._trail_newline = params.trail_newline
+        # a parameter without its end tag ends where the next one opens
+        self._next_key = "\n" + params.key_start if params.trail_newline else params.key_start
+        self._stops = [self._value_end, self._next_key]
         # the characters that can complete held markup (see `MarkedToolParser._may_decide`)
         literals = (params.key_start, params.key_end + params.value_start, params.value_end)
         self.settles = "".join({lit.rstrip()[-1] for lit in literals})
@@ -233,9 +236,9 @@ class XmlArguments:
                 out.append(": " + ('"' if self._string else ""))
                 self._count, self._phase = self._count + 1, _XmlPhase.VALUE
             else:
-                at = text.find(self._value_end, pos)
+                at, skip = self._value_stop(text, pos)
                 if at < 0:
-                    keep = 0 if final else partial_suffix(text[pos:], [self._value_end])
+                    keep = 0 if final else partial_suffix(text[pos:], self._stops)
                     segment = text[pos : len(text) - keep]
                     if self._trail_newline and segment.endswith("\n") and not final:
                         segment, keep = segment[:-1], keep + 1
@@ -246,7 +249,26 @@ class XmlArguments:
                     segment = segment[:-1]
                 self._value_text(segment, out)
                 self._close_value(out)
-                self._phase, pos = _XmlPhase.KEY_OR_END, at + len(self._value_end)
+                self._phase, pos = _XmlPhase.KEY_OR_END, at + skip
+
+    def _value_stop(self, text: str, pos: int) -> tuple[int, int]:
+        """Where the value ends and how much markup to skip there: its end tag, or (a
+        parameter left unclosed) the next parameter's opening, which is kept."""
+        at = text.find(self._value_end, pos)
+        nxt = text.find(self._next_key, pos)
+        if nxt >= 0 and (at < 0 or nxt < at):
+            return nxt, 0
+        return at, len(self._value_end)
+
+    def close(self) -> str:
+        if not self._opened:
+            return ""
+        if self._phase is not _XmlPhase.VALUE:
+            return "}"
+        if self._string:
+            return '"}'
+        value = typed_value(self._pending, self._properties.get(self._key))
+        return json.dumps(value, ensure_ascii=False) + "}"
 
     def _read_key(self, text: str, pos: int, final: bool) -> tuple[str, int] | None:
         """Key, its closing tag, the value's opening and one layout newline; None if the
