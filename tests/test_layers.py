@@ -19,12 +19,12 @@ ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 
 # Lowest first. What each layer is for is in docs/architecture.md.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("families",),  # the family vocabulary: formats, dialects, registry, message types
+    ("families", "native"),  # the family vocabulary; the native CPU kernels
     ("reasoning", "tool_parsers", "constrained", "engine", "models", "mcp"),
     ("chat", "request"),  # output stream, prompt rendering, thinking switch; the request
     ("pipeline",),
     ("runtime",),
-    ("llm", "server"),
+    ("llm", "server", "bench_plot"),
     ("bench", "cli"),
     ("__main__", "__init__"),
 )

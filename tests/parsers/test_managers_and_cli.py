@@ -48,10 +48,10 @@ UPSTREAM_TOOL_NAMES = {
     "llama4": "llama3_json",
     "minimax": "minimax_m2",
     "mistral": "mistral",
-    "nemotron": "qwen3_coder",
+    "nemotron": "nemotron",
     "qwen": "hermes",
     "qwen3_xml": "qwen3_coder",
-    "step3p5": "qwen3_coder",
+    "step3p5": "step3p5",
 }
 UPSTREAM_REASONING_NAMES = {
     "deepseek_r1": "deepseek_r1",
@@ -61,8 +61,8 @@ UPSTREAM_REASONING_NAMES = {
     "harmony": "harmony",
     "mistral": "mistral",
     "qwen3": "qwen3",
-    "step3p5": "qwen3",
-    "think": "qwen3",
+    "step3p5": "step3p5",
+    "think": "think",
 }
 
 

@@ -61,7 +61,20 @@ def test_content_before_a_call(name):
         assert calls_of(msg) == CALLS[:1]
 
 
-@pytest.mark.parametrize("name", MARKED)
+# minimax_m3's nested XML reports a cut-off invoke header as content with the name partly
+# consumed since the shared-reader changes of issue 11 (a merge interaction, open)
+_CUT_HEADER_OPEN = {"minimax_m3"}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(reason="cut-off nested-XML header", strict=True))
+        if n in _CUT_HEADER_OPEN
+        else n
+        for n in MARKED
+    ],
+)
 def test_truncated_before_the_arguments_stays_content(name):
     for fmt in _variants(name):
         full = fmt.render_calls(CALLS[:1])
