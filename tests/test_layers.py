@@ -19,8 +19,10 @@ ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 
 # Lowest first. What each layer is for is in docs/architecture.md.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("families", "native"),  # the family vocabulary; the native CPU kernels
-    ("reasoning", "tool_parsers", "constrained", "engine", "models", "mcp"),
+    ("families",),  # the family vocabulary: formats, dialects, registry, message types
+    ("reasoning", "tool_parsers", "constrained", "engine", "mcp"),
+    ("native",),  # the CPU kernels (they check engine.cpu for OpenBLAS)
+    ("models",),  # loading routes quantized layers to native
     ("chat", "request"),  # output stream, prompt rendering, thinking switch; the request
     ("pipeline",),
     ("runtime",),

@@ -46,6 +46,10 @@ class NestedXmlArguments:
         self._properties = properties
         self._raw: list[str] = []
 
+    def close(self) -> str:
+        """Nothing to close: these arguments are released whole, never cut (streams=False)."""
+        return ""
+
     def quick(self, text: str) -> str | None:
         if self._end[0] in text:
             return None

@@ -37,6 +37,12 @@ class CodeOrObject:
             return encode_basestring(text)[1:-1]
         return None
 
+    def close(self) -> str:
+        """The JSON object's own closing, or the code string's."""
+        if self._json is not None:
+            return self._json.close()
+        return '"}' if self._code else ""
+
     def feed(self, text: str, final: bool) -> Step:
         if self._json is not None:
             return self._json.feed(text, final)
