@@ -22,6 +22,7 @@ Tool calls (`ToolCallFormat`). One call is written as::
 * ``dialect``: how NAME and ARGUMENTS are written, read and forced (`families.dialects`:
   ``json``, ``json_named``, ``xml``, ``python``, ``gemma``).
 * ``args_end``, ``call_end``: literal texts after the arguments; ``separator`` between calls.
+* ``id_style``: the shape of call ids its templates expect (`families.call_ids`).
 
 Whitespace: a newline written in any literal above means "optional whitespace" when parsing,
 and exactly that newline when generating. ``render_call`` writes one canonical call, which is
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .call_ids import IdStyle
 from .dialects import Dialect
 
 
@@ -94,6 +96,8 @@ class ToolCallFormat:
     # Other openings of the same family, tried when this one does not match (mistral).
     variants: tuple[ToolCallFormat, ...] = field(default=(), compare=False)
     channels: Channels | None = None  # Harmony: calls are messages of its channel stream
+    # The shape of call ids the family's templates expect (`families.call_ids`).
+    id_style: IdStyle = "openai"
 
     def render_call(self, name: str, arguments: dict, *, index: int = 0) -> str:
         """One call written exactly as this family writes it (without section markers)."""
