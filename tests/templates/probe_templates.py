@@ -125,7 +125,7 @@ def probe(path: Path) -> dict:
     except Exception as exc:
         row["plain_render"] = f"ERROR {type(exc).__name__}: {exc}"
     try:
-        decision = decide_thinking(source, enable_thinking=False)
+        decision = decide_thinking(source, enabled=False)
         row["thinking_kwargs"] = decision.template_kwargs
     except Exception as exc:
         row["thinking_kwargs"] = f"ERROR {exc}"

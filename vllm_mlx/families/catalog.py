@@ -115,6 +115,7 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
             call_start="",
             separator=", ",
             aliases=("magistral", "devstral", "mistral_small"),
+            id_style="alnum9",
             variants=(
                 _MISTRAL_NAMED,
                 ToolCallFormat(
@@ -167,6 +168,7 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
             name_end="<|tool_call_argument_begin|>",
             call_end="<|tool_call_end|>",
             aliases=("kimi", "kimi-k2"),
+            id_style="kimi",
         ),
         ToolCallFormat(
             "minimax_m2",
