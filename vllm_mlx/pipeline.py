@@ -151,6 +151,8 @@ class Pipeline:
             tools=self._tools(request),
             template_kwargs=thinking.template_kwargs,
             allow_request_templates=self.allow_request_templates,
+            tool_format=self.tool_format,
+            system_switch=thinking.system_switch,
         )
         return prompt, thinking
 
@@ -187,6 +189,7 @@ class Pipeline:
             tool_format=tool_format,
             tools=tools,
             prompt_tail=prompt.tail,
+            id_style=tool_format.id_style if tool_format else "openai",
         )
         generation = GenerationRequest(prompt.token_ids, params, processors)
         return Prepared(generation, output)
