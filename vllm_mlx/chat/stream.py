@@ -231,6 +231,7 @@ def parse_output(
     tool_format: ToolCallFormat | None,
     tools: list[dict] | None = None,
     prompt_tail: str = "",
+    id_style: IdStyle = "openai",
 ) -> ParsedMessage:
     """Parse a complete output: exactly one feed and finish of the streaming parser."""
     stream = make_output_stream(
@@ -238,6 +239,7 @@ def parse_output(
         tool_format=tool_format,
         tools=tools,
         prompt_tail=prompt_tail,
+        id_style=id_style,
     )
     stream.feed(text)
     stream.finish()

@@ -8,6 +8,7 @@ size, so neither a model's template nor one from a request can stall the server.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +34,7 @@ RENDERER_KEYS = frozenset(
     | {"range", "cycler", "joiner", "lipsum"}
 )
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+_TAIL_PROBE = "vmx tail probe"
 # Longest template a request may bring (models' own are tens of kilobytes at most).
 MAX_REQUEST_TEMPLATE_CHARS = 256 * 1024
 
@@ -91,7 +93,25 @@ def render_chat(
     text = _render(template, {**variables, "add_generation_prompt": True}, limits)
     history = _render(template, {**variables, "add_generation_prompt": False}, limits)
     tail = text[len(history) :] if text.startswith(history) else text[-FALLBACK_TAIL_CHARS:]
+    if not tail and text:
+        tail = _printed_tail(template, variables, text, limits)
     return RenderedPrompt(text=text, token_ids=encode_prompt(tokenizer, text), tail=tail)
+
+
+def _printed_tail(
+    template: str, variables: dict[str, Any], text: str, limits: RenderLimits | None
+) -> str:
+    """The tail of a template that prints its generation prompt whatever
+    ``add_generation_prompt`` says (Command R7B, Apriel 1.6): what follows the point where
+    the prompt and the same conversation with one more assistant turn part ways."""
+    probe = {"role": "assistant", "content": _TAIL_PROBE}
+    more = {**variables, "messages": [*variables["messages"], probe]}
+    try:
+        longer = _render(template, {**more, "add_generation_prompt": False}, limits)
+    except ChatTemplateError:
+        return text[-FALLBACK_TAIL_CHARS:]
+    shared = len(os.path.commonprefix([text, longer]))
+    return text[shared:] if _TAIL_PROBE in longer[shared:] else text[-FALLBACK_TAIL_CHARS:]
 
 
 def template_variables(
