@@ -116,12 +116,14 @@ def test_ids_the_template_accepts_are_kept():
 def test_kimi_ids_are_written_as_the_models_own_call_names():
     kimi = ToolParserManager.format("kimi_k2")
     prints_ids = (
-        "{% for m in messages %}{% for tc in m.tool_calls or [] %}[{{ tc.id }}]{% endfor %}"
-        "{% if m.role == 'tool' %}({{ m.tool_call_id }}){% endif %}{% endfor %}"
+        "{% for m in messages %}{% for tc in m.tool_calls or [] %}[{{ tc.id }} "
+        "{{ tc.function.name }}]{% endfor %}{% if m.role == 'tool' %}({{ m.tool_call_id }} "
+        "{{ m.content }}){% endif %}{% endfor %}"
     )
     text = render_chat(WithTemplate(prints_ids), conversation(), tool_format=kimi).text
-    assert text == "[functions.get_weather:0](functions.get_weather:0)"
-    assert render_chat(WithTemplate(prints_ids), conversation()).text == "[call_1](call_1)"
+    assert text == "[functions.get_weather:0 get_weather](functions.get_weather:0 18C, sunny)"
+    plain = render_chat(WithTemplate(prints_ids), conversation()).text
+    assert plain == "[call_1 get_weather](call_1 18C, sunny)"
 
 
 def test_the_server_generates_ids_in_the_familys_shape():
