@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from vllm_mlx.cli import main
+from vllm_mlx.models.loader import resolve_model
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -65,3 +66,12 @@ def test_a_given_parser_is_used_and_an_unknown_one_is_a_usage_error():
     assert "tool calls: hermes (given)" in given.output
     bad = inspect("markers_from_expressions.jinja", "--tool-call-parser", "nope")
     assert bad.exit_code == 2 and "unknown tool-call parser" in bad.output
+
+
+def test_a_model_folder_is_inspected():
+    """The embedded default model (SmolLM2: ChatML without tool support)."""
+    folder = str(resolve_model(None, progress=False))
+    result = CliRunner().invoke(main, ["template", folder])
+    assert "tool calls: hermes (no tool-call markers found: the Hermes fallback)" in result.output
+    assert "tool results: as <tool_response> user turns" in result.output
+    assert result.exit_code == 0 and result.output.rstrip().endswith("PASS")

@@ -107,7 +107,8 @@ def describe_tools(profile: TemplateProfile, tool_format: ToolCallFormat) -> lis
         "history calls: "
         + ("natively" if profile.shows_calls else f"written as text, {syntax}")
         + f"; arguments as {'an object' if profile.args_form == 'object' else 'JSON text'}",
-        "tool results: " + ("natively" if profile.shows_results else "as <tool_response> turns"),
+        "tool results: "
+        + ("as <tool_response> user turns" if profile.results_as_text else "natively"),
         "system role: "
         + ("yes" if profile.system_role else "no (system text goes into the first user turn)"),
         "call ids: "

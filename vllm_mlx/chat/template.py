@@ -157,12 +157,10 @@ def prepare_history(
     if style is None and tool_format is not None and tool_format.id_style == "kimi":
         style = "kimi"  # Kimi prints the id where the model writes functions.NAME:N
     messages = with_call_names_and_ids(messages, style)
-    no_tool_support = profile.tools_via is None and not profile.shows_calls
-    rewrite_results = not profile.shows_results or no_tool_support
-    if profile.shows_calls and not rewrite_results:
+    if profile.shows_calls and not profile.results_as_text:
         return messages
     return as_plain_chat(
-        messages, tool_format, calls=not profile.shows_calls, results=rewrite_results
+        messages, tool_format, calls=not profile.shows_calls, results=profile.results_as_text
     )
 
 

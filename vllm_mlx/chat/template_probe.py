@@ -53,6 +53,12 @@ class TemplateProfile:
     id_style: IdStyle | None = None  # the id shape the template enforces (None: any)
     error: str | None = None  # why no probe conversation rendered (then defaults are used)
 
+    @property
+    def results_as_text(self) -> bool:
+        """Tool results go in as user turns: the template drops them, or it has no tool
+        support at all (no tools, no calls: a generic ``tool`` turn means nothing to it)."""
+        return not self.shows_results or (self.tools_via is None and not self.shows_calls)
+
 
 def call_conversation(args: Any, call_id: str, *, reasoning: bool = False) -> list[dict]:
     """A user turn, an assistant tool call with its result, and a follow-up question."""
