@@ -3,8 +3,6 @@ templates, a bounded error for hostile ones, and request templates only when all
 
 from __future__ import annotations
 
-import json
-
 import openai
 import pytest
 from conftest_models import CHAT_TEMPLATE
@@ -18,8 +16,9 @@ from vllm_mlx.chat.template import (
     ChatTemplateError,
     TemplateLimitError,
     render_chat,
+    special_tokens,
+    template_variables,
 )
-from vllm_mlx.chat.tool_prompt import as_plain_chat, template_renders_tools, with_tool_system_prompt
 from vllm_mlx.models.loader import load_tokenizer_only
 
 # Exercises what real templates use: namespace, loop controls, macros, tojson with options,
@@ -89,28 +88,16 @@ class WithTemplate:
 
 
 def transformers_render(tokenizer, template, messages, tools, kwargs):
-    """What render_chat produced before: the same preparation, then apply_chat_template."""
-    if not template_renders_tools(template):
-        messages = as_plain_chat(messages)
-        if tools:
-            messages, tools = with_tool_system_prompt(messages, tools), None
-    converted = []
-    for message in messages:
-        calls = [
-            {
-                **c,
-                "function": {**c["function"], "arguments": json.loads(c["function"]["arguments"])},
-            }
-            for c in message.get("tool_calls") or []
-        ]
-        converted.append({**message, "tool_calls": calls} if calls else message)
+    """What transformers renders from the same prepared variables."""
+    variables = template_variables(template, special_tokens(tokenizer), messages, tools)
+    rest = {k: v for k, v in variables.items() if k not in {"messages", "tools", "documents"}}
     return tokenizer.apply_chat_template(
-        converted,
-        tools=tools or None,
+        variables["messages"],
+        tools=variables.get("tools") or variables.get("custom_tools"),
         tokenize=False,
         add_generation_prompt=True,
         chat_template=template,
-        **kwargs,
+        **{**rest, **kwargs},
     )
 
 

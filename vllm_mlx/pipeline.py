@@ -13,9 +13,16 @@ import logging
 from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
+from typing import Any
 
 from .chat.stream import OutputStream, make_output_stream
-from .chat.template import RenderedPrompt, encode_prompt, render_chat
+from .chat.template import (
+    MAX_REQUEST_TEMPLATE_CHARS,
+    RenderedPrompt,
+    encode_prompt,
+    named_templates,
+    render_chat,
+)
 from .chat.thinking_switch import ThinkingDecision, UnknownEffortError, decide_thinking
 from .constrained import ConstraintError, build_logits_processors
 from .engine.engine import Engine
@@ -135,7 +142,7 @@ class Pipeline:
         tools unless tool_choice is "none", the thinking switch under the template's key."""
         try:
             thinking = decide_thinking(
-                getattr(self.tokenizer, "chat_template", None),
+                self._switch_template(request),
                 enabled=request.thinking.enabled,
                 budget=request.thinking.budget,
                 effort=request.thinking.effort,
@@ -152,8 +159,26 @@ class Pipeline:
             tools=self._tools(request),
             template_kwargs=thinking.template_kwargs,
             allow_request_templates=self.allow_request_templates,
+            tool_format=self.tool_format,
+            system_switch=thinking.system_switch,
         )
         return prompt, thinking
+
+    def _switch_template(self, request: ChatRequest) -> Any:
+        """The template whose thinking switch applies: a request's own template (or one of
+        the model's named ones it asks for), else the model's."""
+        own = getattr(self.tokenizer, "chat_template", None)
+        requested = (request.template_kwargs or {}).get("chat_template")
+        named = named_templates(own)
+        if isinstance(requested, str) and requested in named:
+            return named[requested]
+        if (
+            isinstance(requested, str)
+            and self.allow_request_templates
+            and len(requested) <= MAX_REQUEST_TEMPLATE_CHARS
+        ):
+            return requested
+        return own
 
     @staticmethod
     def _tools(request: ChatRequest) -> list[dict] | None:
@@ -188,6 +213,7 @@ class Pipeline:
             tool_format=tool_format,
             tools=tools,
             prompt_tail=prompt.tail,
+            id_style=tool_format.id_style if tool_format else "openai",
         )
         generation = GenerationRequest(prompt.token_ids, params, processors)
         return Prepared(generation, output)

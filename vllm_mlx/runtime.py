@@ -8,7 +8,10 @@ from __future__ import annotations
 import logging
 import sys
 from dataclasses import dataclass
+from typing import Any
 
+from .chat.template import ChatTemplateError, choose_template, special_tokens, template_sources
+from .chat.template_probe import probe_text
 from .chat.tool_prompt import FALLBACK_TOOL_PARSER
 from .engine.cpu import openblas_preloaded
 from .engine.engine import Engine
@@ -124,26 +127,68 @@ def _assemble(
     return Runtime(loaded, engine, pipeline)
 
 
+@dataclass(frozen=True)
+class ParserChoice:
+    """The parsers picked for a model, and why (for the log and `vllm-mlx template`)."""
+
+    reasoning: str | None
+    tool: str
+    reasoning_why: str
+    tool_why: str
+
+
+def choose_parsers(
+    model_name: str,
+    tokenizer: Any,
+    reasoning: str | None = None,
+    tool: str | None = None,
+) -> ParserChoice:
+    """Parser names: given (validated; an unknown name is a ValueError listing the valid
+    ones), else detected from the template's rendering of a probe conversation (markers a
+    template assembles from expressions are literal there), else from the template source,
+    the special tokens and the model name; for tool calls the Hermes fallback last."""
+    specials = set(getattr(tokenizer, "all_special_tokens", []) or [])
+    specials |= set(tokenizer.get_added_vocab()) if hasattr(tokenizer, "get_added_vocab") else set()
+    source = getattr(tokenizer, "chat_template", None)
+    source_text = "\n".join(template_sources(source))
+    try:
+        rendered = probe_text(
+            choose_template(tokenizer, None, [{}], False), special_tokens(tokenizer)
+        )
+    except ChatTemplateError:
+        rendered = ""
+    if reasoning is not None:
+        reasoning, reasoning_why = ReasoningParserManager.resolve(reasoning), "given"
+    elif found := ReasoningParserManager.match("", rendered, ()):
+        reasoning, reasoning_why = found, "its marker in the rendered probe conversation"
+    elif found := ReasoningParserManager.detect(model_name, source_text, specials):
+        reasoning, reasoning_why = found, "the template source, special tokens or model name"
+    else:
+        reasoning_why = "no reasoning markers found"
+    if tool is not None and not ToolParserManager.is_auto(tool):
+        tool, tool_why = ToolParserManager.resolve(tool), "given"
+    elif found := ToolParserManager.detect("", rendered, ()):
+        tool, tool_why = found, "its marker in the rendered probe conversation"
+    elif found := ToolParserManager.detect(model_name, source_text, specials):
+        tool, tool_why = found, "the template source, special tokens or model name"
+    else:
+        tool, tool_why = FALLBACK_TOOL_PARSER, "no tool-call markers found: the Hermes fallback"
+    return ParserChoice(reasoning, tool, reasoning_why, tool_why)
+
+
 def select_formats(
     loaded: LoadedModel, reasoning: str | None, tool: str | None
 ) -> tuple[ReasoningFormat | None, ToolCallFormat | None]:
-    """The model's family, resolved once from parser names: given (validated; an unknown name
-    is a ValueError listing the valid ones), detected from the template and special tokens,
-    and for tool calls the Hermes fallback used with templates that cannot render tools."""
-    tokenizer = loaded.tokenizer
-    specials = set(getattr(tokenizer, "all_special_tokens", []) or [])
-    specials |= set(tokenizer.get_added_vocab()) if hasattr(tokenizer, "get_added_vocab") else set()
-    template = loaded.chat_template
-    if reasoning is not None:
-        reasoning = ReasoningParserManager.resolve(reasoning)
-    else:
-        reasoning = ReasoningParserManager.detect(loaded.name, template, specials)
-    if tool is not None and not ToolParserManager.is_auto(tool):
-        tool = ToolParserManager.resolve(tool)
-    else:
-        tool = ToolParserManager.detect(loaded.name, template, specials) or FALLBACK_TOOL_PARSER
-    log.info("reasoning parser: %s; tool-call parser: %s", reasoning, tool)
+    """The model's family as format objects (`choose_parsers`)."""
+    choice = choose_parsers(loaded.name, loaded.tokenizer, reasoning, tool)
+    log.info(
+        "reasoning parser: %s (%s); tool-call parser: %s (%s)",
+        choice.reasoning,
+        choice.reasoning_why,
+        choice.tool,
+        choice.tool_why,
+    )
     return (
-        ReasoningParserManager.formats[reasoning] if reasoning else None,
-        ToolParserManager.formats[tool],
+        ReasoningParserManager.formats[choice.reasoning] if choice.reasoning else None,
+        ToolParserManager.formats[choice.tool],
     )

@@ -84,7 +84,7 @@ decide_thinking = _first(
     "vllm_mlx.families.thinking_switch.decide_thinking",
 )
 ToolParserManager = _first("vllm_mlx.tool_parsers.ToolParserManager")
-ReasoningParserManager = _first("vllm_mlx.reasoning.ReasoningParserManager")
+choose_parsers = _first("vllm_mlx.runtime.choose_parsers")
 
 
 def tokenizer_for(template) -> PreTrainedTokenizerFast:
@@ -103,9 +103,12 @@ def load(path: Path):
 def probe(path: Path) -> dict:
     template = load(path)
     row: dict = {"template": path.name}
-    source = template if isinstance(template, str) else json.dumps(template)
+    choice = choose_parsers("model", tokenizer_for(template))
+    tool_format = ToolParserManager.formats[choice.tool]
     try:
-        rendered = render_chat(tokenizer_for(template), MESSAGES, tools=TOOLS)
+        rendered = render_chat(
+            tokenizer_for(template), MESSAGES, tools=TOOLS, tool_format=tool_format
+        )
     except Exception as exc:  # report every failure, whatever its class
         row["render"] = f"ERROR {type(exc).__name__}: {exc}"
     else:
@@ -114,6 +117,7 @@ def probe(path: Path) -> dict:
         row["render"] = "ok"
         row["tools_shown"] = TOOL_DESC in text
         row["hermes_injected"] = "<tools>" in text and "# Tools" in text
+        row["family_injected"] = "# Tools" in text and "<tools>" not in text
         row["history_call"] = "get_weather" in after_user and "Paris" in after_user
         row["history_args_json"] = '{"city": "Paris"}' in text or '"city": "Paris"' in text
         row["result_shown"] = "18C, sunny" in text
@@ -125,14 +129,16 @@ def probe(path: Path) -> dict:
     except Exception as exc:
         row["plain_render"] = f"ERROR {type(exc).__name__}: {exc}"
     try:
-        decision = decide_thinking(source, enable_thinking=False)
+        decision = decide_thinking(template, enabled=False)
         row["thinking_kwargs"] = decision.template_kwargs
+        if decision.system_switch:
+            row["thinking_system_switch"] = decision.system_switch
     except Exception as exc:
         row["thinking_kwargs"] = f"ERROR {exc}"
     if path.stem in THINKING_READS:
         row["thinking_reads"] = THINKING_READS[path.stem]
-    row["detect_tool"] = ToolParserManager.detect("model", source, [])
-    row["detect_reasoning"] = ReasoningParserManager.detect("model", source, [])
+    row["detect_tool"] = f"{choice.tool} ({choice.tool_why})"
+    row["detect_reasoning"] = choice.reasoning
     return row
 
 

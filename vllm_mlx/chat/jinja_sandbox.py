@@ -433,3 +433,8 @@ def render_bounded(
         return "".join(parts)
     finally:
         _BUDGET.reset(token)
+
+
+def parse_template(source: str) -> nodes.Template:
+    """The template's syntax tree in the renderer's own environment (its tags and filters)."""
+    return _ENVIRONMENT.parse(source)

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
+from vllm_mlx.families.call_ids import IdStyle, accepts, new_id
 from vllm_mlx.families.formats import ReasoningFormat, ToolCallFormat
 from vllm_mlx.families.message import (
     CONTENT,
@@ -52,7 +53,9 @@ class OutputStream:
         reasoning: _ReasoningStage | None = None,
         tools: ToolParser | None = None,
         whole: _WholeParser | None = None,
+        id_style: IdStyle = "openai",
     ) -> None:
+        self._id_style = id_style
         self._reasoning = reasoning
         self._tools = tools
         self._whole = whole
@@ -171,6 +174,8 @@ class OutputStream:
                 if piece.index != len(self._calls) or not piece.id:
                     log.error("parser bug: tool call %d started out of order", piece.index)
                     continue
+                if not accepts(self._id_style, piece.id):  # a generated id, not the model's
+                    piece.id = new_id(self._id_style, piece.name, piece.index)
                 self._calls.append(ToolCall(id=piece.id, name=piece.name, arguments=""))
                 self._arguments.append([])
             elif piece.index >= len(self._calls):
@@ -192,10 +197,12 @@ def make_output_stream(
     tool_format: ToolCallFormat | None,
     tools: list[dict] | None = None,
     prompt_tail: str = "",
+    id_style: IdStyle = "openai",
 ) -> OutputStream:
     """A stream for one request in these formats (None: the family has no such syntax; with
     both None the stream passes content through). A family written as channels (Harmony) is
-    parsed whole, reasoning and calls together."""
+    parsed whole, reasoning and calls together. Call ids the parser generates are replaced by
+    ids in ``id_style`` (the family's shape); ids the model wrote in that shape are kept."""
     reasoning_channels = reasoning_format.channels if reasoning_format else None
     tool_channels = tool_format.channels if tool_format else None
     channels = reasoning_channels or tool_channels
@@ -207,7 +214,7 @@ def make_output_stream(
             tool_calls=tool_channels is not None,
             prompt_tail=prompt_tail,
         )
-        return OutputStream(whole=whole)
+        return OutputStream(whole=whole, id_style=id_style)
     tool_parser = marked_parser(tool_format, tools) if tool_format else None
     calls = tool_parser.triggers if tool_parser else ()  # a call may end an unclosed block
     return OutputStream(
@@ -215,6 +222,7 @@ def make_output_stream(
         if reasoning_format
         else None,
         tools=tool_parser,
+        id_style=id_style,
     )
 
 
@@ -225,6 +233,7 @@ def parse_output(
     tool_format: ToolCallFormat | None,
     tools: list[dict] | None = None,
     prompt_tail: str = "",
+    id_style: IdStyle = "openai",
 ) -> ParsedMessage:
     """Parse a complete output: exactly one feed and finish of the streaming parser."""
     stream = make_output_stream(
@@ -232,6 +241,7 @@ def parse_output(
         tool_format=tool_format,
         tools=tools,
         prompt_tail=prompt_tail,
+        id_style=id_style,
     )
     stream.feed(text)
     stream.finish()

@@ -8,11 +8,16 @@ size, so neither a model's template nor one from a request can stall the server.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from typing import Any
 
+from vllm_mlx.families.call_ids import IdStyle, mapped_id
+from vllm_mlx.families.formats import ToolCallFormat
+
 from .jinja_sandbox import RenderLimitError, RenderLimits, render_bounded
-from .tool_prompt import as_plain_chat, template_renders_tools, with_tool_system_prompt
+from .template_probe import ArgsForm, TemplateProfile, profile_template
+from .tool_prompt import as_plain_chat, with_tool_system_prompt
 
 # The tail used when the generation prompt cannot be isolated: enough to hold any opening
 # marker a template leaves open (`<think>\n`, `<|channel|>analysis…`).
@@ -29,6 +34,7 @@ RENDERER_KEYS = frozenset(
     | {"range", "cycler", "joiner", "lipsum"}
 )
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+_TAIL_PROBE = "vmx tail probe"
 # Longest template a request may bring (models' own are tens of kilobytes at most).
 MAX_REQUEST_TEMPLATE_CHARS = 256 * 1024
 
@@ -59,38 +65,170 @@ def render_chat(
     template_kwargs: dict | None = None,
     allow_request_templates: bool = False,
     limits: RenderLimits | None = None,
+    tool_format: ToolCallFormat | None = None,
+    system_switch: str | None = None,
 ) -> RenderedPrompt:
-    """Render OpenAI-style messages. Tool-call arguments arrive as JSON text and are handed
-    to the template as objects, which is what templates (Qwen, Llama, Mistral…) iterate.
-    A template that cannot render tools gets them in a system message (tool_prompt.py).
-    ``template_kwargs`` come from the request: a ``chat_template`` among them (other than the
-    name of one of the model's templates) is used only with ``allow_request_templates``."""
+    """Render OpenAI-style messages in the forms the template accepts (its `TemplateProfile`):
+    content never null, arguments as objects or JSON text, ids in the shape it enforces,
+    system text in the first user turn when it has no system role. Tools, calls and results it
+    cannot show are written in ``tool_format``'s syntax (tool_prompt.py). ``system_switch``
+    (``/no_think``) is appended to the system prompt. ``template_kwargs`` come from the
+    request: a ``chat_template`` among them (other than the name of one of the model's
+    templates) is used only with ``allow_request_templates``."""
     kwargs = dict(template_kwargs or {})
     owned = sorted(key for key in kwargs if key in RENDERER_KEYS)
     if owned:
         raise ChatTemplateError(
             f"chat_template_kwargs.{owned[0]} is set by the server and cannot be given"
         )
-    template = _choose_template(
+    template = choose_template(
         tokenizer, kwargs.pop("chat_template", None), tools, allow_request_templates
     )
     if not messages:
         raise ChatTemplateError("there are no messages to render")
-    if not template_renders_tools(template):
-        messages = as_plain_chat(messages)
-        if tools:
-            messages, tools = with_tool_system_prompt(messages, tools), None
-    variables = {
-        **_special_tokens(tokenizer),
-        **kwargs,
-        "messages": [_for_template(m) for m in messages],
-        "tools": tools or None,
-        "documents": None,
-    }
+    variables = template_variables(
+        template, special_tokens(tokenizer), messages, tools, tool_format, system_switch
+    )
+    variables = {**variables, **kwargs}
     text = _render(template, {**variables, "add_generation_prompt": True}, limits)
     history = _render(template, {**variables, "add_generation_prompt": False}, limits)
     tail = text[len(history) :] if text.startswith(history) else text[-FALLBACK_TAIL_CHARS:]
+    if not tail and text:
+        tail = _printed_tail(template, variables, text, limits)
     return RenderedPrompt(text=text, token_ids=encode_prompt(tokenizer, text), tail=tail)
+
+
+def _printed_tail(
+    template: str, variables: dict[str, Any], text: str, limits: RenderLimits | None
+) -> str:
+    """The tail of a template that prints its generation prompt whatever
+    ``add_generation_prompt`` says (Command R7B, Apriel 1.6): what follows the point where
+    the prompt and the same conversation with one more assistant turn part ways."""
+    probe = {"role": "assistant", "content": _TAIL_PROBE}
+    more = {**variables, "messages": [*variables["messages"], probe]}
+    try:
+        longer = _render(template, {**more, "add_generation_prompt": False}, limits)
+    except ChatTemplateError:
+        return text[-FALLBACK_TAIL_CHARS:]
+    shared = len(os.path.commonprefix([text, longer]))
+    return text[shared:] if _TAIL_PROBE in longer[shared:] else text[-FALLBACK_TAIL_CHARS:]
+
+
+def template_variables(
+    template: str,
+    specials: dict[str, Any],
+    messages: list[dict],
+    tools: list[dict] | None,
+    tool_format: ToolCallFormat | None = None,
+    system_switch: str | None = None,
+) -> dict[str, Any]:
+    """The variables the template renders (without ``add_generation_prompt``): the
+    messages in the forms the template's profile accepts, the tools where it reads them or
+    injected into the system prompt, the special tokens."""
+    profile = profile_template(template, specials)
+    messages = prepare_history(messages, profile, tool_format)
+    if system_switch:
+        messages = _with_system_text(messages, system_switch)
+    tool_kwargs: dict[str, Any] = {}
+    if tools and profile.tools_via is None:
+        messages = with_tool_system_prompt(messages, tools, tool_format)
+    elif tools and profile.tools_via == "message":
+        messages = [{**messages[0], "tools": tools}, *messages[1:]]
+    elif tools:
+        tool_kwargs[profile.tools_via or "tools"] = tools
+    elif profile.tools_none_ok:
+        tool_kwargs["tools"] = None
+    if not profile.system_role:
+        messages = merge_system_into_user(messages)
+    return {
+        **specials,
+        **tool_kwargs,
+        "messages": [_for_template(m, profile.args_form) for m in messages],
+        "documents": None,
+    }
+
+
+def prepare_history(
+    messages: list[dict], profile: TemplateProfile, tool_format: ToolCallFormat | None
+) -> list[dict]:
+    """Tool results named after their call, ids in the template's (or Kimi's) shape, and the
+    calls and results the template drops written as text."""
+    style = profile.id_style
+    if style is None and tool_format is not None and tool_format.id_style == "kimi":
+        style = "kimi"  # Kimi prints the id where the model writes functions.NAME:N
+    messages = with_call_names_and_ids(messages, style)
+    if profile.shows_calls and not profile.results_as_text:
+        return messages
+    return as_plain_chat(
+        messages, tool_format, calls=not profile.shows_calls, results=profile.results_as_text
+    )
+
+
+def with_call_names_and_ids(messages: list[dict], style: IdStyle | None) -> list[dict]:
+    """Each tool result gets its call's function ``name`` (some templates require it); with
+    a ``style``, call ids and result ``tool_call_id`` are mapped into it consistently."""
+    names: dict[str, str] = {}
+    ids: dict[str, str] = {}
+    out = []
+    for message in messages:
+        if message.get("role") == "assistant" and message.get("tool_calls"):
+            calls = []
+            for call in message["tool_calls"]:
+                call_id = str(call.get("id") or "")
+                name = str((call.get("function") or {}).get("name") or "")
+                names[call_id] = name
+                if style is not None:
+                    ids.setdefault(call_id, mapped_id(style, call_id, name, len(ids)))
+                    call = {**call, "id": ids[call_id]}
+                calls.append(call)
+            message = {**message, "tool_calls": calls}
+        elif message.get("role") == "tool":
+            call_id = str(message.get("tool_call_id") or "")
+            message = dict(message)
+            if not message.get("name") and call_id in names:
+                message["name"] = names[call_id]
+            if style is not None:
+                name = message.get("name") or ""
+                message["tool_call_id"] = ids.get(call_id) or mapped_id(
+                    style, call_id, name, len(ids)
+                )
+        out.append(message)
+    return out
+
+
+def merge_system_into_user(messages: list[dict]) -> list[dict]:
+    """System messages' text at the top of the first user turn, for templates that raise on
+    a system role (a system-only conversation becomes one user turn)."""
+    system = [_text(m) for m in messages if m.get("role") == "system"]
+    rest = [m for m in messages if m.get("role") != "system"]
+    if not system:
+        return messages
+    prefix = "\n\n".join(part for part in system if part)
+    for i, message in enumerate(rest):
+        if message.get("role") == "user":
+            content = _text(message)
+            merged = f"{prefix}\n\n{content}" if content else prefix
+            return [*rest[:i], {**message, "content": merged}, *rest[i + 1 :]]
+    return [{"role": "user", "content": prefix}, *rest]
+
+
+def _with_system_text(messages: list[dict], text: str) -> list[dict]:
+    """``text`` at the end of the first system message (one is added when there is none)."""
+    if messages and messages[0].get("role") == "system":
+        content = _text(messages[0])
+        return [
+            {**messages[0], "content": f"{content}\n{text}" if content else text},
+            *messages[1:],
+        ]
+    return [{"role": "system", "content": text}, *messages]
+
+
+def _text(message: dict) -> str:
+    """A message's content as text (a list of text parts joined)."""
+    content = message.get("content")
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return content or ""
 
 
 def _render(template: str, variables: dict[str, Any], limits: RenderLimits | None) -> str:
@@ -104,12 +242,12 @@ def _render(template: str, variables: dict[str, Any], limits: RenderLimits | Non
         ) from None
 
 
-def _choose_template(
+def choose_template(
     tokenizer: Any, requested: Any, tools: list[dict] | None, allow_request_templates: bool
 ) -> str:
     """The model's template (by name when it has several), or an allowed request's."""
     own = getattr(tokenizer, "chat_template", None)
-    named = own if isinstance(own, dict) else {}
+    named = named_templates(own)
     if requested is not None:
         if isinstance(requested, str) and requested in named:
             return named[requested]
@@ -132,12 +270,33 @@ def _choose_template(
         return named["tool_use"]
     if "default" in named:
         return named["default"]
+    if named:
+        return next(iter(named.values()))
     raise ChatTemplateError(
         "this model has no chat template; use /v1/completions with a raw prompt"
     )
 
 
-def _special_tokens(tokenizer: Any) -> dict[str, Any]:
+def named_templates(own: Any) -> dict[str, str]:
+    """A model's named templates: ``{"default": …, "tool_use": …}`` as transformers keeps
+    them, or the ``[{"name": …, "template": …}]`` list of a tokenizer_config.json."""
+    if isinstance(own, dict):
+        return {str(k): v for k, v in own.items() if isinstance(v, str)}
+    if isinstance(own, list):
+        return {
+            str(item["name"]): item["template"]
+            for item in own
+            if isinstance(item, dict) and isinstance(item.get("template"), str) and "name" in item
+        }
+    return {}
+
+
+def template_sources(own: Any) -> list[str]:
+    """Every template text a tokenizer holds (one, or each named one)."""
+    return [own] if isinstance(own, str) else list(named_templates(own).values())
+
+
+def special_tokens(tokenizer: Any) -> dict[str, Any]:
     """``bos_token``, ``eos_token``… as transformers hands them to every template."""
     mapping = getattr(tokenizer, "special_tokens_map", None)
     if isinstance(mapping, dict):
@@ -153,10 +312,13 @@ def encode_prompt(tokenizer: Any, text: str) -> list[int]:
     return tokenizer.encode(text, add_special_tokens=add_special)
 
 
-def _for_template(message: dict) -> dict:
-    """A message as templates expect it: no None-valued keys, reasoning under each name
-    templates read, tool-call arguments as objects (all as transformers prepares them)."""
+def _for_template(message: dict, args_form: ArgsForm = "object") -> dict:
+    """A message as templates expect it: ``content`` always present and never null (templates
+    do ``content.split``, ``'x' + content``, ``content|tojson``), other None-valued keys
+    dropped, reasoning under each name templates read, tool-call arguments as objects or as
+    JSON text (``args_form``)."""
     message = {key: value for key, value in message.items() if value is not None}
+    message.setdefault("content", "")
     reasoning = next((message[key] for key in _REASONING_FIELDS if key in message), None)
     if reasoning is not None:
         message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
@@ -167,7 +329,9 @@ def _for_template(message: dict) -> dict:
     for call in calls:
         function = dict(call.get("function", {}))
         args = function.get("arguments")
-        if isinstance(args, str):
+        if args_form == "string" and not isinstance(args, str):
+            function["arguments"] = json.dumps(args if args is not None else {}, ensure_ascii=False)
+        elif args_form == "object" and isinstance(args, str):
             try:
                 function["arguments"] = json.loads(args)
             except json.JSONDecodeError:

@@ -151,6 +151,7 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
             call_start="",
             separator=", ",
             aliases=("magistral", "devstral", "mistral_small"),
+            id_style="alnum9",
             variants=(
                 _MISTRAL_NAMED,
                 _MISTRAL_BARE_NAME,
@@ -206,6 +207,7 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
             name_end="<|tool_call_argument_begin|>",
             call_end="<|tool_call_end|>",
             aliases=("kimi", "kimi-k2", "kimik2", "moonshot"),
+            id_style="kimi",
         ),
         ToolCallFormat(
             "minimax_m2",

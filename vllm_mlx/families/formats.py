@@ -26,6 +26,7 @@ Tool calls (`ToolCallFormat`). One call is written as::
   removed wherever they appear in content (`tool_parsers.dropping`).
 * ``prompt_opens``: the opening of the first call that the generation prompt itself writes
   (Functionary's ``>>>``): the output continues it (`tool_parsers.continued`).
+* ``id_style``: the shape of call ids its templates expect (`families.call_ids`).
 
 Whitespace: a newline written in any literal above means "optional whitespace" when parsing,
 and exactly that newline when generating. ``render_call`` writes one canonical call, which is
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .call_ids import IdStyle
 from .dialects import Dialect
 
 
@@ -108,6 +110,8 @@ class ToolCallFormat:
     channels: Channels | None = None  # Harmony: calls are messages of its channel stream
     dropped: tuple[str, ...] = ()
     prompt_opens: str = ""
+    # The shape of call ids the family's templates expect (`families.call_ids`).
+    id_style: IdStyle = "openai"
 
     def render_call(self, name: str, arguments: dict, *, index: int = 0) -> str:
         """One call written exactly as this family writes it (without section markers)."""

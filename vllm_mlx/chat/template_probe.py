@@ -1,0 +1,157 @@
+"""What a chat template can render, found by rendering probe conversations through it.
+
+Reading a template's source for words ("tools", "thinking") guesses wrong: templates mention
+tools in comments, read them under other names (``custom_tools``, a message field), print
+arguments as text or iterate them as a mapping, enforce id shapes with ``raise_exception`` or
+reject a system message. Each question is answered instead by rendering a small conversation
+with distinctive names and looking at what came out (or whether it raised). A profile is
+computed once per template text and cached.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from vllm_mlx.families.call_ids import IdStyle
+
+from .jinja_sandbox import render_bounded
+
+ArgsForm = Literal["object", "string"]
+ToolsVia = Literal["tools", "custom_tools", "message"]
+
+PROBE_TOOL = "vmx_probe_tool"
+PROBE_CALL = "vmx_probe_call"
+PROBE_RESULT = "vmx probe result"
+PROBE_REASONING = "vmx probe reasoning"
+_PROBE_ARGS = {"vmx_key": "vmx value"}
+_CLIENT_ID = "call_1"
+_ALNUM9_ID = "a1B2c3D4e"
+_USER = {"role": "user", "content": "vmx probe question"}
+_TOOL_DEF = {
+    "type": "function",
+    "function": {
+        "name": PROBE_TOOL,
+        "description": "probe",
+        "parameters": {"type": "object", "properties": {"vmx_key": {"type": "string"}}},
+    },
+}
+
+
+@dataclass(frozen=True)
+class TemplateProfile:
+    """What one template accepts and shows (see the module docstring)."""
+
+    system_role: bool = True  # a system message renders (does not raise)
+    tools_none_ok: bool = True  # ``tools=None`` renders a plain request
+    tools_via: ToolsVia | None = "tools"  # where tool definitions reach the prompt (None: never)
+    shows_calls: bool = True  # an assistant turn's tool calls reach the prompt
+    shows_results: bool = True  # tool results reach the prompt
+    args_form: ArgsForm = "object"  # how history arguments render as the model's syntax
+    id_style: IdStyle | None = None  # the id shape the template enforces (None: any)
+    error: str | None = None  # why no probe conversation rendered (then defaults are used)
+
+    @property
+    def results_as_text(self) -> bool:
+        """Tool results go in as user turns: the template drops them, or it has no tool
+        support at all (no tools, no calls: a generic ``tool`` turn means nothing to it)."""
+        return not self.shows_results or (self.tools_via is None and not self.shows_calls)
+
+
+def call_conversation(args: Any, call_id: str, *, reasoning: bool = False) -> list[dict]:
+    """A user turn, an assistant tool call with its result, and a follow-up question."""
+    assistant: dict[str, Any] = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": PROBE_CALL, "arguments": args}}
+        ],
+    }
+    if reasoning:
+        assistant = {**assistant, "reasoning_content": PROBE_REASONING, "thinking": PROBE_REASONING}
+    result = {"role": "tool", "tool_call_id": call_id, "name": PROBE_CALL, "content": PROBE_RESULT}
+    return [_USER, assistant, result, {"role": "user", "content": "vmx probe followup"}]
+
+
+def _try(template: str, specials: dict, messages: list[dict], **extra: Any) -> str | None:
+    try:
+        return render_bounded(
+            template, {**specials, "messages": messages, "add_generation_prompt": True, **extra}
+        )
+    except Exception:  # any failure of the template means "does not accept this"
+        return None
+
+
+def _tools_via(template: str, specials: dict, base: list[dict]) -> ToolsVia | None:
+    """Where tools given to the template reach its output (some print them only inside a
+    system turn, so ``base`` has one when the template takes it)."""
+    tools = [_TOOL_DEF]
+    candidates: list[tuple[ToolsVia, list[dict], dict]] = [
+        ("tools", base, {"tools": tools}),
+        ("custom_tools", base, {"custom_tools": tools}),
+        ("message", [{**base[0], "tools": tools}, *base[1:]], {}),
+    ]
+    for via, messages, extra in candidates:
+        text = _try(template, specials, messages, **extra)
+        if text is not None and PROBE_TOOL in text:
+            return via
+    return None
+
+
+def _call_forms(template: str, specials: dict) -> tuple[ArgsForm, IdStyle | None, str | None]:
+    """The argument form and id style under which history calls render as the model's syntax
+    (an object whose render prints a Python dict means the template wants JSON text)."""
+    as_text = json.dumps(_PROBE_ARGS)
+    for call_id, style in ((_CLIENT_ID, None), (_ALNUM9_ID, "alnum9")):
+        obj = _try(template, specials, call_conversation(dict(_PROBE_ARGS), call_id))
+        text = _try(template, specials, call_conversation(as_text, call_id))
+        if obj is None and text is None:
+            continue
+        if obj is not None and ("'vmx_key'" not in obj or text is None):
+            return "object", style, obj
+        return "string", style, text
+    return "object", None, None
+
+
+@functools.lru_cache(maxsize=64)
+def _profile(template: str, specials_json: str) -> TemplateProfile:
+    specials = json.loads(specials_json)
+    args_form, id_style, rendered = _call_forms(template, specials)
+    system = {"role": "system", "content": "vmx probe system"}
+    plain_ok = _try(template, specials, [_USER]) is not None
+    system_role = _try(template, specials, [system, _USER]) is not None or not plain_ok
+    base = [system, _USER] if system_role else [_USER]
+    none_ok = all(_try(template, specials, m, tools=None) is not None for m in ([_USER], base))
+    return TemplateProfile(
+        system_role=system_role,
+        tools_none_ok=none_ok or not plain_ok,
+        tools_via=_tools_via(template, specials, base),
+        shows_calls=rendered is None or PROBE_CALL in rendered,
+        shows_results=rendered is None or PROBE_RESULT in rendered,
+        args_form=args_form,
+        id_style=id_style,
+        error=None if rendered is not None else "no probe conversation with a tool call renders",
+    )
+
+
+def profile_template(template: str, specials: dict[str, Any]) -> TemplateProfile:
+    """The template's profile, rendered with the tokenizer's special tokens (cached)."""
+    return _profile(template, json.dumps(specials, sort_keys=True, default=str))
+
+
+def probe_text(template: str, specials: dict[str, Any]) -> str:
+    """The template's rendering of a conversation with a reasoning turn, a tool call, its
+    result and a tool listing, in the forms it accepts: the text family detection reads
+    (markers a template assembles from expressions are literal here)."""
+    profile = profile_template(template, specials)
+    call_id = _ALNUM9_ID if profile.id_style == "alnum9" else _CLIENT_ID
+    args = dict(_PROBE_ARGS) if profile.args_form == "object" else json.dumps(_PROBE_ARGS)
+    extra = {"tools": [_TOOL_DEF]} if profile.tools_via == "tools" else {}
+    for reasoning in (True, False):
+        messages = call_conversation(args, call_id, reasoning=reasoning)
+        text = _try(template, specials, messages, **extra)
+        if text is not None:
+            return text
+    return _try(template, specials, [_USER]) or ""
