@@ -47,7 +47,7 @@ _OPENING = [
 ]
 _CALL_TURN = {"role": "assistant", "content": None, "tool_calls": [_CALL]}
 _SENTINEL = "vmx sentinel answer"
-SAMPLE_CONVERSATION = [
+SAMPLE_CONVERSATION: list[dict[str, Any]] = [
     *_OPENING,
     _CALL_TURN,
     {"role": "tool", "tool_call_id": "call_1", "content": "18C, sunny"},

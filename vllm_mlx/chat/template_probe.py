@@ -104,7 +104,8 @@ def _call_forms(template: str, specials: dict) -> tuple[ArgsForm, IdStyle | None
     """The argument form and id style under which history calls render as the model's syntax
     (an object whose render prints a Python dict means the template wants JSON text)."""
     as_text = json.dumps(_PROBE_ARGS)
-    for call_id, style in ((_CLIENT_ID, None), (_ALNUM9_ID, "alnum9")):
+    shapes: tuple[tuple[str, IdStyle | None], ...] = ((_CLIENT_ID, None), (_ALNUM9_ID, "alnum9"))
+    for call_id, style in shapes:
         obj = _try(template, specials, call_conversation(dict(_PROBE_ARGS), call_id))
         text = _try(template, specials, call_conversation(as_text, call_id))
         if obj is None and text is None:

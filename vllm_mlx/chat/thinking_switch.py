@@ -70,7 +70,7 @@ def thinking_key(chat_template: Any) -> str | None:
     if isinstance(chat_template, dict):
         sources = [v for v in chat_template.values() if isinstance(v, str)]
     elif isinstance(chat_template, list):
-        sources = [i.get("template") for i in chat_template if isinstance(i, dict)]
+        sources = [i["template"] for i in chat_template if isinstance(i, dict) and "template" in i]
     for source in sources:
         if isinstance(source, str) and source and (key := _switch_of(source)) is not None:
             return key
