@@ -25,6 +25,7 @@ from .families.formats import ReasoningFormat, ToolCallFormat
 from .families.message import MessageDelta, ParsedMessage
 from .request import (
     ChatRequest,
+    ContextLengthError,
     MaxTokensPolicy,
     RequestError,
     Sampling,
@@ -212,22 +213,13 @@ class Pipeline:
         leaves when none was asked; the asked one under ``policy`` otherwise."""
         room = self.context_length - prompt_len
         if room <= 0:
-            raise RequestError(
-                f"This model's maximum context length is {self.context_length} tokens, "
-                f"but the prompt has {prompt_len} tokens.",
-                "messages",
-            )
+            raise ContextLengthError(prompt_len, self.context_length)
         if requested is None:
             return min(self.default_max_tokens, room)
         if policy == "cap":
             return min(requested, room)
         if requested > room:
-            raise RequestError(
-                f"This model's maximum context length is {self.context_length} tokens. "
-                f"However, you requested {prompt_len + requested} tokens "
-                f"({prompt_len} in the prompt, {requested} for the completion).",
-                "max_tokens",
-            )
+            raise ContextLengthError(prompt_len, self.context_length, requested)
         return requested
 
     # -- running ---------------------------------------------------------------------------

@@ -30,6 +30,27 @@ class RequestError(ValueError):
         self.param = param
 
 
+class ContextLengthError(RequestError):
+    """The prompt (with the completion asked for, if any) does not fit the context.
+
+    It carries the numbers, not wording: each surface says it in the words its clients act
+    on (Anthropic's ``prompt is too long: N tokens > M maximum``, OpenAI's
+    ``context_length_exceeded``), in one place per surface."""
+
+    code = "context_length_exceeded"
+
+    def __init__(self, prompt_tokens: int, context_length: int, completion_tokens: int = 0):
+        self.prompt_tokens = prompt_tokens
+        self.context_length = context_length
+        self.completion_tokens = completion_tokens  # the limit asked for (0: none asked)
+        total = prompt_tokens + completion_tokens
+        super().__init__(
+            f"This model's maximum context length is {context_length} tokens, "
+            f"but the request needs {total}.",
+            "max_tokens" if completion_tokens else "messages",
+        )
+
+
 @dataclass(frozen=True)
 class Thinking:
     """What the client asked of reasoning; a None field was not asked (template default).

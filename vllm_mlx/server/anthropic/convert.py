@@ -12,7 +12,7 @@ import logging
 
 from ...families.message import ParsedMessage, ToolCall
 from ...pipeline import Usage
-from ...request import ChatRequest, Sampling, Thinking
+from ...request import ChatRequest, ContextLengthError, Sampling, Thinking
 from ..errors import APIError
 from .protocol import ContentBlock, Message, MessagesRequest, PromptFields, Tool
 
@@ -242,3 +242,9 @@ def usage_body(usage: Usage) -> dict:
         "cache_creation_input_tokens": 0,
         "output_tokens": usage.completion_tokens,
     }
+
+
+def context_error(exc: ContextLengthError) -> APIError:
+    """Anthropic's own wording, the one Claude Code parses to say what to cut and compact."""
+    needed = exc.prompt_tokens + exc.completion_tokens
+    return APIError(400, f"prompt is too long: {needed} tokens > {exc.context_length} maximum")

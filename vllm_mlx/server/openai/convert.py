@@ -7,7 +7,7 @@ import json
 
 from ...families.message import MessageDelta
 from ...pipeline import ChatResult
-from ...request import ChatRequest, Thinking
+from ...request import ChatRequest, ContextLengthError, Thinking
 from ..errors import APIError
 from .protocol import ChatCompletionRequest, ChatMessage
 from .stream import chat_logprobs, usage_body
@@ -117,3 +117,24 @@ def with_give_up(body: dict, gave_up: str | None) -> dict:
     if gave_up is not None:
         body["constraint_gave_up"] = gave_up
     return body
+
+
+def context_error(exc: ContextLengthError, what: str = "messages") -> APIError:
+    """OpenAI's wording and ``code`` for a request past the context (``what``: messages for
+    chat, prompt for completions), which OpenAI clients and agents key on."""
+    limit = exc.context_length
+    if exc.completion_tokens:
+        total = exc.prompt_tokens + exc.completion_tokens
+        message = (
+            f"This model's maximum context length is {limit} tokens. However, you requested "
+            f"{total} tokens ({exc.prompt_tokens} in the {what}, {exc.completion_tokens} in "
+            f"the completion). Please reduce the length of the {what} or completion."
+        )
+        param = "max_tokens"
+    else:
+        message = (
+            f"This model's maximum context length is {limit} tokens. However, your {what} "
+            f"resulted in {exc.prompt_tokens} tokens. Please reduce the length of the {what}."
+        )
+        param = what
+    return APIError(400, message, param=param, code=exc.code)

@@ -12,7 +12,7 @@ import uuid
 
 from ...families.message import ParsedMessage
 from ...pipeline import Usage
-from ...request import ChatRequest, Sampling, Thinking
+from ...request import ChatRequest, ContextLengthError, Sampling, Thinking
 from ..errors import APIError
 from .protocol import (
     FunctionCallItem,
@@ -287,3 +287,16 @@ def status_of(finish_reason: str) -> tuple[str, dict | None]:
     if finish_reason in ("error", "cancelled"):
         return "failed", None
     return "completed", None
+
+
+def context_error(exc: ContextLengthError) -> APIError:
+    """The Responses API's wording and ``code``; Codex reads the code and tells its user the
+    context window is full (a streamed request fails before its stream starts, as a 400)."""
+    needed = exc.prompt_tokens + exc.completion_tokens
+    return APIError(
+        400,
+        "Your input exceeds the context window of this model. Please adjust your input and "
+        f"try again. ({needed} tokens > {exc.context_length} maximum)",
+        param="max_output_tokens" if exc.completion_tokens else "input",
+        code=exc.code,
+    )

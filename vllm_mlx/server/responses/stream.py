@@ -129,7 +129,7 @@ class ResponseStream:
         if self._item is not None:
             output.append(self._item.snapshot("incomplete"))
         self.final = self.response.body(
-            "failed", output, error={"code": "server_error", "message": error.message}
+            "failed", output, error={"code": error.code or "server_error", "message": error.message}
         )
         return [self.event("response.failed", response=self.final)]
 
