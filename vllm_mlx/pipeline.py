@@ -60,7 +60,8 @@ class Usage:
 
 @dataclass
 class ChatEvent:
-    """A message delta; the last event of a request carries the finish reason and usage."""
+    """A message delta; the last event of a request carries the finish reason and the final
+    usage (earlier events carry the usage so far: the prompt split and tokens to date)."""
 
     delta: MessageDelta
     logprobs: list[TokenLogprob] = field(default_factory=list)
@@ -273,8 +274,9 @@ def _events(
     a constraint's give-up (logged here, inside the request, so the log line has its id)."""
     output = prepared.output
     delta = output.feed(chunk.text) if chunk.text else MessageDelta()
-    if chunk.finish_reason is None:
-        return [ChatEvent(delta, chunk.logprobs)]
+    if chunk.finish_reason is None:  # usage so far: the prompt's cached split is known now
+        so_far = Usage(chunk.prompt_tokens, chunk.completion_tokens, chunk.cached_tokens)
+        return [ChatEvent(delta, chunk.logprobs, usage=so_far)]
     events = [ChatEvent(delta, chunk.logprobs)] if delta else []
     reason = chunk.finish_reason
     rest = output.finish()

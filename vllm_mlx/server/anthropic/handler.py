@@ -37,13 +37,7 @@ async def create_message(request: Request) -> Response:
 
         events = state.pipeline.stream(prepared)  # admitted now: a full queue is a 429
 
-        async def frames():
-            for out in stream.start():
-                yield out
-            async for out in stream.frames(events):
-                yield out
-
-        return sse_response(frames(), stream.error)
+        return sse_response(stream.frames(events), stream.error)
 
     result = await unless_disconnected(request, state.pipeline.complete(prepared))
     if result.finish_reason == "error":
