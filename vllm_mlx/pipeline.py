@@ -109,7 +109,8 @@ class Pipeline:
         engine: Engine,
         *,
         context_length: int,
-        default_max_tokens: int,
+        default_max_tokens: int | None = None,
+        max_tokens_cap: int | None = None,
         reasoning_format: ReasoningFormat | None = None,
         tool_format: ToolCallFormat | None = None,
         structured_backend: str = "auto",
@@ -124,7 +125,9 @@ class Pipeline:
         self.allow_request_templates = allow_request_templates
         self.tokenizer = engine.tokenizer
         self.context_length = context_length
+        # None: a request without a limit runs until the model stops or the context is full
         self.default_max_tokens = default_max_tokens
+        self.max_tokens_cap = max_tokens_cap  # the operator's cap on every request
         self.reasoning_format = reasoning_format  # the model's family, resolved by the runtime
         self.tool_format = tool_format
         # what a request that leaves a sampling field unset gets (the CLI's --temperature…)
@@ -210,18 +213,20 @@ class Pipeline:
     def _fit_max_tokens(
         self, requested: int | None, policy: MaxTokensPolicy, prompt_len: int
     ) -> int:
-        """The completion's token limit: the server default cut to the room the prompt
-        leaves when none was asked; the asked one under ``policy`` otherwise."""
+        """The completion's token limit, under the operator's cap: when none was asked, the
+        server default (or, without one, all the room the prompt leaves, as OpenAI does); the
+        asked one under ``policy`` otherwise."""
         room = self.context_length - prompt_len
         if room <= 0:
             raise ContextLengthError(prompt_len, self.context_length)
+        cap = self.max_tokens_cap or room
         if requested is None:
-            return min(self.default_max_tokens, room)
+            return min(self.default_max_tokens or room, room, cap)
         if policy == "cap":
-            return min(requested, room)
+            return min(requested, room, cap)
         if requested > room:
             raise ContextLengthError(prompt_len, self.context_length, requested)
-        return requested
+        return min(requested, cap)
 
     # -- running ---------------------------------------------------------------------------
 
