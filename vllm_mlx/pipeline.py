@@ -13,6 +13,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
+from typing import Literal
 
 from .chat.stream import OutputStream, make_output_stream
 from .chat.template import RenderedPrompt, encode_prompt, render_chat
@@ -117,12 +118,15 @@ class Pipeline:
         default_thinking_budget: int | None = None,
         sampling_defaults: SamplingParams | None = None,
         allow_request_templates: bool = False,
+        unsupported_media: Literal["placeholder", "reject"] = "placeholder",
     ):
         self.engine = engine
         self.default_thinking_budget = default_thinking_budget
         self.structured_backend = structured_backend
         # whether a request's chat_template_kwargs may carry a template of its own (operator)
         self.allow_request_templates = allow_request_templates
+        # media on this text-only model: a text placeholder, or a 400 (the operator's choice)
+        self.unsupported_media = unsupported_media
         self.tokenizer = engine.tokenizer
         self.context_length = context_length
         # None: a request without a limit runs until the model stops or the context is full
@@ -166,6 +170,12 @@ class Pipeline:
 
     def prepare_chat(self, request: ChatRequest) -> Prepared:
         check_tool_choice(request.tool_choice, request.tools)
+        if request.omitted_media and self.unsupported_media == "reject":
+            first = request.omitted_media[0]
+            raise RequestError(
+                f"this model accepts text only; {first.kind} content is not supported",
+                first.param,
+            )
         prompt, thinking = self.render(request)
         tools = self._tools(request)
         max_tokens = self._fit_max_tokens(

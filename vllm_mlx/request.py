@@ -9,6 +9,9 @@ sampler's final parameters) is decided once, in the pipeline.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -49,6 +52,38 @@ class ContextLengthError(RequestError):
             f"but the request needs {total}.",
             "max_tokens" if completion_tokens else "messages",
         )
+
+
+@dataclass(frozen=True)
+class OmittedMedia:
+    """An image, document, audio or file part a converter replaced by a placeholder."""
+
+    kind: str  # image | document | audio | file
+    param: str  # where it was, in the surface's own field names
+
+
+_omitted: ContextVar[list[OmittedMedia] | None] = ContextVar("omitted_media", default=None)
+
+
+@contextmanager
+def collecting_media() -> Iterator[list[OmittedMedia]]:
+    """Collect the media parts converters replace while converting one request (so deep
+    converter helpers need not pass a list down); the pipeline decides what they mean."""
+    omitted: list[OmittedMedia] = []
+    token = _omitted.set(omitted)
+    try:
+        yield omitted
+    finally:
+        _omitted.reset(token)
+
+
+def media_placeholder(kind: str, param: str) -> str:
+    """The text a text-only model sees instead of a media part (recorded for the pipeline:
+    ``--unsupported-media reject`` turns it into a 400 naming ``param``)."""
+    omitted = _omitted.get()
+    if omitted is not None:
+        omitted.append(OmittedMedia(kind, param))
+    return f"[{kind} omitted: this model reads text only]"
 
 
 @dataclass(frozen=True)
@@ -125,6 +160,7 @@ class ChatRequest:
     response_format: dict | None = None
     thinking: Thinking = field(default_factory=Thinking)
     template_kwargs: dict = field(default_factory=dict)  # explicit, over every decision
+    omitted_media: list[OmittedMedia] = field(default_factory=list)  # placeholders in messages
 
 
 def check_tool_choice(choice: str | dict | None, tools: list[dict] | None) -> None:

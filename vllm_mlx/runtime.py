@@ -52,6 +52,7 @@ def build_runtime(
     default_thinking_budget: int | None = None,
     sampling_overrides: dict | None = None,
     allow_request_templates: bool = False,
+    unsupported_media: str = "placeholder",
     progress: bool = True,
 ) -> Runtime:
     if cpu_weights == "auto" and sys.platform.startswith("linux") and not openblas_preloaded():
@@ -74,6 +75,7 @@ def build_runtime(
         default_thinking_budget=default_thinking_budget,
         sampling_overrides=sampling_overrides,
         allow_request_templates=allow_request_templates,
+        unsupported_media=unsupported_media,
     )
 
 
@@ -87,6 +89,7 @@ def build_replay_runtime(
     tool_parser: str | None = None,
     sampling_overrides: dict | None = None,
     allow_request_templates: bool = False,
+    unsupported_media: str = "placeholder",
 ) -> Runtime:
     """A runtime that answers every request with ``text`` (then EOS), tokenized by the
     model's real tokenizer, at no model cost: for measuring the server's own per-token cost
@@ -103,6 +106,7 @@ def build_replay_runtime(
         max_tokens_cap=max_tokens_cap,
         sampling_overrides=sampling_overrides,
         allow_request_templates=allow_request_templates,
+        unsupported_media=unsupported_media,
     )
 
 

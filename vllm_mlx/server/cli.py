@@ -38,6 +38,14 @@ import click
     help="Override the model's default.",
 )
 @click.option(
+    "--unsupported-media",
+    type=click.Choice(["placeholder", "reject"]),
+    default="placeholder",
+    show_default=True,
+    help="Images, documents and audio sent to a text-only model: a short text placeholder "
+    "in their place, or a 400.",
+)
+@click.option(
     "--cpu-weights",
     type=click.Choice(["auto", "quantized", "float32"]),
     default="auto",
@@ -201,6 +209,7 @@ def serve(model: str | None, **opts) -> None:
                 max_tokens_cap=opts["max_tokens_cap"],
                 sampling_overrides=overrides,
                 allow_request_templates=opts["allow_request_chat_templates"],
+                unsupported_media=opts["unsupported_media"],
                 **parsers,
             )
         else:
@@ -211,6 +220,7 @@ def serve(model: str | None, **opts) -> None:
                 max_tokens_cap=opts["max_tokens_cap"],
                 sampling_overrides=overrides,
                 allow_request_templates=opts["allow_request_chat_templates"],
+                unsupported_media=opts["unsupported_media"],
                 max_queue=opts["max_queue"],
                 max_num_seqs=opts["max_num_seqs"],
                 prefix_cache_mb=opts["prefix_cache_mb"],

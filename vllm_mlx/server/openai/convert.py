@@ -7,10 +7,25 @@ import json
 
 from ...families.message import MessageDelta
 from ...pipeline import ChatResult
-from ...request import ChatRequest, ContextLengthError, Thinking
+from ...request import (
+    ChatRequest,
+    ContextLengthError,
+    Thinking,
+    collecting_media,
+    media_placeholder,
+)
 from ..errors import APIError
 from .protocol import ChatCompletionRequest, ChatMessage
 from .stream import chat_logprobs, usage_body
+
+# content part type -> what a text-only model is told was omitted
+_MEDIA_PARTS = {
+    "image_url": "image",
+    "input_image": "image",
+    "image": "image",
+    "input_audio": "audio",
+    "file": "file",
+}
 
 
 def to_chat_request(body: ChatCompletionRequest) -> ChatRequest:
@@ -22,8 +37,11 @@ def to_chat_request(body: ChatCompletionRequest) -> ChatRequest:
     if sampling.top_logprobs and not sampling.logprobs:
         raise APIError(400, "top_logprobs requires logprobs: true", param="top_logprobs")
     tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
+    with collecting_media() as omitted:
+        messages = [message_dict(m, i) for i, m in enumerate(body.messages)]
     return ChatRequest(
-        messages=[message_dict(m, i) for i, m in enumerate(body.messages)],
+        messages=messages,
+        omitted_media=omitted,
         sampling=sampling,
         max_tokens=body.max_completion_tokens or body.max_tokens,
         max_tokens_policy="exact",
@@ -44,12 +62,9 @@ def message_dict(message: ChatMessage, index: int) -> dict:
         for j, part in enumerate(message.content):
             if part.type in ("text", "input_text"):
                 texts.append(part.text or "")
-            elif part.type in ("image_url", "input_image", "image"):
-                raise APIError(
-                    400,
-                    "this model accepts text only; image content is not supported",
-                    param=f"messages.{index}.content.{j}",
-                )
+            elif part.type in _MEDIA_PARTS:
+                where = f"messages.{index}.content.{j}"
+                texts.append(media_placeholder(_MEDIA_PARTS[part.type], where))
             else:
                 raise APIError(
                     400,

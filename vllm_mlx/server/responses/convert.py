@@ -12,7 +12,14 @@ import uuid
 
 from ...families.message import ParsedMessage
 from ...pipeline import Usage
-from ...request import ChatRequest, ContextLengthError, Sampling, Thinking
+from ...request import (
+    ChatRequest,
+    ContextLengthError,
+    Sampling,
+    Thinking,
+    collecting_media,
+    media_placeholder,
+)
 from ..errors import APIError
 from .protocol import (
     FunctionCallItem,
@@ -27,8 +34,6 @@ from .protocol import (
 
 log = logging.getLogger(__name__)
 
-_TEXT_ONLY = "this model accepts text only; {} content is not supported"
-
 
 def new_item_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:24]}"
@@ -40,7 +45,8 @@ def to_chat_request(
     """The internal request, and the conversation (``history`` + this input, without the
     instructions, which do not carry over) to store for a later ``previous_response_id``.
     ``server_tools`` are the MCP tools (chat form) the model sees besides the client's."""
-    conversation = history + input_messages(body.input)
+    with collecting_media() as omitted:
+        conversation = history + input_messages(body.input)
     system = [{"role": "system", "content": body.instructions}] if body.instructions else []
     chat = ChatRequest(
         messages=system + conversation,
@@ -52,6 +58,7 @@ def to_chat_request(
         parallel_tool_calls=body.parallel_tool_calls is not False,
         response_format=_response_format(body),
         thinking=Thinking(effort=body.reasoning.effort if body.reasoning else None),
+        omitted_media=omitted,
     )
     return chat, conversation
 
@@ -129,9 +136,7 @@ def _text(content: str | list[dict], param: str) -> str:
         elif kind == "refusal":
             texts.append(part.get("refusal") or "")
         elif kind in ("input_image", "input_file", "input_audio"):
-            raise APIError(
-                400, _TEXT_ONLY.format(kind.removeprefix("input_")), param=f"{param}.{k}"
-            )
+            texts.append(media_placeholder(kind.removeprefix("input_"), f"{param}.{k}"))
         else:
             raise APIError(
                 400, f"unsupported content part type {kind!r}", param=f"{param}.{k}.type"
