@@ -85,6 +85,7 @@ def create_app(state: ServerState) -> Starlette:
         Route("/v1/responses", create_response, methods=["POST"]),
         Route("/v1/responses/{response_id}", get_response, methods=["GET"]),
         Route("/v1/mcp/servers", mcp_routes.list_servers, methods=["GET"]),
+        Route("/v1/mcp/status", mcp_routes.status, methods=["GET"]),
         Route("/v1/mcp/tools", mcp_routes.list_tools, methods=["GET"]),
         Route("/v1/mcp/execute", mcp_routes.execute, methods=["POST"]),
     ]
