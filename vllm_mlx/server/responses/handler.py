@@ -19,10 +19,12 @@ from ..streaming import generation_failed, unless_disconnected
 from .convert import (
     assistant_message,
     context_error,
+    custom_tool_names,
     input_messages,
     output_items,
     status_of,
     to_chat_request,
+    wants_encrypted_reasoning,
 )
 from .mcp import MCPResponseRun, stream_frames
 from .mcp_tools import select_mcp_tools
@@ -118,7 +120,7 @@ async def create_response(request: Request) -> Response:
         raise generation_failed(result.error)
     final = response.body(
         status,
-        output_items(result.message),
+        output_items(result.message, custom_tool_names(body), wants_encrypted_reasoning(body)),
         result.usage,
         incomplete_details=details,
         constraint_gave_up=result.constraint_gave_up,
