@@ -115,3 +115,15 @@ def test_results_become_blocks():
     assert stop_reason("length", None) == ("max_tokens", None)
     assert stop_reason("stop", "END") == ("stop_sequence", "END")
     assert usage_body(Usage(10, 2, cached_tokens=4))["input_tokens"] == 6
+
+
+def test_a_mid_conversation_system_turn_is_kept_in_place():
+    chat = convert(
+        messages=[
+            {"role": "user", "content": "hi"},
+            {"role": "system", "content": [{"type": "text", "text": "Tools changed."}]},
+            {"role": "user", "content": "go"},
+        ]
+    )
+    assert [m["role"] for m in chat.messages] == ["user", "system", "user"]
+    assert chat.messages[1]["content"] == "Tools changed."

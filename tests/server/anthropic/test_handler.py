@@ -103,7 +103,7 @@ def test_stop_sequence_in_both_modes(anthropic_client):
 
 
 BAD_REQUESTS = [
-    ("bad role", {"messages": [{"role": "system", "content": "hi"}]}),
+    ("bad role", {"messages": [{"role": "wizard", "content": "hi"}]}),
     ("no messages", {"messages": []}),
     ("max_tokens missing", {"max_tokens": None}),
     (

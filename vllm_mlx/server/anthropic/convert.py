@@ -89,6 +89,9 @@ def _messages(messages: list[Message]) -> list[dict]:
             blocks = [ContentBlock(type="text", text=blocks)]
         if message.role == "assistant":
             out.append(_assistant(blocks, i))
+        elif message.role == "system":
+            text = "".join(b.text or "" for b in blocks if b.type == "text")
+            out.append({"role": "system", "content": text})
         else:
             out.extend(_user(blocks, i))
     return out
