@@ -267,6 +267,11 @@ class MarkedToolParser(ToolParser):
     def _after(self, out: DeltaBuilder, final: bool) -> None:
         v = self._active
         state, end = match_literal(self._buf, 0, self._closing, final)
+        wrapper = self._closing.rfind("}")
+        if state is Match.FAIL and wrapper >= 0:
+            # the call's wrapper brace is missing (small models drop it): the marker after
+            # it still closes the call, and is markup, not content
+            state, end = match_literal(self._buf, 0, self._closing[wrapper + 1 :], final)
         if state is Match.PARTIAL:
             return
         self._index += 1
