@@ -13,7 +13,7 @@ import logging
 from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from .chat.stream import OutputStream, make_output_stream
 from .chat.template import (
@@ -32,6 +32,7 @@ from .families.formats import ReasoningFormat, ToolCallFormat
 from .families.message import MessageDelta, ParsedMessage
 from .request import (
     ChatRequest,
+    ContextLengthError,
     MaxTokensPolicy,
     RequestError,
     Sampling,
@@ -66,7 +67,8 @@ class Usage:
 
 @dataclass
 class ChatEvent:
-    """A message delta; the last event of a request carries the finish reason and usage."""
+    """A message delta; the last event of a request carries the finish reason and the final
+    usage (earlier events carry the usage so far: the prompt split and tokens to date)."""
 
     delta: MessageDelta
     logprobs: list[TokenLogprob] = field(default_factory=list)
@@ -114,22 +116,28 @@ class Pipeline:
         engine: Engine,
         *,
         context_length: int,
-        default_max_tokens: int,
+        default_max_tokens: int | None = None,
+        max_tokens_cap: int | None = None,
         reasoning_format: ReasoningFormat | None = None,
         tool_format: ToolCallFormat | None = None,
         structured_backend: str = "auto",
         default_thinking_budget: int | None = None,
         sampling_defaults: SamplingParams | None = None,
         allow_request_templates: bool = False,
+        unsupported_media: Literal["placeholder", "reject"] = "placeholder",
     ):
         self.engine = engine
         self.default_thinking_budget = default_thinking_budget
         self.structured_backend = structured_backend
         # whether a request's chat_template_kwargs may carry a template of its own (operator)
         self.allow_request_templates = allow_request_templates
+        # media on this text-only model: a text placeholder, or a 400 (the operator's choice)
+        self.unsupported_media = unsupported_media
         self.tokenizer = engine.tokenizer
         self.context_length = context_length
+        # None: a request without a limit runs until the model stops or the context is full
         self.default_max_tokens = default_max_tokens
+        self.max_tokens_cap = max_tokens_cap  # the operator's cap on every request
         self.reasoning_format = reasoning_format  # the model's family, resolved by the runtime
         self.tool_format = tool_format
         # what a request that leaves a sampling field unset gets (the CLI's --temperature…)
@@ -186,6 +194,12 @@ class Pipeline:
 
     def prepare_chat(self, request: ChatRequest) -> Prepared:
         check_tool_choice(request.tool_choice, request.tools)
+        if request.omitted_media and self.unsupported_media == "reject":
+            first = request.omitted_media[0]
+            raise RequestError(
+                f"this model accepts text only; {first.kind} content is not supported",
+                first.param,
+            )
         prompt, thinking = self.render(request)
         tools = self._tools(request)
         max_tokens = self._fit_max_tokens(
@@ -234,27 +248,20 @@ class Pipeline:
     def _fit_max_tokens(
         self, requested: int | None, policy: MaxTokensPolicy, prompt_len: int
     ) -> int:
-        """The completion's token limit: the server default cut to the room the prompt
-        leaves when none was asked; the asked one under ``policy`` otherwise."""
+        """The completion's token limit, under the operator's cap: when none was asked, the
+        server default (or, without one, all the room the prompt leaves, as OpenAI does); the
+        asked one under ``policy`` otherwise."""
         room = self.context_length - prompt_len
         if room <= 0:
-            raise RequestError(
-                f"This model's maximum context length is {self.context_length} tokens, "
-                f"but the prompt has {prompt_len} tokens.",
-                "messages",
-            )
+            raise ContextLengthError(prompt_len, self.context_length)
+        cap = self.max_tokens_cap or room
         if requested is None:
-            return min(self.default_max_tokens, room)
+            return min(self.default_max_tokens or room, room, cap)
         if policy == "cap":
-            return min(requested, room)
+            return min(requested, room, cap)
         if requested > room:
-            raise RequestError(
-                f"This model's maximum context length is {self.context_length} tokens. "
-                f"However, you requested {prompt_len + requested} tokens "
-                f"({prompt_len} in the prompt, {requested} for the completion).",
-                "max_tokens",
-            )
-        return requested
+            raise ContextLengthError(prompt_len, self.context_length, requested)
+        return min(requested, cap)
 
     # -- running ---------------------------------------------------------------------------
 
@@ -307,8 +314,9 @@ def _events(
     a constraint's give-up (logged here, inside the request, so the log line has its id)."""
     output = prepared.output
     delta = output.feed(chunk.text) if chunk.text else MessageDelta()
-    if chunk.finish_reason is None:
-        return [ChatEvent(delta, chunk.logprobs)]
+    if chunk.finish_reason is None:  # usage so far: the prompt's cached split is known now
+        so_far = Usage(chunk.prompt_tokens, chunk.completion_tokens, chunk.cached_tokens)
+        return [ChatEvent(delta, chunk.logprobs, usage=so_far)]
     events = [ChatEvent(delta, chunk.logprobs)] if delta else []
     reason = chunk.finish_reason
     rest = output.finish()

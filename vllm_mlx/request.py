@@ -9,6 +9,9 @@ sampler's final parameters) is decided once, in the pipeline.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -28,6 +31,59 @@ class RequestError(ValueError):
     def __init__(self, message: str, param: str | None = None):
         super().__init__(message)
         self.param = param
+
+
+class ContextLengthError(RequestError):
+    """The prompt (with the completion asked for, if any) does not fit the context.
+
+    It carries the numbers, not wording: each surface says it in the words its clients act
+    on (Anthropic's ``prompt is too long: N tokens > M maximum``, OpenAI's
+    ``context_length_exceeded``), in one place per surface."""
+
+    code = "context_length_exceeded"
+
+    def __init__(self, prompt_tokens: int, context_length: int, completion_tokens: int = 0):
+        self.prompt_tokens = prompt_tokens
+        self.context_length = context_length
+        self.completion_tokens = completion_tokens  # the limit asked for (0: none asked)
+        total = prompt_tokens + completion_tokens
+        super().__init__(
+            f"This model's maximum context length is {context_length} tokens, "
+            f"but the request needs {total}.",
+            "max_tokens" if completion_tokens else "messages",
+        )
+
+
+@dataclass(frozen=True)
+class OmittedMedia:
+    """An image, document, audio or file part a converter replaced by a placeholder."""
+
+    kind: str  # image | document | audio | file
+    param: str  # where it was, in the surface's own field names
+
+
+_omitted: ContextVar[list[OmittedMedia] | None] = ContextVar("omitted_media", default=None)
+
+
+@contextmanager
+def collecting_media() -> Iterator[list[OmittedMedia]]:
+    """Collect the media parts converters replace while converting one request (so deep
+    converter helpers need not pass a list down); the pipeline decides what they mean."""
+    omitted: list[OmittedMedia] = []
+    token = _omitted.set(omitted)
+    try:
+        yield omitted
+    finally:
+        _omitted.reset(token)
+
+
+def media_placeholder(kind: str, param: str) -> str:
+    """The text a text-only model sees instead of a media part (recorded for the pipeline:
+    ``--unsupported-media reject`` turns it into a 400 naming ``param``)."""
+    omitted = _omitted.get()
+    if omitted is not None:
+        omitted.append(OmittedMedia(kind, param))
+    return f"[{kind} omitted: this model reads text only]"
 
 
 @dataclass(frozen=True)
@@ -104,6 +160,7 @@ class ChatRequest:
     response_format: dict | None = None
     thinking: Thinking = field(default_factory=Thinking)
     template_kwargs: dict = field(default_factory=dict)  # explicit, over every decision
+    omitted_media: list[OmittedMedia] = field(default_factory=list)  # placeholders in messages
 
 
 def check_tool_choice(choice: str | dict | None, tools: list[dict] | None) -> None:

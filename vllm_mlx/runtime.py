@@ -20,6 +20,7 @@ from .engine.sampling import SamplingParams
 from .engine.sources import ModelBatchSource, ReplayBatchSource, TokenSource
 from .families.formats import ReasoningFormat, ToolCallFormat
 from .models.loader import CpuWeights, LoadedModel, load_model, load_tokenizer_only
+from .models.sampling_defaults import model_sampling
 from .pipeline import Pipeline
 from .reasoning import ReasoningParserManager
 from .tool_parsers import ToolParserManager
@@ -43,7 +44,8 @@ def build_runtime(
     model: str | None = None,
     *,
     cpu_weights: CpuWeights = "auto",
-    default_max_tokens: int = 2048,
+    default_max_tokens: int | None = None,
+    max_tokens_cap: int | None = None,
     reasoning_parser: str | None = None,
     tool_parser: str | None = None,
     max_queue: int = 256,
@@ -51,8 +53,9 @@ def build_runtime(
     prefix_cache_mb: int = 512,
     structured_backend: str = "auto",
     default_thinking_budget: int | None = None,
-    sampling_defaults: SamplingParams | None = None,
+    sampling_overrides: dict | None = None,
     allow_request_templates: bool = False,
+    unsupported_media: str = "placeholder",
     progress: bool = True,
 ) -> Runtime:
     if cpu_weights == "auto" and sys.platform.startswith("linux") and not openblas_preloaded():
@@ -70,10 +73,12 @@ def build_runtime(
         max_num_seqs=max_num_seqs,
         max_queue=max_queue,
         default_max_tokens=default_max_tokens,
+        max_tokens_cap=max_tokens_cap,
         structured_backend=structured_backend,
         default_thinking_budget=default_thinking_budget,
-        sampling_defaults=sampling_defaults,
+        sampling_overrides=sampling_overrides,
         allow_request_templates=allow_request_templates,
+        unsupported_media=unsupported_media,
     )
 
 
@@ -81,11 +86,13 @@ def build_replay_runtime(
     text: str,
     model: str | None = None,
     *,
-    default_max_tokens: int = 2048,
+    default_max_tokens: int | None = None,
+    max_tokens_cap: int | None = None,
     reasoning_parser: str | None = None,
     tool_parser: str | None = None,
-    sampling_defaults: SamplingParams | None = None,
+    sampling_overrides: dict | None = None,
     allow_request_templates: bool = False,
+    unsupported_media: str = "placeholder",
 ) -> Runtime:
     """A runtime that answers every request with ``text`` (then EOS), tokenized by the
     model's real tokenizer, at no model cost: for measuring the server's own per-token cost
@@ -99,8 +106,10 @@ def build_replay_runtime(
         reasoning_parser=reasoning_parser,
         tool_parser=tool_parser,
         default_max_tokens=default_max_tokens,
-        sampling_defaults=sampling_defaults,
+        max_tokens_cap=max_tokens_cap,
+        sampling_overrides=sampling_overrides,
         allow_request_templates=allow_request_templates,
+        unsupported_media=unsupported_media,
     )
 
 
@@ -112,16 +121,23 @@ def _assemble(
     tool_parser: str | None,
     max_num_seqs: int = 8,
     max_queue: int = 256,
+    sampling_overrides: dict | None = None,
     **pipeline_options,
 ) -> Runtime:
-    """Formats chosen, the engine started on ``source``, the pipeline around it."""
+    """Formats chosen, the engine started on ``source``, the pipeline around it; sampling
+    defaults layered: the operator's overrides over the model's own (generation_config.json,
+    else its family's row), over neutral."""
     reasoning_format, tool_format = select_formats(loaded, reasoning_parser, tool_parser)
+    model_defaults = model_sampling(loaded.path)
+    sampling = {**model_defaults, **(sampling_overrides or {})}
+    log.info("sampling defaults: %s (model: %s)", sampling or "neutral", model_defaults or "none")
     engine = Engine(source, loaded.tokenizer, max_num_seqs=max_num_seqs, max_queue=max_queue)
     pipeline = Pipeline(
         engine,
         context_length=loaded.context_length or DEFAULT_CONTEXT_LENGTH,
         reasoning_format=reasoning_format,
         tool_format=tool_format,
+        sampling_defaults=SamplingParams(**sampling),
         **pipeline_options,
     )
     return Runtime(loaded, engine, pipeline)

@@ -24,6 +24,7 @@ from vllm_mlx.models.errors import ModelLoadError
 from vllm_mlx.models.gguf_header import GGUFHeader, read_gguf_header
 from vllm_mlx.models.gguf_rope import llama3_rope_scaling
 from vllm_mlx.models.gguf_tokenizer import write_tokenizer_files
+from vllm_mlx.models.sampling_defaults import GGUF_SAMPLING_KEYS, generation_sampling
 
 # GGUF tensor type -> (bits, group size) of the MLX affine layout it loads as; None = float.
 TENSOR_TYPES: dict[str, tuple[int, int] | None] = {
@@ -256,7 +257,11 @@ def convert_gguf(gguf_path: Path, out_dir: Path, *, progress: bool = True) -> di
         mx.save_safetensors(str(out_dir / "model.safetensors"), weights, {"format": "mlx"})
         bar.update()
         (out_dir / "config.json").write_text(json.dumps(config, indent=2))
-        generation = {k: config[k] for k in ("bos_token_id", "eos_token_id") if k in config}
+        generation: dict[str, Any] = {
+            k: config[k] for k in ("bos_token_id", "eos_token_id") if k in config
+        }
+        sampling = {to: metadata[key] for key, to in GGUF_SAMPLING_KEYS.items() if key in metadata}
+        generation.update(generation_sampling({k: _scalar(sampling, k) for k in sampling}))
         (out_dir / "generation_config.json").write_text(json.dumps(generation, indent=2))
         write_tokenizer_files(metadata, out_dir, config.get("max_position_embeddings"))
         bar.update()

@@ -17,7 +17,7 @@ from ..engine.engine import QueueFullError
 from ..request import RequestError
 from .anthropic.handler import count_tokens, create_message
 from .errors import APIError, error_response
-from .info import health, list_models
+from .info import get_model, health, list_models
 from .mcp import routes as mcp_routes
 from .openai.chat import chat_completions
 from .openai.completions import completions
@@ -77,6 +77,7 @@ def create_app(state: ServerState) -> Starlette:
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/models/{model_id:path}", get_model, methods=["GET"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/messages", create_message, methods=["POST"]),
@@ -84,6 +85,7 @@ def create_app(state: ServerState) -> Starlette:
         Route("/v1/responses", create_response, methods=["POST"]),
         Route("/v1/responses/{response_id}", get_response, methods=["GET"]),
         Route("/v1/mcp/servers", mcp_routes.list_servers, methods=["GET"]),
+        Route("/v1/mcp/status", mcp_routes.status, methods=["GET"]),
         Route("/v1/mcp/tools", mcp_routes.list_tools, methods=["GET"]),
         Route("/v1/mcp/execute", mcp_routes.execute, methods=["POST"]),
     ]

@@ -15,16 +15,36 @@ import click
 @click.option("--served-model-name", help="Name reported to clients (default: the model's).")
 @click.option(
     "--max-tokens",
-    default=2048,
-    show_default=True,
     type=click.IntRange(min=1),
-    help="Completion length when a request does not set one.",
+    help="Completion length when a request sets none (default: until the model stops or "
+    "the context is full).",
 )
-@click.option("--temperature", default=1.0, show_default=True, type=click.FloatRange(0, 2))
-@click.option("--top-p", default=1.0, show_default=True, type=click.FloatRange(0, 1))
-@click.option("--top-k", default=0, show_default=True, type=click.IntRange(min=0))
-@click.option("--min-p", default=0.0, show_default=True, type=click.FloatRange(0, 1))
-@click.option("--repetition-penalty", type=click.FloatRange(min=0, min_open=True))
+@click.option(
+    "--max-tokens-cap",
+    type=click.IntRange(min=1),
+    help="Upper bound on every request's completion length, asked for or not.",
+)
+@click.option(
+    "--temperature",
+    type=click.FloatRange(0, 2),
+    help="Override the model's default (generation_config.json, else its family's).",
+)
+@click.option("--top-p", type=click.FloatRange(0, 1), help="Override the model's default.")
+@click.option("--top-k", type=click.IntRange(min=0), help="Override the model's default.")
+@click.option("--min-p", type=click.FloatRange(0, 1), help="Override the model's default.")
+@click.option(
+    "--repetition-penalty",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Override the model's default.",
+)
+@click.option(
+    "--unsupported-media",
+    type=click.Choice(["placeholder", "reject"]),
+    default="placeholder",
+    show_default=True,
+    help="Images, documents and audio sent to a text-only model: a short text placeholder "
+    "in their place, or a 400.",
+)
 @click.option(
     "--cpu-weights",
     type=click.Choice(["auto", "quantized", "float32"]),
@@ -161,7 +181,6 @@ def serve(model: str | None, **opts) -> None:
     install_request_id_logging()
     import uvicorn
 
-    from ..engine.sampling import SamplingParams
     from ..models.errors import ModelLoadError
     from ..runtime import build_replay_runtime, build_runtime
     from .app import create_app
@@ -169,14 +188,12 @@ def serve(model: str | None, **opts) -> None:
     from .ops.guard import HostPolicy
     from .state import ServerState
 
-    defaults = SamplingParams(
-        max_tokens=opts["max_tokens"],
-        temperature=opts["temperature"],
-        top_p=opts["top_p"],
-        top_k=opts["top_k"],
-        min_p=opts["min_p"],
-        repetition_penalty=opts["repetition_penalty"],
-    )
+    # operator overrides: only the flags given (the model's own defaults fill the rest)
+    overrides = {
+        key: opts[key]
+        for key in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+        if opts[key] is not None
+    }
     parsers = dict(reasoning_parser=opts["reasoning_parser"], tool_parser=opts["tool_call_parser"])
     mcp = (
         _mcp_manager(opts["mcp_config"], opts["mcp_allow_any_command"])
@@ -189,8 +206,10 @@ def serve(model: str | None, **opts) -> None:
                 replay_file.read(),
                 model,
                 default_max_tokens=opts["max_tokens"],
-                sampling_defaults=defaults,
+                max_tokens_cap=opts["max_tokens_cap"],
+                sampling_overrides=overrides,
                 allow_request_templates=opts["allow_request_chat_templates"],
+                unsupported_media=opts["unsupported_media"],
                 **parsers,
             )
         else:
@@ -198,8 +217,10 @@ def serve(model: str | None, **opts) -> None:
                 model,
                 cpu_weights=opts["cpu_weights"],
                 default_max_tokens=opts["max_tokens"],
-                sampling_defaults=defaults,
+                max_tokens_cap=opts["max_tokens_cap"],
+                sampling_overrides=overrides,
                 allow_request_templates=opts["allow_request_chat_templates"],
+                unsupported_media=opts["unsupported_media"],
                 max_queue=opts["max_queue"],
                 max_num_seqs=opts["max_num_seqs"],
                 prefix_cache_mb=opts["prefix_cache_mb"],

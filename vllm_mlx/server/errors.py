@@ -9,6 +9,8 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from .encoding import BodyEncodingError, decode_body
+
 M = TypeVar("M", bound=BaseModel)
 
 _OPENAI_TYPES = {
@@ -82,8 +84,17 @@ def error_response(request_path: str, error: APIError) -> JSONResponse:
 
 
 async def parse_body(request: Request, model: type[M]) -> M:
-    """Decode and validate a JSON body; every failure is a 400 naming the bad field."""
-    raw = await request.body()
+    """Decode (``Content-Encoding``) and validate a JSON body; every failure is a 400
+    naming the bad field (413/415 for a body too large once decoded, or encoded unknowably)."""
+    state = getattr(request.app.state, "vllm", None)
+    try:
+        raw = decode_body(
+            await request.body(),
+            request.headers.get("content-encoding"),
+            state.max_body_bytes if state is not None else 16 * 1024 * 1024,
+        )
+    except BodyEncodingError as exc:
+        raise APIError(exc.status, str(exc)) from None
     try:
         data = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

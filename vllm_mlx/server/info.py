@@ -1,34 +1,87 @@
-"""GET /v1/models, GET /health, and the root that clients probe."""
+"""GET /v1/models, GET /v1/models/{id}, GET /health, and the root that clients probe.
+
+The server serves one model under every id a request names (Claude Code and Codex send
+their own), so ``/v1/models/{id}`` answers for any id, reporting the served model behind it.
+A request with an ``anthropic-version`` header (the Anthropic SDKs, Claude Code) gets
+Anthropic's list shape; every other client gets OpenAI's.
+"""
 
 from __future__ import annotations
 
 import time
+from datetime import datetime, timezone
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..native import status as native_status
-from .state import server_state
+from .state import ServerState, server_state
 
 _STARTED = int(time.time())
+_STARTED_AT = datetime.fromtimestamp(_STARTED, timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _capabilities(state: ServerState) -> dict:
+    pipeline = state.pipeline
+    return {
+        "tool_calls": pipeline.tool_format is not None,
+        "reasoning": pipeline.reasoning_format is not None,
+        "vision": False,
+        "structured_output": True,
+    }
+
+
+def _openai_model(state: ServerState, model_id: str) -> dict:
+    context = state.pipeline.context_length
+    return {
+        "id": model_id,
+        "object": "model",
+        "created": _STARTED,
+        "owned_by": "vllm-mlx",
+        "root": state.served_model_name,
+        # what clients read for the window: vLLM's, LM Studio's/OpenRouter's, Codex's names
+        "max_model_len": context,
+        "context_length": context,
+        "context_window": context,
+        "capabilities": _capabilities(state),
+    }
+
+
+def _anthropic_model(state: ServerState, model_id: str) -> dict:
+    return {
+        "type": "model",
+        "id": model_id,
+        "display_name": model_id,
+        "created_at": _STARTED_AT,
+        "max_input_tokens": state.pipeline.context_length,
+    }
+
+
+def _wants_anthropic(request: Request) -> bool:
+    return "anthropic-version" in request.headers
 
 
 async def list_models(request: Request) -> JSONResponse:
     state = server_state(request)
-    return JSONResponse(
-        {
-            "object": "list",
-            "data": [
-                {
-                    "id": state.served_model_name,
-                    "object": "model",
-                    "created": _STARTED,
-                    "owned_by": "vllm-mlx",
-                    "max_model_len": state.pipeline.context_length,
-                }
-            ],
-        }
-    )
+    name = state.served_model_name
+    if _wants_anthropic(request):
+        return JSONResponse(
+            {
+                "data": [_anthropic_model(state, name)],
+                "has_more": False,
+                "first_id": name,
+                "last_id": name,
+            }
+        )
+    return JSONResponse({"object": "list", "data": [_openai_model(state, name)]})
+
+
+async def get_model(request: Request) -> JSONResponse:
+    state = server_state(request)
+    model_id = request.path_params["model_id"]
+    if _wants_anthropic(request):
+        return JSONResponse(_anthropic_model(state, model_id))
+    return JSONResponse(_openai_model(state, model_id))
 
 
 async def health(request: Request) -> JSONResponse:

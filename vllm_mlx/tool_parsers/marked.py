@@ -339,6 +339,11 @@ class MarkedToolParser(ToolParser):
         if state is Match.FAIL and final:  # a stop string ate the rest of the closing
             if match_literal(self._buf, 0, self._closing, False)[0] is Match.PARTIAL:
                 state, end = Match.MATCH, len(self._buf)
+        wrapper = self._closing.rfind("}")
+        if state is Match.FAIL and wrapper >= 0:
+            # the call's wrapper brace is missing (small models drop it): the marker after
+            # it still closes the call, and is markup, not content
+            state, end = match_literal(self._buf, 0, self._closing[wrapper + 1 :], final)
         if state is Match.PARTIAL:
             return
         self._index += 1

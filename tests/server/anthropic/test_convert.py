@@ -95,10 +95,14 @@ def test_tool_choice_shapes():
     assert caught.value.param == "tool_choice.name"
 
 
-def test_images_are_a_400_naming_the_block():
-    with pytest.raises(APIError) as caught:
-        convert(messages=[{"role": "user", "content": [{"type": "image", "source": {}}]}])
-    assert caught.value.param == "messages.0.content.0"
+def test_images_become_placeholders_recorded_by_place():
+    chat = convert(
+        messages=[
+            {"role": "user", "content": [{"type": "text", "text": "See "}, {"type": "image"}]}
+        ]
+    )
+    assert chat.messages[-1]["content"] == "See [image omitted: this model reads text only]"
+    assert [(m.kind, m.param) for m in chat.omitted_media] == [("image", "messages.0.content.1")]
 
 
 def test_results_become_blocks():
@@ -111,3 +115,15 @@ def test_results_become_blocks():
     assert stop_reason("length", None) == ("max_tokens", None)
     assert stop_reason("stop", "END") == ("stop_sequence", "END")
     assert usage_body(Usage(10, 2, cached_tokens=4))["input_tokens"] == 6
+
+
+def test_a_mid_conversation_system_turn_is_kept_in_place():
+    chat = convert(
+        messages=[
+            {"role": "user", "content": "hi"},
+            {"role": "system", "content": [{"type": "text", "text": "Tools changed."}]},
+            {"role": "user", "content": "go"},
+        ]
+    )
+    assert [m["role"] for m in chat.messages] == ["user", "system", "user"]
+    assert chat.messages[1]["content"] == "Tools changed."

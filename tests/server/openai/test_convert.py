@@ -68,10 +68,6 @@ def test_messages_become_template_messages():
         ({"n": 2}, "n"),
         ({"top_logprobs": 2}, "top_logprobs"),
         (
-            {"messages": [{"role": "user", "content": [{"type": "image_url", "text": None}]}]},
-            "messages.0.content.0",
-        ),
-        (
             {"messages": [{"role": "user", "content": [{"type": "audio"}]}]},
             "messages.0.content.0.type",
         ),

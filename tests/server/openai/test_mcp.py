@@ -42,6 +42,21 @@ def test_execute_runs_the_tool_and_reports_errors_as_results(mcp_server):
     assert unknown["is_error"] is True
 
 
+def test_upstream_vllm_mlx_shapes(mcp_server):
+    """Scripts written against upstream vllm-mlx: tool_name, status, tools/count, servers."""
+    ran = httpx.post(
+        f"{mcp_server}/v1/mcp/execute", json={"tool_name": "echo", "arguments": {"text": "hi"}}
+    ).json()
+    assert ran["tool_name"] == "echo" and "hi" in ran["content"] and ran["error_message"] is None
+    status = httpx.get(f"{mcp_server}/v1/mcp/status").json()
+    assert status["enabled"] is True and status["tools_count"] >= 3
+    assert status["servers"][0]["state"] == "connected"
+    tools = httpx.get(f"{mcp_server}/v1/mcp/tools").json()
+    assert tools["count"] == len(tools["tools"]) and {"name", "server"} <= set(tools["tools"][0])
+    (server,) = httpx.get(f"{mcp_server}/v1/mcp/servers").json()["servers"]
+    assert server["tools_count"] >= 3 and server["transport"] == "stdio"
+
+
 def test_chat_tool_loop_stops_at_max_tool_calls(mcp_server):
     client = openai.OpenAI(base_url=f"{mcp_server}/v1", api_key="unused", max_retries=0)
     reply = client.chat.completions.create(

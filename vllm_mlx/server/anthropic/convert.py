@@ -12,7 +12,14 @@ import logging
 
 from ...families.message import ParsedMessage, ToolCall
 from ...pipeline import Usage
-from ...request import ChatRequest, Sampling, Thinking
+from ...request import (
+    ChatRequest,
+    ContextLengthError,
+    Sampling,
+    Thinking,
+    collecting_media,
+    media_placeholder,
+)
 from ..errors import APIError
 from .protocol import ContentBlock, Message, MessagesRequest, PromptFields, Tool
 
@@ -22,19 +29,22 @@ log = logging.getLogger(__name__)
 # prefix caching, and it means nothing to the model.
 BILLING_HEADER = "x-anthropic-billing-header:"
 _IGNORED_BLOCKS = {"redacted_thinking"}
-_TEXT_ONLY = "this model accepts text only; {} content is not supported"
+_MEDIA_BLOCKS = {"image": "image", "document": "document"}
 
 
 def to_chat_request(body: PromptFields) -> ChatRequest:
     """The internal request for a Messages (or count_tokens) body."""
     tools = _tools(body.tools)
     tool_choice, parallel = _tool_choice(body)
+    with collecting_media() as omitted:
+        messages = _system(body.system) + _messages(body.messages)
     chat = ChatRequest(
-        messages=_system(body.system) + _messages(body.messages),
+        messages=messages,
         tools=tools,
         tool_choice=tool_choice,
         parallel_tool_calls=parallel,
         thinking=_thinking(body),
+        omitted_media=omitted,
     )
     if isinstance(body, MessagesRequest):
         chat.sampling = Sampling(
@@ -79,6 +89,9 @@ def _messages(messages: list[Message]) -> list[dict]:
             blocks = [ContentBlock(type="text", text=blocks)]
         if message.role == "assistant":
             out.append(_assistant(blocks, i))
+        elif message.role == "system":
+            text = "".join(b.text or "" for b in blocks if b.type == "text")
+            out.append({"role": "system", "content": text})
         else:
             out.extend(_user(blocks, i))
     return out
@@ -125,6 +138,8 @@ def _user(blocks: list[ContentBlock], i: int) -> list[dict]:
     for j, block in enumerate(blocks):
         if block.type == "text":
             texts.append(block.text or "")
+        elif block.type in _MEDIA_BLOCKS:
+            texts.append(media_placeholder(_MEDIA_BLOCKS[block.type], f"messages.{i}.content.{j}"))
         elif block.type == "tool_result":
             flush()
             content = _tool_result_text(block, f"messages.{i}.content.{j}.content")
@@ -146,17 +161,21 @@ def _tool_result_text(block: ContentBlock, param: str) -> str:
     else:
         parts = []
         for k, part in enumerate(content):
-            if part.get("type") != "text":
-                raise APIError(400, _TEXT_ONLY.format(part.get("type")), param=f"{param}.{k}")
-            parts.append(part.get("text") or "")
+            kind = part.get("type")
+            if kind in _MEDIA_BLOCKS:
+                parts.append(media_placeholder(_MEDIA_BLOCKS[kind], f"{param}.{k}"))
+            elif kind == "text":
+                parts.append(part.get("text") or "")
+            else:
+                raise APIError(
+                    400, f"unsupported tool_result content type {kind!r}", param=f"{param}.{k}.type"
+                )
         text = "".join(parts)
     return f"Error: {text}" if block.is_error else text
 
 
 def _unsupported(block: ContentBlock, i: int, j: int) -> APIError:
     param = f"messages.{i}.content.{j}"
-    if block.type in ("image", "document"):
-        return APIError(400, _TEXT_ONLY.format(block.type), param=param)
     return APIError(400, f"unsupported content block type {block.type!r}", param=f"{param}.type")
 
 
@@ -242,3 +261,9 @@ def usage_body(usage: Usage) -> dict:
         "cache_creation_input_tokens": 0,
         "output_tokens": usage.completion_tokens,
     }
+
+
+def context_error(exc: ContextLengthError) -> APIError:
+    """Anthropic's own wording, the one Claude Code parses to say what to cut and compact."""
+    needed = exc.prompt_tokens + exc.completion_tokens
+    return APIError(400, f"prompt is too long: {needed} tokens > {exc.context_length} maximum")

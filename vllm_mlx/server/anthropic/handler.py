@@ -12,11 +12,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ...pipeline import ChatResult
+from ...request import ContextLengthError
 from ..errors import parse_body
 from ..sse import sse_response
 from ..state import server_state
 from ..streaming import generation_failed, unless_disconnected
-from .convert import content_blocks, stop_reason, to_chat_request, usage_body
+from .convert import content_blocks, context_error, stop_reason, to_chat_request, usage_body
 from .protocol import MessagesRequest, PromptFields
 from .stream import MessageStream
 
@@ -24,7 +25,10 @@ from .stream import MessageStream
 async def create_message(request: Request) -> Response:
     state = server_state(request)
     body = await parse_body(request, MessagesRequest)
-    prepared = state.pipeline.prepare_chat(to_chat_request(body))  # invalid: 400 (app.py)
+    try:
+        prepared = state.pipeline.prepare_chat(to_chat_request(body))  # invalid: 400 (app.py)
+    except ContextLengthError as exc:
+        raise context_error(exc) from None
     message_id = "msg_" + uuid.uuid4().hex[:24]
     model = state.served_model_name
 
@@ -33,13 +37,7 @@ async def create_message(request: Request) -> Response:
 
         events = state.pipeline.stream(prepared)  # admitted now: a full queue is a 429
 
-        async def frames():
-            for out in stream.start():
-                yield out
-            async for out in stream.frames(events):
-                yield out
-
-        return sse_response(frames(), stream.error)
+        return sse_response(stream.frames(events), stream.error)
 
     result = await unless_disconnected(request, state.pipeline.complete(prepared))
     if result.finish_reason == "error":

@@ -34,7 +34,9 @@ class ContentBlock(_Lenient):
 
 
 class Message(_Lenient):
-    role: Literal["user", "assistant"]
+    # "system": Claude Code 2.1's mid-conversation system turns (beta header
+    # mid-conversation-tool-changes); rendered where they stand
+    role: Literal["user", "assistant", "system"]
     content: str | list[ContentBlock]
 
 

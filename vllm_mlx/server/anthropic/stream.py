@@ -1,10 +1,12 @@
 """The Anthropic Messages event stream.
 
-``message_start``, then content blocks (``thinking``, ``text``, ``tool_use``) opened and closed
-as the parsed deltas change kind, with tool input streamed as ``input_json_delta`` the moment
-the parser releases it; then ``message_delta`` with the real stop reason and usage, and
-``message_stop``. A failure ends the stream with an ``error`` event. ``ping`` events keep
-clients whose watchdog counts events (Claude Code) waiting through a long prompt
+``message_start`` (sent with the first event, when the prompt's cached split is known, or
+with the first ping if prefill outlasts ``--sse-keepalive``), then content blocks
+(``thinking``, ``text``, ``tool_use``) opened and closed as the parsed deltas change kind,
+with tool input streamed as ``input_json_delta`` the moment the parser releases it; then
+``message_delta`` with the real stop reason and the same input split as ``message_start``,
+and ``message_stop``. A failure ends the stream with an ``error`` event. ``ping`` events
+keep clients whose watchdog counts events (Claude Code) waiting through a long prompt
 (every ``--sse-keepalive`` seconds of silence).
 """
 
@@ -35,8 +37,14 @@ class MessageStream:
         self.input_tokens = input_tokens
         self._next_index = 0
         self._open: tuple[str, int | None] | None = None  # (block type, tool-call index)
+        # the input split message_start announced; message_delta repeats it (Anthropic's
+        # usage agrees within a stream)
+        self._input: Usage | None = None
 
-    def start(self) -> list[str]:
+    def _start(self, usage: Usage | None) -> list[str]:
+        if self._input is not None:
+            return []
+        self._input = usage or Usage(self.input_tokens)
         message: dict[str, Any] = {
             "id": self.message_id,
             "type": "message",
@@ -45,15 +53,20 @@ class MessageStream:
             "content": [],
             "stop_reason": None,
             "stop_sequence": None,
-            "usage": {"input_tokens": self.input_tokens, "output_tokens": 0},
+            "usage": usage_body(Usage(self._input.prompt_tokens, 0, self._input.cached_tokens)),
         }
         return [frame({"type": "message_start", "message": message}), ANTHROPIC_PING]
 
-    def frames(self, events: AsyncGenerator[ChatEvent, None]) -> AsyncIterator[str]:
-        """All frames after ``start()``; raises on a failed generation (see ``error``)."""
-        return event_frames(
-            events, ANTHROPIC_PING, lambda event: self.delta(event.delta), self.finish
-        )
+    async def frames(self, events: AsyncGenerator[ChatEvent, None]) -> AsyncIterator[str]:
+        """The whole stream; raises on a failed generation (see ``error``)."""
+
+        def on_event(event: ChatEvent) -> list[str]:
+            return self._start(event.usage) + self.delta(event.delta)
+
+        async for out in event_frames(events, ANTHROPIC_PING, on_event, self.finish):
+            if out == ANTHROPIC_PING and self._input is None:
+                out = "".join(self._start(None))  # message_start, then its ping
+            yield out
 
     def delta(self, delta: MessageDelta) -> list[str]:
         out: list[str] = []
@@ -76,10 +89,13 @@ class MessageStream:
     def finish(self, event: ChatEvent) -> list[str]:
         out = self._close()
         reason, sequence = stop_reason(event.finish_reason, event.stop_reason)
+        announced = self._input or Usage(self.input_tokens)
+        completion = event.usage.completion_tokens if event.usage else 0
+        usage = Usage(announced.prompt_tokens, completion, announced.cached_tokens)
         body = {
             "type": "message_delta",
             "delta": {"stop_reason": reason, "stop_sequence": sequence},
-            "usage": usage_body(event.usage or Usage(self.input_tokens)),
+            "usage": usage_body(usage),
         }
         if event.constraint_gave_up:
             body["constraint_gave_up"] = event.constraint_gave_up

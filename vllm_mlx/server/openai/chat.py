@@ -8,12 +8,19 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ...pipeline import ChatEvent
+from ...request import ContextLengthError
 from ..errors import parse_body
 from ..mcp.tool_loop import ToolLoopRun, call_budget
 from ..sse import sse_data, sse_response
 from ..state import server_state
 from ..streaming import generation_failed, unless_disconnected, whole_delta
-from .convert import completion_body, delta_body, to_chat_request, with_give_up
+from .convert import (
+    completion_body,
+    context_error,
+    delta_body,
+    to_chat_request,
+    with_give_up,
+)
 from .mcp import mcp_calls, mcp_options, with_mcp_tools
 from .protocol import ChatCompletionRequest
 from .stream import DONE, chat_logprobs, error_frames, new_id, now, openai_frames, usage_body
@@ -26,7 +33,10 @@ async def chat_completions(request: Request) -> Response:
     mcp = mcp_options((body.model_extra or {}).get("mcp"))
     if mcp is not None:
         chat = with_mcp_tools(chat, state.mcp, mcp)
-    prepared = state.pipeline.prepare_chat(chat)  # invalid requests: 400 (app.py)
+    try:
+        prepared = state.pipeline.prepare_chat(chat)  # invalid requests: 400 (app.py)
+    except ContextLengthError as exc:
+        raise context_error(exc) from None
 
     response_id, created, model = new_id("chatcmpl"), now(), state.served_model_name
 

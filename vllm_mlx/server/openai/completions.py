@@ -9,10 +9,12 @@ from starlette.responses import JSONResponse, Response
 
 from ...engine.types import TokenLogprob
 from ...pipeline import ChatEvent
+from ...request import ContextLengthError
 from ..errors import APIError, parse_body
 from ..sse import sse_response
 from ..state import server_state
 from ..streaming import generation_failed, unless_disconnected
+from .convert import context_error
 from .protocol import CompletionRequest
 from .stream import error_frames, new_id, now, openai_frames, usage_body
 
@@ -33,7 +35,10 @@ async def completions(request: Request) -> Response:
     sampling.logprobs = body.logprobs is not None
     sampling.top_logprobs = body.logprobs or 0
     text_or_ids = cast("str | list[int]", prompt)  # a list of strings was unpacked above
-    prepared = state.pipeline.prepare_completion(text_or_ids, sampling, body.max_tokens)
+    try:
+        prepared = state.pipeline.prepare_completion(text_or_ids, sampling, body.max_tokens)
+    except ContextLengthError as exc:
+        raise context_error(exc, "prompt") from None
 
     response_id, created, model = new_id("cmpl"), now(), state.served_model_name
 

@@ -7,10 +7,25 @@ import json
 
 from ...families.message import MessageDelta
 from ...pipeline import ChatResult
-from ...request import ChatRequest, Thinking
+from ...request import (
+    ChatRequest,
+    ContextLengthError,
+    Thinking,
+    collecting_media,
+    media_placeholder,
+)
 from ..errors import APIError
 from .protocol import ChatCompletionRequest, ChatMessage
 from .stream import chat_logprobs, usage_body
+
+# content part type -> what a text-only model is told was omitted
+_MEDIA_PARTS = {
+    "image_url": "image",
+    "input_image": "image",
+    "image": "image",
+    "input_audio": "audio",
+    "file": "file",
+}
 
 
 def to_chat_request(body: ChatCompletionRequest) -> ChatRequest:
@@ -22,8 +37,11 @@ def to_chat_request(body: ChatCompletionRequest) -> ChatRequest:
     if sampling.top_logprobs and not sampling.logprobs:
         raise APIError(400, "top_logprobs requires logprobs: true", param="top_logprobs")
     tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
+    with collecting_media() as omitted:
+        messages = [message_dict(m, i) for i, m in enumerate(body.messages)]
     return ChatRequest(
-        messages=[message_dict(m, i) for i, m in enumerate(body.messages)],
+        messages=messages,
+        omitted_media=omitted,
         sampling=sampling,
         max_tokens=body.max_completion_tokens or body.max_tokens,
         max_tokens_policy="exact",
@@ -44,12 +62,9 @@ def message_dict(message: ChatMessage, index: int) -> dict:
         for j, part in enumerate(message.content):
             if part.type in ("text", "input_text"):
                 texts.append(part.text or "")
-            elif part.type in ("image_url", "input_image", "image"):
-                raise APIError(
-                    400,
-                    "this model accepts text only; image content is not supported",
-                    param=f"messages.{index}.content.{j}",
-                )
+            elif part.type in _MEDIA_PARTS:
+                where = f"messages.{index}.content.{j}"
+                texts.append(media_placeholder(_MEDIA_PARTS[part.type], where))
             else:
                 raise APIError(
                     400,
@@ -117,3 +132,24 @@ def with_give_up(body: dict, gave_up: str | None) -> dict:
     if gave_up is not None:
         body["constraint_gave_up"] = gave_up
     return body
+
+
+def context_error(exc: ContextLengthError, what: str = "messages") -> APIError:
+    """OpenAI's wording and ``code`` for a request past the context (``what``: messages for
+    chat, prompt for completions), which OpenAI clients and agents key on."""
+    limit = exc.context_length
+    if exc.completion_tokens:
+        total = exc.prompt_tokens + exc.completion_tokens
+        message = (
+            f"This model's maximum context length is {limit} tokens. However, you requested "
+            f"{total} tokens ({exc.prompt_tokens} in the {what}, {exc.completion_tokens} in "
+            f"the completion). Please reduce the length of the {what} or completion."
+        )
+        param = "max_tokens"
+    else:
+        message = (
+            f"This model's maximum context length is {limit} tokens. However, your {what} "
+            f"resulted in {exc.prompt_tokens} tokens. Please reduce the length of the {what}."
+        )
+        param = what
+    return APIError(400, message, param=param, code=exc.code)

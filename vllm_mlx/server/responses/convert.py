@@ -7,14 +7,27 @@ message becomes ``reasoning`` / ``message`` / ``function_call`` output items.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import logging
 import uuid
 
 from ...families.message import ParsedMessage
 from ...pipeline import Usage
-from ...request import ChatRequest, Sampling, Thinking
+from ...request import (
+    ChatRequest,
+    ContextLengthError,
+    Sampling,
+    Thinking,
+    collecting_media,
+    media_placeholder,
+)
 from ..errors import APIError
 from .protocol import (
+    AdditionalToolsItem,
+    CustomToolCallItem,
+    CustomToolCallOutputItem,
     FunctionCallItem,
     FunctionCallOutputItem,
     McpCallItem,
@@ -27,8 +40,6 @@ from .protocol import (
 
 log = logging.getLogger(__name__)
 
-_TEXT_ONLY = "this model accepts text only; {} content is not supported"
-
 
 def new_item_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:24]}"
@@ -40,18 +51,20 @@ def to_chat_request(
     """The internal request, and the conversation (``history`` + this input, without the
     instructions, which do not carry over) to store for a later ``previous_response_id``.
     ``server_tools`` are the MCP tools (chat form) the model sees besides the client's."""
-    conversation = history + input_messages(body.input)
+    with collecting_media() as omitted:
+        conversation = history + input_messages(body.input)
     system = [{"role": "system", "content": body.instructions}] if body.instructions else []
     chat = ChatRequest(
         messages=system + conversation,
         sampling=Sampling(temperature=body.temperature, top_p=body.top_p),
         max_tokens=body.max_output_tokens,
         max_tokens_policy="exact",
-        tools=[*(function_tools(body.tools) or []), *(server_tools or [])] or None,
+        tools=[*(function_tools(request_tools(body)) or []), *(server_tools or [])] or None,
         tool_choice=_tool_choice(body.tool_choice),
         parallel_tool_calls=body.parallel_tool_calls is not False,
         response_format=_response_format(body),
         thinking=Thinking(effort=body.reasoning.effort if body.reasoning else None),
+        omitted_media=omitted,
     )
     return chat, conversation
 
@@ -63,7 +76,7 @@ def input_messages(data: str | list[dict]) -> list[dict]:
     open_assistant = False  # reasoning, text and calls of one assistant turn merge
     for i, raw in enumerate(data):
         item = input_item(raw, i)
-        if isinstance(item, McpListToolsItem):
+        if isinstance(item, (McpListToolsItem, AdditionalToolsItem)):  # tools: request_tools
             continue
         if isinstance(item, McpCallItem):
             # an MCP call the server ran: the model's call, then the tool's answer
@@ -79,7 +92,7 @@ def input_messages(data: str | list[dict]) -> list[dict]:
             role = "system" if item.role == "developer" else item.role
             out.append({"role": role, "content": _text(item.content, f"input.{i}.content")})
             open_assistant = False
-        elif isinstance(item, FunctionCallOutputItem):
+        elif isinstance(item, (FunctionCallOutputItem, CustomToolCallOutputItem)):
             content = _text(item.output, f"input.{i}.output")
             out.append({"role": "tool", "tool_call_id": item.call_id, "content": content})
             open_assistant = False
@@ -99,9 +112,14 @@ def _add_to_assistant(message: dict, item, i: int) -> None:
         message.setdefault("tool_calls", []).append(
             {"id": item.call_id, "type": "function", "function": call}
         )
+    elif isinstance(item, CustomToolCallItem):
+        call = {"name": item.name, "arguments": json.dumps({CUSTOM_INPUT: item.input})}
+        message.setdefault("tool_calls", []).append(
+            {"id": item.call_id, "type": "function", "function": call}
+        )
     elif isinstance(item, ReasoningItem):
         parts = item.content if item.content else item.summary
-        text = "".join(p.get("text") or "" for p in parts)
+        text = "".join(p.get("text") or "" for p in parts) or _decoded(item.encrypted_content)
         if text:
             message["reasoning_content"] = message.get("reasoning_content", "") + text
 
@@ -129,9 +147,7 @@ def _text(content: str | list[dict], param: str) -> str:
         elif kind == "refusal":
             texts.append(part.get("refusal") or "")
         elif kind in ("input_image", "input_file", "input_audio"):
-            raise APIError(
-                400, _TEXT_ONLY.format(kind.removeprefix("input_")), param=f"{param}.{k}"
-            )
+            texts.append(media_placeholder(kind.removeprefix("input_"), f"{param}.{k}"))
         else:
             raise APIError(
                 400, f"unsupported content part type {kind!r}", param=f"{param}.{k}.type"
@@ -139,26 +155,90 @@ def _text(content: str | list[dict], param: str) -> str:
     return "".join(texts)
 
 
+# A custom (free-form) tool is described to the model as a function of one text argument;
+# its calls come back as custom_tool_call items carrying that text as ``input``.
+CUSTOM_INPUT = "input"
+_CUSTOM_PARAMETERS = {
+    "type": "object",
+    "properties": {CUSTOM_INPUT: {"type": "string", "description": "the raw input text"}},
+    "required": [CUSTOM_INPUT],
+}
+
+
+def request_tools(body: ResponsesRequest) -> list[dict]:
+    """The request's tools: ``tools`` and Codex's ``additional_tools`` input items, with
+    ``namespace`` tools flattened into the tools they group."""
+    tools = list(body.tools or [])
+    for raw in body.input if isinstance(body.input, list) else []:
+        if isinstance(raw, dict) and raw.get("type") == "additional_tools":
+            tools += [t for t in raw.get("tools") or [] if isinstance(t, dict)]
+    flat: list[dict] = []
+    for tool in tools:
+        inner = tool.get("tools") if tool.get("type") == "namespace" else [tool]
+        flat += [t for t in inner or [] if isinstance(t, dict)]
+    return flat
+
+
+def custom_tool_names(body: ResponsesRequest) -> frozenset[str]:
+    return frozenset(
+        t["name"] for t in request_tools(body) if t.get("type") == "custom" and t.get("name")
+    )
+
+
+def wants_encrypted_reasoning(body: ResponsesRequest) -> bool:
+    include = (body.model_extra or {}).get("include")
+    return isinstance(include, list) and "reasoning.encrypted_content" in include
+
+
 def function_tools(tools: list[dict] | None) -> list[dict] | None:
-    """Responses function tools in chat form; hosted tools are skipped (logged). MCP tools
-    are resolved separately (``responses/mcp_tools.py``)."""
+    """Responses function and custom tools in chat form; hosted tools are skipped (logged).
+    MCP tools are resolved separately (``responses/mcp_tools.py``)."""
     out = []
     for i, tool in enumerate(tools or []):
-        if tool.get("type") == "mcp":
+        kind = tool.get("type")
+        if kind == "mcp":
             continue
-        if tool.get("type") != "function":
-            log.info("skipping Responses tool of type %r (not served here)", tool.get("type"))
+        if kind not in ("function", "custom"):
+            log.info("skipping Responses tool of type %r (not served here)", kind)
             continue
         if not isinstance(tool.get("name"), str) or not tool["name"]:
-            raise APIError(400, "function tools need a name", param=f"tools.{i}.name")
-        function = {
-            "name": tool["name"],
-            "parameters": tool.get("parameters") or {"type": "object", "properties": {}},
-        }
-        if tool.get("description"):
-            function["description"] = tool["description"]
+            raise APIError(400, f"{kind} tools need a name", param=f"tools.{i}.name")
+        if kind == "custom":
+            about = str(tool.get("description") or "").strip()
+            function = {
+                "name": tool["name"],
+                "description": f"{about} Its one argument, input, is the raw text it takes.",
+                "parameters": _CUSTOM_PARAMETERS,
+            }
+        else:
+            function = {
+                "name": tool["name"],
+                "parameters": tool.get("parameters") or {"type": "object", "properties": {}},
+            }
+            if tool.get("description"):
+                function["description"] = tool["description"]
         out.append({"type": "function", "function": function})
     return out or None
+
+
+def custom_input(arguments: str) -> str:
+    """A custom tool's ``input`` from the call's JSON arguments (the raw text otherwise)."""
+    try:
+        parsed = json.loads(arguments)
+    except ValueError:
+        return arguments
+    value = parsed.get(CUSTOM_INPUT) if isinstance(parsed, dict) else None
+    return value if isinstance(value, str) else arguments
+
+
+def _decoded(encrypted: str | None) -> str:
+    """The reasoning text of our own ``encrypted_content`` (base64; someone else's: none)."""
+    if not encrypted:
+        return ""
+    try:
+        return base64.b64decode(encrypted, validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return ""
 
 
 def _tool_choice(choice: str | dict | None) -> str | dict:
@@ -204,12 +284,30 @@ def _response_format(body: ResponsesRequest) -> dict | None:
 # -- results ------------------------------------------------------------------------------
 
 
-def reasoning_item(item_id: str, text: str) -> dict:
-    return {
+def reasoning_item(item_id: str, text: str, encrypted: bool = False) -> dict:
+    """``encrypted``: also ``encrypted_content``, which here is the text in base64 (opaque to
+    clients, NOT encrypted), so stateless clients (``store: false``) can send it back."""
+    item = {
         "id": item_id,
         "type": "reasoning",
         "summary": [],
         "content": [{"type": "reasoning_text", "text": text}],
+    }
+    if encrypted:
+        item["encrypted_content"] = base64.b64encode(text.encode("utf-8")).decode("ascii")
+    return item
+
+
+def custom_tool_call_item(
+    item_id: str, call_id: str, name: str, arguments: str, status: str = "completed"
+) -> dict:
+    return {
+        "id": item_id,
+        "type": "custom_tool_call",
+        "status": status,
+        "call_id": call_id,
+        "name": name,
+        "input": custom_input(arguments),
     }
 
 
@@ -241,14 +339,18 @@ def function_call_item(
     }
 
 
-def output_items(message: ParsedMessage) -> list[dict]:
+def output_items(
+    message: ParsedMessage, custom: frozenset[str] = frozenset(), encrypted: bool = False
+) -> list[dict]:
+    """The result as output items; calls of ``custom`` tools as custom_tool_call items."""
     items = []
     if message.reasoning_content:
-        items.append(reasoning_item(new_item_id("rs"), message.reasoning_content))
+        items.append(reasoning_item(new_item_id("rs"), message.reasoning_content, encrypted))
     if message.content:
         items.append(message_item(new_item_id("msg"), message.content))
     for call in message.tool_calls:
-        items.append(function_call_item(new_item_id("fc"), call.id, call.name, call.arguments))
+        make = custom_tool_call_item if call.name in custom else function_call_item
+        items.append(make(new_item_id("fc"), call.id, call.name, call.arguments))
     return items
 
 
@@ -260,8 +362,9 @@ def assistant_message(output: list[dict]) -> dict:
             message["reasoning_content"] = "".join(p["text"] for p in item["content"])
         elif item["type"] == "message":
             message["content"] += "".join(p["text"] for p in item["content"])
-        elif item["type"] == "function_call":
-            call = {"name": item["name"], "arguments": item["arguments"]}
+        elif item["type"] in ("function_call", "custom_tool_call"):
+            arguments = item.get("arguments") or json.dumps({CUSTOM_INPUT: item.get("input")})
+            call = {"name": item["name"], "arguments": arguments}
             message.setdefault("tool_calls", []).append(
                 {"id": item["call_id"], "type": "function", "function": call}
             )
@@ -287,3 +390,16 @@ def status_of(finish_reason: str) -> tuple[str, dict | None]:
     if finish_reason in ("error", "cancelled"):
         return "failed", None
     return "completed", None
+
+
+def context_error(exc: ContextLengthError) -> APIError:
+    """The Responses API's wording and ``code``; Codex reads the code and tells its user the
+    context window is full (a streamed request fails before its stream starts, as a 400)."""
+    needed = exc.prompt_tokens + exc.completion_tokens
+    return APIError(
+        400,
+        "Your input exceeds the context window of this model. Please adjust your input and "
+        f"try again. ({needed} tokens > {exc.context_length} maximum)",
+        param="max_output_tokens" if exc.completion_tokens else "input",
+        code=exc.code,
+    )

@@ -11,12 +11,21 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ...chat.template import ChatTemplateError
-from ...request import RequestError
+from ...request import ContextLengthError, RequestError
 from ..errors import APIError, parse_body
 from ..sse import sse_response
 from ..state import server_state
 from ..streaming import generation_failed, unless_disconnected
-from .convert import assistant_message, input_messages, output_items, status_of, to_chat_request
+from .convert import (
+    assistant_message,
+    context_error,
+    custom_tool_names,
+    input_messages,
+    output_items,
+    status_of,
+    to_chat_request,
+    wants_encrypted_reasoning,
+)
 from .mcp import MCPResponseRun, stream_frames
 from .mcp_tools import select_mcp_tools
 from .object import ResponseObject
@@ -61,6 +70,8 @@ async def create_response(request: Request) -> Response:
     chat, conversation = to_chat_request(body, history, mcp.tools if mcp is not None else None)
     try:
         prepared = state.pipeline.prepare_chat(chat)
+    except ContextLengthError as exc:
+        raise context_error(exc) from None
     except (RequestError, ChatTemplateError) as exc:
         param = getattr(exc, "param", None)
         raise APIError(400, str(exc), param=_PARAMS.get(param or "", param)) from None
@@ -109,7 +120,7 @@ async def create_response(request: Request) -> Response:
         raise generation_failed(result.error)
     final = response.body(
         status,
-        output_items(result.message),
+        output_items(result.message, custom_tool_names(body), wants_encrypted_reasoning(body)),
         result.usage,
         incomplete_details=details,
         constraint_gave_up=result.constraint_gave_up,

@@ -69,6 +69,30 @@ class ReasoningItem(_Lenient):
     type: Literal["reasoning"]
     summary: list[dict[str, Any]] = Field(default_factory=list)
     content: list[dict[str, Any]] | None = None
+    encrypted_content: str | None = None  # ours: base64 of the text (convert.py)
+
+
+class CustomToolCallItem(_Lenient):
+    """A call of a free-form ``custom`` tool: its ``input`` is plain text."""
+
+    type: Literal["custom_tool_call"]
+    call_id: str
+    name: str
+    input: str = ""
+
+
+class CustomToolCallOutputItem(_Lenient):
+    type: Literal["custom_tool_call_output"]
+    call_id: str
+    output: str | list[dict[str, Any]]
+
+
+class AdditionalToolsItem(_Lenient):
+    """Codex's newer request shape: tools (``namespace`` ones among them) sent as an input
+    item rather than in ``tools``; they join the request's tools."""
+
+    type: Literal["additional_tools"]
+    tools: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class McpCallItem(_Lenient):
@@ -95,6 +119,9 @@ InputItem = (
     | ReasoningItem
     | McpCallItem
     | McpListToolsItem
+    | CustomToolCallItem
+    | CustomToolCallOutputItem
+    | AdditionalToolsItem
 )
 _ITEM_TYPES: dict[str, type[BaseModel]] = {
     "message": MessageItem,
@@ -103,6 +130,9 @@ _ITEM_TYPES: dict[str, type[BaseModel]] = {
     "reasoning": ReasoningItem,
     "mcp_call": McpCallItem,
     "mcp_list_tools": McpListToolsItem,
+    "custom_tool_call": CustomToolCallItem,
+    "custom_tool_call_output": CustomToolCallOutputItem,
+    "additional_tools": AdditionalToolsItem,
 }
 
 

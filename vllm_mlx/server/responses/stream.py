@@ -19,12 +19,16 @@ from ..ops.keepalive import OPENAI_KEEPALIVE
 from ..sse import sse_data
 from ..streaming import event_frames
 from .convert import (
+    custom_input,
+    custom_tool_call_item,
+    custom_tool_names,
     function_call_item,
     message_item,
     new_item_id,
     output_text_part,
     reasoning_item,
     status_of,
+    wants_encrypted_reasoning,
 )
 from .object import ResponseObject
 
@@ -40,14 +44,13 @@ class _Item:
         self.text = ""
         self.fields = fields  # call_id and name of a function call
 
-    def snapshot(self, status: str) -> dict:
+    def snapshot(self, status: str, encrypted: bool = False) -> dict:
         if self.kind == "reasoning":
-            return reasoning_item(self.id, self.text)
+            return reasoning_item(self.id, self.text, encrypted)
         if self.kind == "message":
             return message_item(self.id, self.text, status)
-        return function_call_item(
-            self.id, self.fields["call_id"], self.fields["name"], self.text, status
-        )
+        make = custom_tool_call_item if self.kind == "custom_tool_call" else function_call_item
+        return make(self.id, self.fields["call_id"], self.fields["name"], self.text, status)
 
 
 class ResponseStream:
@@ -60,6 +63,8 @@ class ResponseStream:
         self.final: dict | None = None
         self._item: _Item | None = None
         self._sequence = 0
+        self._custom = custom_tool_names(response.request)  # calls become custom_tool_call
+        self._encrypted = wants_encrypted_reasoning(response.request)
 
     def start(self) -> list[str]:
         body = self.response.body("in_progress", [])
@@ -86,9 +91,12 @@ class ResponseStream:
             out.append(self._part_event("response.output_text.delta", delta.content, logprobs=[]))
         for call in delta.tool_calls:
             if call.id is not None:
-                out += self._ensure("function_call", call.index, call_id=call.id, name=call.name)
+                kind = "custom_tool_call" if call.name in self._custom else "function_call"
+                out += self._ensure(kind, call.index, call_id=call.id, name=call.name)
             if call.arguments:
                 item = self._extend(call.arguments)
+                if item.kind == "custom_tool_call":  # its input is whole once the JSON is
+                    continue
                 out.append(
                     self.event(
                         "response.function_call_arguments.delta",
@@ -130,7 +138,7 @@ class ResponseStream:
         if self._item is not None:
             output.append(self._item.snapshot("incomplete"))
         self.final = self.response.body(
-            "failed", output, error={"code": "server_error", "message": error.message}
+            "failed", output, error={"code": error.code or "server_error", "message": error.message}
         )
         return [self.event("response.failed", response=self.final)]
 
@@ -162,7 +170,16 @@ class ResponseStream:
         if item is None:
             return []
         out: list[str] = []
-        if item.kind == "function_call":
+        if item.kind == "custom_tool_call":
+            out.append(
+                self.event(
+                    "response.custom_tool_call_input.done",
+                    item_id=item.id,
+                    output_index=item.index,
+                    input=custom_input(item.text),
+                )
+            )
+        elif item.kind == "function_call":
             out.append(
                 self.event(
                     "response.function_call_arguments.done",
@@ -183,7 +200,7 @@ class ResponseStream:
             out.append(
                 self._part_event("response.content_part.done", part=self._part(item, item.text))
             )
-        final = item.snapshot("completed")
+        final = item.snapshot("completed", self._encrypted)
         out.append(self.event("response.output_item.done", output_index=item.index, item=final))
         self.output.append(final)
         self._item = None
