@@ -17,6 +17,7 @@ from .chat.stream import OutputStream, make_output_stream
 from .chat.template import RenderedPrompt, encode_prompt, render_chat
 from .chat.thinking_switch import ThinkingDecision, UnknownEffortError, decide_thinking
 from .constrained import ConstraintError, build_logits_processors
+from .constrained.tokenizer_cache import token_count
 from .engine.engine import Engine
 from .engine.sampling import LogitsProcessor, SamplingParams
 from .engine.types import GenerationChunk, GenerationRequest, TokenLogprob
@@ -26,7 +27,12 @@ from .request import (
     ChatRequest,
     MaxTokensPolicy,
     RequestError,
+    RequestLimits,
     Sampling,
+    check_prompt_ids,
+    check_prompt_size,
+    check_sampling,
+    check_size,
     check_tool_choice,
 )
 
@@ -113,6 +119,8 @@ class Pipeline:
         default_thinking_budget: int | None = None,
         sampling_defaults: SamplingParams | None = None,
         allow_request_templates: bool = False,
+        vocab_size: int | None = None,
+        limits: RequestLimits | None = None,
     ):
         self.engine = engine
         self.default_thinking_budget = default_thinking_budget
@@ -126,12 +134,21 @@ class Pipeline:
         self.tool_format = tool_format
         # what a request that leaves a sampling field unset gets (the CLI's --temperature…)
         self.sampling_defaults = sampling_defaults or SamplingParams()
+        # the bound for every token id a client sends: the runtime passes the smaller of the
+        # tokenizer's and the model's embedding size (an id past the embedding crashes it)
+        self.vocab_size = vocab_size or token_count(self.tokenizer)
+        self.limits = limits or RequestLimits()
+        # told the usage of a generation its consumer left before the end (a client that
+        # disconnected): the server counts it as cancelled, with the tokens it cost
+        self.on_cancelled: Callable[[Usage], None] | None = None
 
     # -- preparing -------------------------------------------------------------------------
 
     def render(self, request: ChatRequest) -> tuple[RenderedPrompt, ThinkingDecision]:
         """The prompt exactly as generation would see it (and ``count_tokens`` counts it):
-        tools unless tool_choice is "none", the thinking switch under the template's key."""
+        tools unless tool_choice is "none", the thinking switch under the template's key.
+        Sizes are checked first, so an oversized request is refused before any rendering."""
+        check_size(request, self.limits)
         try:
             thinking = decide_thinking(
                 getattr(self.tokenizer, "chat_template", None),
@@ -159,7 +176,10 @@ class Pipeline:
         return request.tools if request.tools and request.tool_choice != "none" else None
 
     def prepare_chat(self, request: ChatRequest) -> Prepared:
+        """Everything that can fail with a 400, then the generation request. It renders and
+        tokenizes (and compiles grammars): the server runs it off the event loop."""
         check_tool_choice(request.tool_choice, request.tools)
+        check_sampling(request.sampling, self.vocab_size)
         prompt, thinking = self.render(request)
         tools = self._tools(request)
         max_tokens = self._fit_max_tokens(
@@ -194,6 +214,10 @@ class Pipeline:
     def prepare_completion(
         self, prompt: str | list[int], sampling: Sampling, max_tokens: int | None
     ) -> Prepared:
+        check_prompt_size(prompt, self.limits)
+        check_sampling(sampling, self.vocab_size)
+        if isinstance(prompt, list):
+            check_prompt_ids(prompt, self.vocab_size)
         token_ids = (
             list(prompt) if isinstance(prompt, list) else encode_prompt(self.tokenizer, prompt)
         )
@@ -235,9 +259,18 @@ class Pipeline:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
 
     async def stream(self, prepared: Prepared) -> AsyncIterator[ChatEvent]:
-        async for chunk in self.engine.generate(prepared.generation):
-            for event in _events(prepared, chunk, self._count_tokens):
-                yield event
+        """The request's events; leaving early cancels it (and reports ``on_cancelled``)."""
+        spent = Usage(len(prepared.generation.prompt_tokens))
+        finished = False
+        try:
+            async for chunk in self.engine.generate(prepared.generation):
+                spent.completion_tokens += len(chunk.token_ids)
+                finished = chunk.finish_reason is not None
+                for event in _events(prepared, chunk, self._count_tokens):
+                    yield event
+        finally:
+            if not finished and self.on_cancelled is not None:
+                self.on_cancelled(spent)
 
     def stream_sync(self, prepared: Prepared) -> Iterator[ChatEvent]:
         for chunk in self.engine.generate_sync(prepared.generation):

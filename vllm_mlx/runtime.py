@@ -10,6 +10,7 @@ import sys
 from dataclasses import dataclass
 
 from .chat.tool_prompt import FALLBACK_TOOL_PARSER
+from .constrained.tokenizer_cache import token_count
 from .engine.cpu import openblas_preloaded
 from .engine.engine import Engine
 from .engine.prefix_cache import PrefixCache
@@ -19,6 +20,7 @@ from .families.formats import ReasoningFormat, ToolCallFormat
 from .models.loader import CpuWeights, LoadedModel, load_model, load_tokenizer_only
 from .pipeline import Pipeline
 from .reasoning import ReasoningParserManager
+from .request import RequestLimits
 from .tool_parsers import ToolParserManager
 
 log = logging.getLogger(__name__)
@@ -50,6 +52,7 @@ def build_runtime(
     default_thinking_budget: int | None = None,
     sampling_defaults: SamplingParams | None = None,
     allow_request_templates: bool = False,
+    limits: RequestLimits | None = None,
     progress: bool = True,
 ) -> Runtime:
     if cpu_weights == "auto" and sys.platform.startswith("linux") and not openblas_preloaded():
@@ -71,6 +74,7 @@ def build_runtime(
         default_thinking_budget=default_thinking_budget,
         sampling_defaults=sampling_defaults,
         allow_request_templates=allow_request_templates,
+        limits=limits,
     )
 
 
@@ -83,6 +87,9 @@ def build_replay_runtime(
     tool_parser: str | None = None,
     sampling_defaults: SamplingParams | None = None,
     allow_request_templates: bool = False,
+    limits: RequestLimits | None = None,
+    max_queue: int = 256,
+    max_num_seqs: int = 8,
 ) -> Runtime:
     """A runtime that answers every request with ``text`` (then EOS), tokenized by the
     model's real tokenizer, at no model cost: for measuring the server's own per-token cost
@@ -95,9 +102,12 @@ def build_replay_runtime(
         source,
         reasoning_parser=reasoning_parser,
         tool_parser=tool_parser,
+        max_queue=max_queue,
+        max_num_seqs=max_num_seqs,
         default_max_tokens=default_max_tokens,
         sampling_defaults=sampling_defaults,
         allow_request_templates=allow_request_templates,
+        limits=limits,
     )
 
 
@@ -116,12 +126,21 @@ def _assemble(
     engine = Engine(source, loaded.tokenizer, max_num_seqs=max_num_seqs, max_queue=max_queue)
     pipeline = Pipeline(
         engine,
+        vocab_size=vocab_size(loaded),
         context_length=loaded.context_length or DEFAULT_CONTEXT_LENGTH,
         reasoning_format=reasoning_format,
         tool_format=tool_format,
         **pipeline_options,
     )
     return Runtime(loaded, engine, pipeline)
+
+
+def vocab_size(loaded: LoadedModel) -> int:
+    """How many token ids a request may use: the tokenizer's ids, cut to the model's
+    embedding rows when it has fewer (an id past them would index outside the weights)."""
+    count = token_count(loaded.tokenizer)
+    rows = getattr(getattr(loaded.model, "args", None), "vocab_size", None)
+    return min(count, rows) if isinstance(rows, int) and rows > 0 else count
 
 
 def select_formats(

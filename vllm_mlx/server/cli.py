@@ -86,6 +86,36 @@ import click
 )
 @click.option("--max-body-mb", default=16, show_default=True, type=click.IntRange(min=1))
 @click.option(
+    "--max-prompt-chars",
+    default=2_000_000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Characters of text (messages and tools, or a raw prompt) a request may carry; "
+    "checked before anything is rendered or tokenized.",
+)
+@click.option(
+    "--max-messages",
+    default=10_000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Messages a request may carry.",
+)
+@click.option(
+    "--max-tools",
+    default=512,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Tools a request may carry.",
+)
+@click.option(
+    "--responses-store-mb",
+    default=128,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Memory for stored Responses (store: true), counted as their text; the oldest are "
+    "forgotten past it.",
+)
+@click.option(
     "--api-key",
     envvar="VLLM_MLX_API_KEY",
     help="Require this key on every route but /health (Bearer or x-api-key). "
@@ -140,6 +170,7 @@ def serve(model: str | None, **opts) -> None:
 
     from ..engine.sampling import SamplingParams
     from ..models.errors import ModelLoadError
+    from ..request import RequestLimits
     from ..runtime import build_replay_runtime, build_runtime
     from .app import create_app
     from .state import ServerState
@@ -151,6 +182,11 @@ def serve(model: str | None, **opts) -> None:
         top_k=opts["top_k"],
         min_p=opts["min_p"],
         repetition_penalty=opts["repetition_penalty"],
+    )
+    limits = RequestLimits(
+        max_prompt_chars=opts["max_prompt_chars"],
+        max_messages=opts["max_messages"],
+        max_tools=opts["max_tools"],
     )
     parsers = dict(reasoning_parser=opts["reasoning_parser"], tool_parser=opts["tool_call_parser"])
     mcp = (
@@ -166,6 +202,9 @@ def serve(model: str | None, **opts) -> None:
                 default_max_tokens=opts["max_tokens"],
                 sampling_defaults=defaults,
                 allow_request_templates=opts["allow_request_chat_templates"],
+                limits=limits,
+                max_queue=opts["max_queue"],
+                max_num_seqs=opts["max_num_seqs"],
                 **parsers,
             )
         else:
@@ -180,6 +219,7 @@ def serve(model: str | None, **opts) -> None:
                 prefix_cache_mb=opts["prefix_cache_mb"],
                 default_thinking_budget=opts["default_thinking_token_budget"],
                 structured_backend=opts["structured_output_backend"],
+                limits=limits,
                 **parsers,
             )
     except (ModelLoadError, ValueError) as exc:
@@ -194,6 +234,7 @@ def serve(model: str | None, **opts) -> None:
         ],
         timeout=opts["timeout"],
         sse_keepalive=opts["sse_keepalive"] or None,
+        responses_store_bytes=opts["responses_store_mb"] * 1024 * 1024,
         mcp=mcp,
     )
     host, port = opts["host"], opts["port"]

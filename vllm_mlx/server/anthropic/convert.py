@@ -13,7 +13,7 @@ import logging
 from ...families.message import ParsedMessage, ToolCall
 from ...pipeline import Usage
 from ...request import ChatRequest, Sampling, Thinking
-from ..errors import APIError
+from ..errors import APIError, part_text
 from .protocol import ContentBlock, Message, MessagesRequest, PromptFields, Tool
 
 log = logging.getLogger(__name__)
@@ -148,7 +148,7 @@ def _tool_result_text(block: ContentBlock, param: str) -> str:
         for k, part in enumerate(content):
             if part.get("type") != "text":
                 raise APIError(400, _TEXT_ONLY.format(part.get("type")), param=f"{param}.{k}")
-            parts.append(part.get("text") or "")
+            parts.append(part_text(part, "text", f"{param}.{k}"))
         text = "".join(parts)
     return f"Error: {text}" if block.is_error else text
 

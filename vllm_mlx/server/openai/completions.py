@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -30,7 +32,10 @@ async def completions(request: Request) -> Response:
     sampling = body.sampling()
     sampling.logprobs = body.logprobs is not None
     sampling.top_logprobs = body.logprobs or 0
-    prepared = state.pipeline.prepare_completion(prompt, sampling, body.max_tokens)
+    # tokenizing a huge prompt takes seconds: off the event loop
+    prepared = await asyncio.to_thread(
+        state.pipeline.prepare_completion, prompt, sampling, body.max_tokens
+    )
 
     response_id, created, model = new_id("cmpl"), now(), state.served_model_name
 

@@ -13,7 +13,7 @@ import uuid
 from ...families.message import ParsedMessage
 from ...pipeline import Usage
 from ...request import ChatRequest, Sampling, Thinking
-from ..errors import APIError
+from ..errors import APIError, part_text
 from .protocol import (
     FunctionCallItem,
     FunctionCallOutputItem,
@@ -73,7 +73,7 @@ def input_messages(data: str | list[dict]) -> list[dict]:
             out[-1].setdefault("tool_calls", []).append(
                 {"id": item.id, "type": "function", "function": call}
             )
-            out.append({"role": "tool", "tool_call_id": item.id, "content": _mcp_text(item)})
+            out.append({"role": "tool", "tool_call_id": item.id, "content": _mcp_text(item, i)})
             open_assistant = False
         elif isinstance(item, MessageItem) and item.role != "assistant":
             role = "system" if item.role == "developer" else item.role
@@ -101,12 +101,13 @@ def _add_to_assistant(message: dict, item, i: int) -> None:
         )
     elif isinstance(item, ReasoningItem):
         parts = item.content if item.content else item.summary
-        text = "".join(p.get("text") or "" for p in parts)
+        key = "content" if item.content else "summary"
+        text = "".join(part_text(p, "text", f"input.{i}.{key}.{k}") for k, p in enumerate(parts))
         if text:
             message["reasoning_content"] = message.get("reasoning_content", "") + text
 
 
-def _mcp_text(item: McpCallItem) -> str:
+def _mcp_text(item: McpCallItem, i: int) -> str:
     """What the tool answered: its output, or its error (a string or an error object)."""
     if item.error is None:
         return item.output or ""
@@ -114,7 +115,12 @@ def _mcp_text(item: McpCallItem) -> str:
         return item.error
     content = item.error.get("content")
     if isinstance(content, list):
-        return "".join(p.get("text") or "" for p in content if isinstance(p, dict))
+        param = f"input.{i}.error.content"
+        return "".join(
+            part_text(p, "text", f"{param}.{k}")
+            for k, p in enumerate(content)
+            if isinstance(p, dict)
+        )
     return str(content if content is not None else item.error.get("message", ""))
 
 
@@ -124,10 +130,12 @@ def _text(content: str | list[dict], param: str) -> str:
     texts = []
     for k, part in enumerate(content):
         kind = part.get("type")
+        if not isinstance(kind, str):
+            raise APIError(400, f"{param}.{k}.type must be a string", param=f"{param}.{k}.type")
         if kind in ("input_text", "output_text", "text", "summary_text", "reasoning_text"):
-            texts.append(part.get("text") or "")
+            texts.append(part_text(part, "text", f"{param}.{k}"))
         elif kind == "refusal":
-            texts.append(part.get("refusal") or "")
+            texts.append(part_text(part, "refusal", f"{param}.{k}"))
         elif kind in ("input_image", "input_file", "input_audio"):
             raise APIError(
                 400, _TEXT_ONLY.format(kind.removeprefix("input_")), param=f"{param}.{k}"
@@ -151,11 +159,16 @@ def function_tools(tools: list[dict] | None) -> list[dict] | None:
             continue
         if not isinstance(tool.get("name"), str) or not tool["name"]:
             raise APIError(400, "function tools need a name", param=f"tools.{i}.name")
-        function = {
-            "name": tool["name"],
-            "parameters": tool.get("parameters") or {"type": "object", "properties": {}},
-        }
-        if tool.get("description"):
+        parameters = tool.get("parameters") or {"type": "object", "properties": {}}
+        if not isinstance(parameters, dict):
+            raise APIError(
+                400, "parameters must be a JSON schema object", param=f"tools.{i}.parameters"
+            )
+        description = tool.get("description")
+        if description is not None and not isinstance(description, str):
+            raise APIError(400, "description must be a string", param=f"tools.{i}.description")
+        function = {"name": tool["name"], "parameters": parameters}
+        if description:
             function["description"] = tool["description"]
         out.append({"type": "function", "function": function})
     return out or None
