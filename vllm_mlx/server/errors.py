@@ -114,9 +114,18 @@ def part_text(part: dict, key: str, param: str) -> str:
     return value
 
 
+_TYPE_TAGS = {"str", "int", "float", "bool", "none", "dict", "list"}
+
+
+def _union_tag(part: object) -> bool:
+    """Pydantic names the union member an error was found under (``str``,
+    ``literal['none','auto']``, ``list[ContentPart]``); that is not part of the field path."""
+    return isinstance(part, str) and (part in _TYPE_TAGS or "[" in part)
+
+
 def validation_error(exc: ValidationError) -> APIError:
     first = exc.errors()[0]
-    param = ".".join(str(p) for p in first["loc"]) or None
+    param = ".".join(str(p) for p in first["loc"] if not _union_tag(p)) or None
     detail = first["msg"]
     more = len(exc.errors()) - 1
     message = f"{param}: {detail}" if param else detail
