@@ -100,4 +100,4 @@ class HealthProbe:
         latencies = sorted((e - s) * 1000 for s, e, _ in self.samples)
         if len(latencies) < 2:
             return latencies[0] if latencies else 0.0
-        return statistics.quantiles(latencies, n=100)[98]
+        return statistics.quantiles(latencies, n=100, method="inclusive")[98]
