@@ -25,6 +25,7 @@ from .chat.template import (
 )
 from .chat.thinking_switch import ThinkingDecision, UnknownEffortError, decide_thinking
 from .constrained import ConstraintError, build_logits_processors
+from .constrained.tokenizer_cache import token_count
 from .engine.engine import Engine
 from .engine.sampling import LogitsProcessor, SamplingParams
 from .engine.types import GenerationChunk, GenerationRequest, TokenLogprob
@@ -35,7 +36,12 @@ from .request import (
     ContextLengthError,
     MaxTokensPolicy,
     RequestError,
+    RequestLimits,
     Sampling,
+    check_prompt_ids,
+    check_prompt_size,
+    check_sampling,
+    check_size,
     check_tool_choice,
 )
 
@@ -125,6 +131,8 @@ class Pipeline:
         sampling_defaults: SamplingParams | None = None,
         allow_request_templates: bool = False,
         unsupported_media: Literal["placeholder", "reject"] = "placeholder",
+        vocab_size: int | None = None,
+        limits: RequestLimits | None = None,
     ):
         self.engine = engine
         self.default_thinking_budget = default_thinking_budget
@@ -142,12 +150,21 @@ class Pipeline:
         self.tool_format = tool_format
         # what a request that leaves a sampling field unset gets (the CLI's --temperature…)
         self.sampling_defaults = sampling_defaults or SamplingParams()
+        # the bound for every token id a client sends: the runtime passes the smaller of the
+        # tokenizer's and the model's embedding size (an id past the embedding crashes it)
+        self.vocab_size = vocab_size or token_count(self.tokenizer)
+        self.limits = limits or RequestLimits()
+        # told the usage of a generation its consumer left before the end (a client that
+        # disconnected): the server counts it as cancelled, with the tokens it cost
+        self.on_cancelled: Callable[[Usage], None] | None = None
 
     # -- preparing -------------------------------------------------------------------------
 
     def render(self, request: ChatRequest) -> tuple[RenderedPrompt, ThinkingDecision]:
         """The prompt exactly as generation would see it (and ``count_tokens`` counts it):
-        tools unless tool_choice is "none", the thinking switch under the template's key."""
+        tools unless tool_choice is "none", the thinking switch under the template's key.
+        Sizes are checked first, so an oversized request is refused before any rendering."""
+        check_size(request, self.limits)
         try:
             thinking = decide_thinking(
                 self._switch_template(request),
@@ -193,6 +210,8 @@ class Pipeline:
         return request.tools if request.tools and request.tool_choice != "none" else None
 
     def prepare_chat(self, request: ChatRequest) -> Prepared:
+        """Everything that can fail with a 400, then the generation request. It renders and
+        tokenizes (and compiles grammars): the server runs it off the event loop."""
         check_tool_choice(request.tool_choice, request.tools)
         if request.omitted_media and self.unsupported_media == "reject":
             first = request.omitted_media[0]
@@ -200,6 +219,7 @@ class Pipeline:
                 f"this model accepts text only; {first.kind} content is not supported",
                 first.param,
             )
+        check_sampling(request.sampling, self.vocab_size)
         prompt, thinking = self.render(request)
         tools = self._tools(request)
         max_tokens = self._fit_max_tokens(
@@ -235,6 +255,10 @@ class Pipeline:
     def prepare_completion(
         self, prompt: str | list[int], sampling: Sampling, max_tokens: int | None
     ) -> Prepared:
+        check_prompt_size(prompt, self.limits)
+        check_sampling(sampling, self.vocab_size)
+        if isinstance(prompt, list):
+            check_prompt_ids(prompt, self.vocab_size)
         token_ids = (
             list(prompt) if isinstance(prompt, list) else encode_prompt(self.tokenizer, prompt)
         )
@@ -270,16 +294,25 @@ class Pipeline:
 
     def stream(self, prepared: Prepared) -> AsyncGenerator[ChatEvent, None]:
         """The request's events; admitted to the engine now, so a full queue is a
-        ``QueueFullError`` (429) before a streamed response has started."""
+        ``QueueFullError`` (429) before a streamed response has started. Leaving early
+        cancels it (and reports ``on_cancelled``)."""
         return self._events_of(prepared, self.engine.generate(prepared.generation))
 
     async def _events_of(
         self, prepared: Prepared, chunks: AsyncGenerator[GenerationChunk, None]
     ) -> AsyncGenerator[ChatEvent, None]:
-        async with aclosing(chunks):
-            async for chunk in chunks:
-                for event in _events(prepared, chunk, self._count_tokens):
-                    yield event
+        spent = Usage(len(prepared.generation.prompt_tokens))
+        finished = False
+        try:
+            async with aclosing(chunks):
+                async for chunk in chunks:
+                    spent.completion_tokens += len(chunk.token_ids)
+                    finished = chunk.finish_reason is not None
+                    for event in _events(prepared, chunk, self._count_tokens):
+                        yield event
+        finally:
+            if not finished and self.on_cancelled is not None:
+                self.on_cancelled(spent)
 
     def stream_sync(self, prepared: Prepared) -> Iterator[ChatEvent]:
         for chunk in self.engine.generate_sync(prepared.generation):

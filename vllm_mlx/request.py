@@ -163,7 +163,7 @@ class ChatRequest:
     omitted_media: list[OmittedMedia] = field(default_factory=list)  # placeholders in messages
 
 
-def check_tool_choice(choice: str | dict | None, tools: list[dict] | None) -> None:
+def check_tool_choice(choice: object, tools: list[dict] | None) -> None:
     """``tool_choice`` is one of the four forms and names a tool the request has."""
     if choice in (None, "none", "auto"):
         return
@@ -171,8 +171,14 @@ def check_tool_choice(choice: str | dict | None, tools: list[dict] | None) -> No
         raise RequestError("tool_choice requires tools", "tool_choice")
     if choice == "required":
         return
-    name = ((choice if isinstance(choice, dict) else {}).get("function") or {}).get("name")
-    if not isinstance(choice, dict) or choice.get("type") != "function" or not name:
+    function = choice.get("function") if isinstance(choice, dict) else None
+    name = function.get("name") if isinstance(function, dict) else None
+    if (
+        not isinstance(choice, dict)
+        or choice.get("type") != "function"
+        or not isinstance(name, str)
+        or not name
+    ):
         raise RequestError(
             'tool_choice must be "none", "auto", "required" or '
             '{"type": "function", "function": {"name": ...}}',
@@ -180,3 +186,95 @@ def check_tool_choice(choice: str | dict | None, tools: list[dict] | None) -> No
         )
     if name not in {t["function"]["name"] for t in tools}:
         raise RequestError(f"tool_choice names {name!r}, which is not in tools", "tool_choice")
+
+
+SEED_LIMIT = 2**64  # the sampler's random key is an unsigned 64-bit integer
+
+
+def check_sampling(sampling: Sampling, vocab_size: int) -> None:
+    """Every token id a client sent is an id of this vocabulary, and the seed fits the
+    sampler: an id past the embedding reaches native code (a crash, not an error), and a
+    negative one would index from the end."""
+    for token in sampling.logit_bias:
+        _check_id(token, vocab_size, "logit_bias")
+    _check_ids(sampling.stop_token_ids, vocab_size, "stop_token_ids")
+    if sampling.seed is not None and not 0 <= sampling.seed < SEED_LIMIT:
+        raise RequestError(f"seed must be between 0 and {SEED_LIMIT - 1}", "seed")
+
+
+def check_prompt_ids(token_ids: list[int], vocab_size: int) -> None:
+    """Prompt token ids (a completions prompt given as ids) are ids of this vocabulary."""
+    _check_ids(token_ids, vocab_size, "prompt")
+
+
+def _check_ids(token_ids: list[int], vocab_size: int, param: str) -> None:
+    if token_ids and (min(token_ids) < 0 or max(token_ids) >= vocab_size):
+        bad = next(t for t in token_ids if not 0 <= t < vocab_size)
+        _check_id(bad, vocab_size, param)
+
+
+def _check_id(token: int, vocab_size: int, param: str) -> None:
+    if not 0 <= token < vocab_size:
+        shown = str(token) if len(str(token)) <= 24 else str(token)[:20] + "..."
+        raise RequestError(
+            f"{param}: token id {shown} is not in this model's vocabulary "
+            f"(ids are 0 to {vocab_size - 1})",
+            param,
+        )
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """Size bounds checked before anything is rendered or tokenized (docs/security.md),
+    so an oversized request costs a count, not seconds of event-loop time."""
+
+    max_prompt_chars: int = 2_000_000  # text in messages and tools, or a raw prompt
+    max_messages: int = 10_000
+    max_tools: int = 512
+
+
+def check_size(request: ChatRequest, limits: RequestLimits) -> None:
+    """The request is within ``limits``: messages, tools, then characters (cheapest first)."""
+    if len(request.messages) > limits.max_messages:
+        raise RequestError(
+            f"{len(request.messages)} messages; this server accepts at most "
+            f"{limits.max_messages} (--max-messages)",
+            "messages",
+        )
+    if len(request.tools or ()) > limits.max_tools:
+        raise RequestError(
+            f"{len(request.tools or ())} tools; this server accepts at most "
+            f"{limits.max_tools} (--max-tools)",
+            "tools",
+        )
+    chars = text_chars(request.messages) + text_chars(request.tools)
+    if chars > limits.max_prompt_chars:
+        raise RequestError(_too_long(chars, limits), "messages")
+
+
+def check_prompt_size(prompt: str | list[int], limits: RequestLimits) -> None:
+    """A raw completions prompt (text, or ids counted as one character each) is in bounds."""
+    if len(prompt) > limits.max_prompt_chars:
+        raise RequestError(_too_long(len(prompt), limits), "prompt")
+
+
+def _too_long(chars: int, limits: RequestLimits) -> str:
+    return (
+        f"the prompt has {chars} characters; this server accepts at most "
+        f"{limits.max_prompt_chars} (--max-prompt-chars)"
+    )
+
+
+def text_chars(value: object) -> int:
+    """Characters in every string (keys included) of a JSON-like value, without recursion."""
+    total, stack = 0, [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += len(item)
+        elif isinstance(item, dict):
+            total += sum(len(k) for k in item if isinstance(k, str))
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return total

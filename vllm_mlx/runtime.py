@@ -13,6 +13,7 @@ from typing import Any
 from .chat.template import ChatTemplateError, choose_template, special_tokens, template_sources
 from .chat.template_probe import probe_text
 from .chat.tool_prompt import FALLBACK_TOOL_PARSER
+from .constrained.tokenizer_cache import token_count
 from .engine.cpu import openblas_preloaded
 from .engine.engine import Engine
 from .engine.prefix_cache import PrefixCache
@@ -23,6 +24,7 @@ from .models.loader import CpuWeights, LoadedModel, load_model, load_tokenizer_o
 from .models.sampling_defaults import model_sampling
 from .pipeline import Pipeline
 from .reasoning import ReasoningParserManager
+from .request import RequestLimits
 from .tool_parsers import ToolParserManager
 
 log = logging.getLogger(__name__)
@@ -56,6 +58,7 @@ def build_runtime(
     sampling_overrides: dict | None = None,
     allow_request_templates: bool = False,
     unsupported_media: str = "placeholder",
+    limits: RequestLimits | None = None,
     progress: bool = True,
 ) -> Runtime:
     if cpu_weights == "auto" and sys.platform.startswith("linux") and not openblas_preloaded():
@@ -79,6 +82,7 @@ def build_runtime(
         sampling_overrides=sampling_overrides,
         allow_request_templates=allow_request_templates,
         unsupported_media=unsupported_media,
+        limits=limits,
     )
 
 
@@ -93,6 +97,9 @@ def build_replay_runtime(
     sampling_overrides: dict | None = None,
     allow_request_templates: bool = False,
     unsupported_media: str = "placeholder",
+    limits: RequestLimits | None = None,
+    max_queue: int = 256,
+    max_num_seqs: int = 8,
 ) -> Runtime:
     """A runtime that answers every request with ``text`` (then EOS), tokenized by the
     model's real tokenizer, at no model cost: for measuring the server's own per-token cost
@@ -105,11 +112,14 @@ def build_replay_runtime(
         source,
         reasoning_parser=reasoning_parser,
         tool_parser=tool_parser,
+        max_queue=max_queue,
+        max_num_seqs=max_num_seqs,
         default_max_tokens=default_max_tokens,
         max_tokens_cap=max_tokens_cap,
         sampling_overrides=sampling_overrides,
         allow_request_templates=allow_request_templates,
         unsupported_media=unsupported_media,
+        limits=limits,
     )
 
 
@@ -134,6 +144,7 @@ def _assemble(
     engine = Engine(source, loaded.tokenizer, max_num_seqs=max_num_seqs, max_queue=max_queue)
     pipeline = Pipeline(
         engine,
+        vocab_size=vocab_size(loaded),
         context_length=loaded.context_length or DEFAULT_CONTEXT_LENGTH,
         reasoning_format=reasoning_format,
         tool_format=tool_format,
@@ -190,6 +201,14 @@ def choose_parsers(
     else:
         tool, tool_why = FALLBACK_TOOL_PARSER, "no tool-call markers found: the Hermes fallback"
     return ParserChoice(reasoning, tool, reasoning_why, tool_why)
+
+
+def vocab_size(loaded: LoadedModel) -> int:
+    """How many token ids a request may use: the tokenizer's ids, cut to the model's
+    embedding rows when it has fewer (an id past them would index outside the weights)."""
+    count = token_count(loaded.tokenizer)
+    rows = getattr(getattr(loaded.model, "args", None), "vocab_size", None)
+    return min(count, rows) if isinstance(rows, int) and rows > 0 else count
 
 
 def select_formats(

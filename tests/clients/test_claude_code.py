@@ -60,9 +60,6 @@ def test_bash_tool_loop_sends_the_result_back(tmp_path):
     assert tool_result["content"] == "marker-42" and tool_result["is_error"] is False
 
 
-@pytest.mark.xfail(
-    strict=True, reason="server accepts mid-conversation system messages: issue 13 server work"
-)
 def test_every_request_is_accepted(tmp_path):
     """Claude Code 2.1's first request carries a `role: "system"` message (beta
     mid-conversation-tool-changes); on a 400 it retries without, one wasted request per
@@ -74,7 +71,6 @@ def test_every_request_is_accepted(tmp_path):
     assert statuses == [200], [s.response[:200] for s in recorder.generations("/v1/messages")]
 
 
-@pytest.mark.xfail(strict=True, reason="server wording fixed in issue 13 server work")
 def test_over_context_tells_the_user_what_to_cut(tmp_path):
     """With Anthropic's wording (`prompt is too long: N tokens > M maximum`) Claude Code
     works out how much is over and says what to cut; with any other wording it can only
@@ -90,9 +86,6 @@ def test_over_context_tells_the_user_what_to_cut(tmp_path):
     assert re.search(r"the request is ~\d+ tokens \(limit 4096\)", result["result"]), result
 
 
-@pytest.mark.xfail(
-    strict=True, reason="recovered malformed calls leave markup: issue 13 server work"
-)
 def test_a_recovered_malformed_call_shows_no_markup(tmp_path):
     """Small models drop the outer brace of a Hermes call; the server recovers the call, but
     the leftover `</tool_call>` becomes a text block that Claude Code shows the user."""
@@ -128,7 +121,6 @@ def tiny_png(side: int = 8) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows))
 
 
-@pytest.mark.xfail(strict=True, reason="unsupported-media placeholder: issue 13 server work")
 def test_a_screenshot_does_not_end_the_session(tmp_path):
     """Claude Code's Read of a PNG puts an image block inside the tool_result; on a text-only
     model that must become a placeholder, not a 400 that every later request repeats."""

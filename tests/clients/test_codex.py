@@ -51,7 +51,6 @@ def test_exec_command_loop_sends_the_result_back(tmp_path):
     assert "marker-42" in output["output"]
 
 
-@pytest.mark.xfail(strict=True, reason="server wording fixed in issue 13 server work")
 def test_over_context_says_the_context_window_is_full(tmp_path):
     """Codex explains an over-context turn only for `code: "context_length_exceeded"`;
     otherwise it prints the server's JSON body as the error."""
@@ -90,9 +89,6 @@ def test_reasoning_items_come_back(tmp_path):
     assert reasoning["content"] == [{"type": "reasoning_text", "text": "I should run it."}]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="additional_tools / namespace / custom tools: issue 13 server work"
-)
 def test_a_codex_catalog_model_id_is_served(tmp_path):
     """A user who names a model Codex knows (to get its metadata) gets Codex's newest request
     shape: the tools move into an `additional_tools` input item holding `namespace` tools,
@@ -105,7 +101,6 @@ def test_a_codex_catalog_model_id_is_served(tmp_path):
     assert run.returncode == 0
 
 
-@pytest.mark.xfail(strict=True, reason="no default output cap: issue 13 server work")
 def test_a_long_answer_is_not_cut(tmp_path):
     """Codex sends no `max_output_tokens`; a server-side default cut (2048 tokens today) is
     reported as a failed turn ("Incomplete response returned, reason: max_output_tokens")."""

@@ -75,6 +75,9 @@ _SCHEMA_VALUES = (
 
 ANY_JSON_OBJECT: dict[str, Any] = {"type": "object"}
 
+# Deeper than this is no schema a client means, and the checks (and backends) recurse.
+MAX_SCHEMA_DEPTH = 64
+
 
 def schema_from_response_format(response_format: dict[str, Any] | None) -> dict[str, Any] | None:
     """The schema a ``response_format`` asks for; None for plain text.
@@ -107,11 +110,88 @@ def check_schema(schema: Any) -> dict[str, Any]:
             raise ConstraintError(f"JSON schema is not valid JSON: {exc}") from exc
     if not isinstance(schema, dict):
         raise ConstraintError("JSON schema must be an object")
+    check_enforceable(schema)
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as exc:
         raise ConstraintError(f"invalid JSON schema: {exc.message}") from exc
     return schema
+
+
+def check_enforceable(schema: Any) -> None:
+    """Refuse what no backend can enforce, before anything recurses into it: a schema
+    nested past ``MAX_SCHEMA_DEPTH``, a ``$schema`` that is not a string, and recursion
+    (``{"$ref": "#"}``, ``$ref`` cycles), which the grammar backends drop silently."""
+    _check_depth(schema)
+    if isinstance(schema, dict) and not isinstance(schema.get("$schema", ""), str):
+        raise ConstraintError("JSON schema $schema must be a string (a metaschema URI)")
+    try:
+        _check_no_cycle(schema)
+    except RecursionError:
+        raise ConstraintError("JSON schema $ref chains are too long to enforce") from None
+
+
+def _check_depth(schema: Any) -> None:
+    stack = [(schema, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_SCHEMA_DEPTH:
+            raise ConstraintError(f"JSON schema is nested deeper than {MAX_SCHEMA_DEPTH} levels")
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value)
+
+
+def _check_no_cycle(root: Any) -> None:
+    """Follow local ``$ref`` pointers from the root; a reference back to a schema on the
+    current path is recursion. Depth is bounded (``_check_depth``), so is this recursion."""
+    done: set[int] = set()
+
+    def visit(node: Any, path: tuple[int, ...]) -> None:
+        if not isinstance(node, dict) or id(node) in done:
+            return
+        if id(node) in path:
+            raise ConstraintError(
+                "recursive JSON schemas ($ref to an enclosing schema) cannot be enforced"
+            )
+        path = (*path, id(node))
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#"):
+            visit(_resolve(root, ref), path)
+        for child in _children(node):
+            visit(child, path)
+        done.add(id(node))
+
+    visit(root, ())
+
+
+def _children(schema: dict[str, Any]) -> Iterator[Any]:
+    for key in _SCHEMA_MAPS:
+        value = schema.get(key)
+        if isinstance(value, dict):
+            yield from value.values()
+    for key in _SCHEMA_LISTS:
+        value = schema.get(key)
+        if isinstance(value, list):
+            yield from value
+    for key in _SCHEMA_VALUES:
+        value = schema.get(key)
+        yield from value if isinstance(value, list) else [value]
+
+
+def _resolve(root: Any, ref: str) -> Any:
+    """The schema a local JSON pointer (``#``, ``#/$defs/a``) names; None if it names none."""
+    node = root
+    for raw in ref[1:].split("/")[1:] if ref != "#" else []:
+        part = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict):
+            node = node.get(part)
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
 
 
 def subschemas(schema: Any) -> Iterator[dict[str, Any]]:

@@ -17,6 +17,7 @@ from vllm_mlx.families.lark import LiteralWriter
 from .content_constraint import ContentConstraint
 from .errors import ConstraintError
 from .llguidance_backend import JSON_OPTIONS, LLGuidanceConstraint, llguidance_tokenizer
+from .schema_check import check_enforceable
 from .tokenizer_cache import hf_tokenizer, per_tokenizer
 from .tool_grammar import CALL_JSON_OPTIONS, Function, ToolGrammarBuilder, functions_of
 from .tool_grammar import special_markers as _special_markers
@@ -82,6 +83,8 @@ def forced_tool_call_constraint(
         return None
     if tool_format is None:
         raise ConstraintError("tool_choice cannot be enforced: the model has no tool-call format")
+    for tool in tools:
+        check_enforceable((tool.get("function") or {}).get("parameters"))
     named = isinstance(tool_choice, dict)
     grammar = tool_call_grammar(
         tokenizer,

@@ -107,6 +107,7 @@ def create_app(state: ServerState) -> Starlette:
     )
     engine = state.pipeline.engine
     state.metrics.watch_engine(lambda: engine.queue_depth, lambda: engine.running)
+    state.pipeline.on_cancelled = state.metrics.count_cancelled
     if state.mcp is not None:
         state.metrics.watch_mcp(state.mcp.connected_count)
     app.state.vllm = state

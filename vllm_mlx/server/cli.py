@@ -129,6 +129,36 @@ import click
 )
 @click.option("--max-body-mb", default=16, show_default=True, type=click.IntRange(min=1))
 @click.option(
+    "--max-prompt-chars",
+    default=2_000_000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Characters of text (messages and tools, or a raw prompt) a request may carry; "
+    "checked before anything is rendered or tokenized.",
+)
+@click.option(
+    "--max-messages",
+    default=10_000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Messages a request may carry.",
+)
+@click.option(
+    "--max-tools",
+    default=512,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Tools a request may carry.",
+)
+@click.option(
+    "--responses-store-mb",
+    default=128,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Memory for stored Responses (store: true), counted as their text; the oldest are "
+    "forgotten past it.",
+)
+@click.option(
     "--api-key",
     envvar="VLLM_MLX_API_KEY",
     help="Require this key on every route but /health and the UI pages (Bearer or x-api-key). "
@@ -182,6 +212,7 @@ def serve(model: str | None, **opts) -> None:
     import uvicorn
 
     from ..models.errors import ModelLoadError
+    from ..request import RequestLimits
     from ..runtime import build_replay_runtime, build_runtime
     from .app import create_app
     from .ops.connections import ConnectionLimits, guarded_protocol, raise_open_file_limit
@@ -194,6 +225,11 @@ def serve(model: str | None, **opts) -> None:
         for key in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
         if opts[key] is not None
     }
+    limits = RequestLimits(
+        max_prompt_chars=opts["max_prompt_chars"],
+        max_messages=opts["max_messages"],
+        max_tools=opts["max_tools"],
+    )
     parsers = dict(reasoning_parser=opts["reasoning_parser"], tool_parser=opts["tool_call_parser"])
     mcp = (
         _mcp_manager(opts["mcp_config"], opts["mcp_allow_any_command"])
@@ -210,6 +246,9 @@ def serve(model: str | None, **opts) -> None:
                 sampling_overrides=overrides,
                 allow_request_templates=opts["allow_request_chat_templates"],
                 unsupported_media=opts["unsupported_media"],
+                limits=limits,
+                max_queue=opts["max_queue"],
+                max_num_seqs=opts["max_num_seqs"],
                 **parsers,
             )
         else:
@@ -226,6 +265,7 @@ def serve(model: str | None, **opts) -> None:
                 prefix_cache_mb=opts["prefix_cache_mb"],
                 default_thinking_budget=opts["default_thinking_token_budget"],
                 structured_backend=opts["structured_output_backend"],
+                limits=limits,
                 **parsers,
             )
     except (ModelLoadError, ValueError) as exc:
@@ -238,20 +278,23 @@ def serve(model: str | None, **opts) -> None:
         allowed_origins=_listed(opts["allowed_origins"]),
         timeout=opts["timeout"],
         sse_keepalive=opts["sse_keepalive"] or None,
+        responses_store_bytes=opts["responses_store_mb"] * 1024 * 1024,
         mcp=mcp,
         hosts=HostPolicy.for_binding(opts["host"], _listed(opts["allowed_hosts"])),
     )
     host, port = opts["host"], opts["port"]
     # each connection holds a descriptor; keep room for model files, MCP pipes and logs
     max_connections = min(opts["max_connections"], raise_open_file_limit() - 128)
-    limits = ConnectionLimits(read_timeout=opts["read_timeout"], max_connections=max_connections)
+    connections = ConnectionLimits(
+        read_timeout=opts["read_timeout"], max_connections=max_connections
+    )
     click.echo(f"serving {state.served_model_name} on http://{host}:{port}/v1", err=True)
     # the request-context middleware writes the access log (with request ids)
     uvicorn.run(
         create_app(state),
         host=host,
         port=port,
-        http=guarded_protocol(limits),
+        http=guarded_protocol(connections),
         log_level=opts["log_level"],
         access_log=False,
     )

@@ -24,7 +24,7 @@ class BodyEncodingError(Exception):
         self.status = status
 
 
-def decode_body(raw: bytes, encoding: str | None, max_bytes: int) -> bytes:
+def decompressed(raw: bytes, encoding: str | None, max_bytes: int) -> bytes:
     """``raw`` decoded per its ``Content-Encoding`` (none or ``identity``: as it is)."""
     name = (encoding or "identity").strip().lower()
     if name == "identity":

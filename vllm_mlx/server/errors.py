@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import json
-from typing import TypeVar
+import asyncio
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import from_json
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from .encoding import BodyEncodingError, decode_body
+from .encoding import BodyEncodingError, decompressed
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -83,33 +84,70 @@ def error_response(request_path: str, error: APIError) -> JSONResponse:
     return JSONResponse(body, status_code=error.status, headers=error.headers)
 
 
+# Bodies above this are decoded and validated in a worker thread: 16 MB of JSON takes about
+# half a second, which on the event loop would stall /health and every stream.
+OFF_LOOP_BYTES = 256 * 1024
+
+
 async def parse_body(request: Request, model: type[M]) -> M:
     """Decode (``Content-Encoding``) and validate a JSON body; every failure is a 400
     naming the bad field (413/415 for a body too large once decoded, or encoded unknowably)."""
     state = getattr(request.app.state, "vllm", None)
     try:
-        raw = decode_body(
+        raw = decompressed(
             await request.body(),
             request.headers.get("content-encoding"),
             state.max_body_bytes if state is not None else 16 * 1024 * 1024,
         )
     except BodyEncodingError as exc:
         raise APIError(exc.status, str(exc)) from None
+    if len(raw) > OFF_LOOP_BYTES:
+        return await asyncio.to_thread(decode_body, raw, model)
+    return decode_body(raw, model)
+
+
+def decode_body(raw: bytes, model: type[M]) -> M:
+    """The body as ``model``, as strictly as OpenAI reads it.
+
+    The JSON decoder (jiter) bounds nesting at 200 levels, refuses lone surrogates
+    (``"\\ud800"``), bytes that are not UTF-8 and ``NaN``/``Infinity``, so nothing that
+    cannot be encoded again is ever echoed; validation is strict, so ``"max_tokens": "10"``
+    and ``"stream": "yes"`` are errors rather than coerced."""
     try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        data: Any = from_json(raw, allow_inf_nan=False)
+    except ValueError as exc:
         raise APIError(400, f"request body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise APIError(400, "request body must be a JSON object")
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, strict=True)
     except ValidationError as exc:
         raise validation_error(exc) from None
 
 
+def part_text(part: dict, key: str, param: str) -> str:
+    """A content part's text field: a string or absent; anything else is a 400 naming it
+    (a number there would otherwise fail deep in the converter as a 500)."""
+    value = part.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise APIError(400, f"{param}.{key} must be a string", param=f"{param}.{key}")
+    return value
+
+
+_TYPE_TAGS = {"str", "int", "float", "bool", "none", "dict", "list"}
+
+
+def _union_tag(part: object) -> bool:
+    """Pydantic names the union member an error was found under (``str``,
+    ``literal['none','auto']``, ``list[ContentPart]``); that is not part of the field path."""
+    return isinstance(part, str) and (part in _TYPE_TAGS or "[" in part)
+
+
 def validation_error(exc: ValidationError) -> APIError:
     first = exc.errors()[0]
-    param = ".".join(str(p) for p in first["loc"]) or None
+    param = ".".join(str(p) for p in first["loc"] if not _union_tag(p)) or None
     detail = first["msg"]
     more = len(exc.errors()) - 1
     message = f"{param}: {detail}" if param else detail

@@ -15,11 +15,25 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 def sse_data(obj: dict | str, event: str | None = None) -> str:
-    data = (
-        obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
-    )
+    """One frame. It can always be encoded: should a value hold a lone surrogate (request
+    validation refuses them, so only a bug would echo one) the frame falls back to ASCII
+    escapes rather than failing mid-stream without the terminal event."""
+    if isinstance(obj, str):
+        data = obj.encode("utf-8", "backslashreplace").decode("utf-8")
+    else:
+        data = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+        if not _encodable(data):
+            data = json.dumps(obj, ensure_ascii=True, separators=(",", ":"))
     prefix = f"event: {event}\n" if event else ""
     return f"{prefix}data: {data}\n\n"
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def sse_response(

@@ -26,6 +26,8 @@ class ServerState:
     timeout: float | None = None  # seconds per request
     sse_keepalive: float | None = 15.0  # seconds of silence before a keep-alive
     metrics: ServerMetrics = field(default_factory=ServerMetrics)
+    # the Responses store's budget (text characters of the kept responses)
+    responses_store_bytes: int = 128 * 1024 * 1024
     # MCP: the manager (started with the app) for --mcp-config, else None
     mcp: Any = None
 

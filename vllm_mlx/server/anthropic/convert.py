@@ -20,7 +20,7 @@ from ...request import (
     collecting_media,
     media_placeholder,
 )
-from ..errors import APIError
+from ..errors import APIError, part_text
 from .protocol import ContentBlock, Message, MessagesRequest, PromptFields, Tool
 
 log = logging.getLogger(__name__)
@@ -165,7 +165,7 @@ def _tool_result_text(block: ContentBlock, param: str) -> str:
             if kind in _MEDIA_BLOCKS:
                 parts.append(media_placeholder(_MEDIA_BLOCKS[kind], f"{param}.{k}"))
             elif kind == "text":
-                parts.append(part.get("text") or "")
+                parts.append(part_text(part, "text", f"{param}.{k}"))
             else:
                 raise APIError(
                     400, f"unsupported tool_result content type {kind!r}", param=f"{param}.{k}.type"

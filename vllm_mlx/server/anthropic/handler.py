@@ -6,6 +6,7 @@ Errors raised here are rendered in Anthropic's shape by the app, because of the 
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 from starlette.requests import Request
@@ -25,8 +26,10 @@ from .stream import MessageStream
 async def create_message(request: Request) -> Response:
     state = server_state(request)
     body = await parse_body(request, MessagesRequest)
+    # converting, rendering and tokenizing a huge prompt take seconds: off the event loop
+    chat = await asyncio.to_thread(to_chat_request, body)
     try:
-        prepared = state.pipeline.prepare_chat(to_chat_request(body))  # invalid: 400 (app.py)
+        prepared = await asyncio.to_thread(state.pipeline.prepare_chat, chat)  # invalid: 400
     except ContextLengthError as exc:
         raise context_error(exc) from None
     message_id = "msg_" + uuid.uuid4().hex[:24]
@@ -50,7 +53,8 @@ async def count_tokens(request: Request) -> Response:
     it (thinking switch included), without building constraints or fitting the context."""
     state = server_state(request)
     body = await parse_body(request, PromptFields)
-    prompt, _ = state.pipeline.render(to_chat_request(body))  # template errors: 400
+    chat = await asyncio.to_thread(to_chat_request, body)
+    prompt, _ = await asyncio.to_thread(state.pipeline.render, chat)  # template errors: 400
     return JSONResponse({"input_tokens": len(prompt.token_ids)})
 
 

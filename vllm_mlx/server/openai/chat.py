@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 from starlette.requests import Request
@@ -29,12 +30,13 @@ from .stream import DONE, chat_logprobs, error_frames, new_id, now, openai_frame
 async def chat_completions(request: Request) -> Response:
     state = server_state(request)
     body = await parse_body(request, ChatCompletionRequest)
-    chat = to_chat_request(body)
+    chat = await asyncio.to_thread(to_chat_request, body)
     mcp = mcp_options((body.model_extra or {}).get("mcp"))
     if mcp is not None:
         chat = with_mcp_tools(chat, state.mcp, mcp)
+    # rendering and tokenizing take seconds on a huge prompt: off the event loop
     try:
-        prepared = state.pipeline.prepare_chat(chat)  # invalid requests: 400 (app.py)
+        prepared = await asyncio.to_thread(state.pipeline.prepare_chat, chat)  # invalid: 400
     except ContextLengthError as exc:
         raise context_error(exc) from None
 

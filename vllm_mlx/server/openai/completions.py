@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import cast
 
 from starlette.requests import Request
@@ -35,8 +36,10 @@ async def completions(request: Request) -> Response:
     sampling.logprobs = body.logprobs is not None
     sampling.top_logprobs = body.logprobs or 0
     text_or_ids = cast("str | list[int]", prompt)  # a list of strings was unpacked above
-    try:
-        prepared = state.pipeline.prepare_completion(text_or_ids, sampling, body.max_tokens)
+    try:  # tokenizing a huge prompt takes seconds: off the event loop
+        prepared = await asyncio.to_thread(
+            state.pipeline.prepare_completion, text_or_ids, sampling, body.max_tokens
+        )
     except ContextLengthError as exc:
         raise context_error(exc, "prompt") from None
 

@@ -114,6 +114,13 @@ class ServerMetrics:
         """Read the MCP manager's connected-server count at scrape time."""
         self.mcp_servers_up.set_function(connected)
 
+    def count_cancelled(self, usage: Usage) -> None:
+        """A generation whose client left before its end (the pipeline's ``on_cancelled``):
+        counted as ``cancelled`` with the tokens it had cost."""
+        self.finished.labels("cancelled").inc()
+        self.prompt_tokens.inc(usage.prompt_tokens)
+        self.completion_tokens.inc(usage.completion_tokens)
+
     def request(self) -> RequestMetrics:
         """A tracker for one generation request, started now."""
         return RequestMetrics(self)

@@ -23,7 +23,7 @@ from ...request import (
     collecting_media,
     media_placeholder,
 )
-from ..errors import APIError
+from ..errors import APIError, part_text
 from .protocol import (
     AdditionalToolsItem,
     CustomToolCallItem,
@@ -86,7 +86,7 @@ def input_messages(data: str | list[dict]) -> list[dict]:
             out[-1].setdefault("tool_calls", []).append(
                 {"id": item.id, "type": "function", "function": call}
             )
-            out.append({"role": "tool", "tool_call_id": item.id, "content": _mcp_text(item)})
+            out.append({"role": "tool", "tool_call_id": item.id, "content": _mcp_text(item, i)})
             open_assistant = False
         elif isinstance(item, MessageItem) and item.role != "assistant":
             role = "system" if item.role == "developer" else item.role
@@ -119,12 +119,15 @@ def _add_to_assistant(message: dict, item, i: int) -> None:
         )
     elif isinstance(item, ReasoningItem):
         parts = item.content if item.content else item.summary
-        text = "".join(p.get("text") or "" for p in parts) or _decoded(item.encrypted_content)
+        key = "content" if item.content else "summary"
+        text = "".join(
+            part_text(p, "text", f"input.{i}.{key}.{k}") for k, p in enumerate(parts)
+        ) or _decoded(item.encrypted_content)
         if text:
             message["reasoning_content"] = message.get("reasoning_content", "") + text
 
 
-def _mcp_text(item: McpCallItem) -> str:
+def _mcp_text(item: McpCallItem, i: int) -> str:
     """What the tool answered: its output, or its error (a string or an error object)."""
     if item.error is None:
         return item.output or ""
@@ -132,7 +135,12 @@ def _mcp_text(item: McpCallItem) -> str:
         return item.error
     content = item.error.get("content")
     if isinstance(content, list):
-        return "".join(p.get("text") or "" for p in content if isinstance(p, dict))
+        param = f"input.{i}.error.content"
+        return "".join(
+            part_text(p, "text", f"{param}.{k}")
+            for k, p in enumerate(content)
+            if isinstance(p, dict)
+        )
     return str(content if content is not None else item.error.get("message", ""))
 
 
@@ -142,10 +150,12 @@ def _text(content: str | list[dict], param: str) -> str:
     texts = []
     for k, part in enumerate(content):
         kind = part.get("type")
+        if not isinstance(kind, str):
+            raise APIError(400, f"{param}.{k}.type must be a string", param=f"{param}.{k}.type")
         if kind in ("input_text", "output_text", "text", "summary_text", "reasoning_text"):
-            texts.append(part.get("text") or "")
+            texts.append(part_text(part, "text", f"{param}.{k}"))
         elif kind == "refusal":
-            texts.append(part.get("refusal") or "")
+            texts.append(part_text(part, "refusal", f"{param}.{k}"))
         elif kind in ("input_image", "input_file", "input_audio"):
             texts.append(media_placeholder(kind.removeprefix("input_"), f"{param}.{k}"))
         else:
@@ -203,20 +213,25 @@ def function_tools(tools: list[dict] | None) -> list[dict] | None:
             continue
         if not isinstance(tool.get("name"), str) or not tool["name"]:
             raise APIError(400, f"{kind} tools need a name", param=f"tools.{i}.name")
+        description = tool.get("description")
+        if description is not None and not isinstance(description, str):
+            raise APIError(400, "description must be a string", param=f"tools.{i}.description")
         if kind == "custom":
-            about = str(tool.get("description") or "").strip()
+            about = (description or "").strip()
             function = {
                 "name": tool["name"],
                 "description": f"{about} Its one argument, input, is the raw text it takes.",
                 "parameters": _CUSTOM_PARAMETERS,
             }
         else:
-            function = {
-                "name": tool["name"],
-                "parameters": tool.get("parameters") or {"type": "object", "properties": {}},
-            }
-            if tool.get("description"):
-                function["description"] = tool["description"]
+            parameters = tool.get("parameters") or {"type": "object", "properties": {}}
+            if not isinstance(parameters, dict):
+                raise APIError(
+                    400, "parameters must be a JSON schema object", param=f"tools.{i}.parameters"
+                )
+            function = {"name": tool["name"], "parameters": parameters}
+            if description:
+                function["description"] = description
         out.append({"type": "function", "function": function})
     return out or None
 

@@ -7,6 +7,8 @@ before a stream starts; after that a stream always ends with its terminal event.
 
 from __future__ import annotations
 
+import asyncio
+
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -46,7 +48,8 @@ def response_store(request: Request) -> ResponseStore:
     """The app's store, made on first use (one per app, so test servers do not share)."""
     app_state = request.app.state
     if not hasattr(app_state, "responses_store"):
-        app_state.responses_store = ResponseStore()
+        max_bytes = server_state(request).responses_store_bytes
+        app_state.responses_store = ResponseStore(max_bytes=max_bytes)
     return app_state.responses_store
 
 
@@ -67,9 +70,11 @@ async def create_response(request: Request) -> Response:
     mcp = select_mcp_tools(body.tools, state.mcp)
     if mcp is not None:
         body.tool_choice = mcp.tool_choice(body.tool_choice)
-    chat, conversation = to_chat_request(body, history, mcp.tools if mcp is not None else None)
-    try:
-        prepared = state.pipeline.prepare_chat(chat)
+    chat, conversation = await asyncio.to_thread(
+        to_chat_request, body, history, mcp.tools if mcp is not None else None
+    )
+    try:  # rendering and tokenizing a huge prompt take seconds: off the event loop
+        prepared = await asyncio.to_thread(state.pipeline.prepare_chat, chat)
     except ContextLengthError as exc:
         raise context_error(exc) from None
     except (RequestError, ChatTemplateError) as exc:

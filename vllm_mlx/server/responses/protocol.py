@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..errors import APIError, validation_error
+
+METADATA_MAX_KEYS, METADATA_MAX_KEY_CHARS, METADATA_MAX_VALUE_CHARS = 16, 64, 512
 
 
 class _Lenient(BaseModel):
@@ -43,7 +45,25 @@ class ResponsesRequest(_Lenient):
     store: bool = True
     previous_response_id: str | None = None
     stream: bool = False
-    metadata: dict[str, Any] | None = None
+    metadata: dict[str, str] | None = None
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata_bounds(cls, v: dict[str, str] | None) -> dict[str, str] | None:
+        """OpenAI's bounds (16 pairs, keys up to 64 and values up to 512 characters): the
+        store keeps it, so an unbounded map would be memory any client can claim."""
+        if v is None:
+            return v
+        if len(v) > METADATA_MAX_KEYS:
+            raise ValueError(f"at most {METADATA_MAX_KEYS} metadata pairs are allowed")
+        for key, value in v.items():
+            if len(key) > METADATA_MAX_KEY_CHARS:
+                raise ValueError(f"metadata keys are at most {METADATA_MAX_KEY_CHARS} characters")
+            if len(value) > METADATA_MAX_VALUE_CHARS:
+                raise ValueError(
+                    f"metadata values are at most {METADATA_MAX_VALUE_CHARS} characters"
+                )
+        return v
 
 
 class MessageItem(_Lenient):
@@ -139,11 +159,11 @@ _ITEM_TYPES: dict[str, type[BaseModel]] = {
 def input_item(raw: dict[str, Any], index: int) -> InputItem:
     """One validated input item; errors name ``input.<index>.<field>``."""
     kind = raw.get("type", "message")
-    model = _ITEM_TYPES.get(kind)
+    model = _ITEM_TYPES.get(kind) if isinstance(kind, str) else None
     if model is None:
         raise APIError(400, f"unsupported input item type {kind!r}", param=f"input.{index}.type")
     try:
-        return model.model_validate(raw)  # type: ignore[return-value]
+        return model.model_validate(raw, strict=True)  # type: ignore[return-value]
     except ValidationError as exc:
         error = validation_error(exc)
         error.param = f"input.{index}.{error.param}" if error.param else f"input.{index}"

@@ -1,0 +1,33 @@
+"""In-process checks of the pieces behind items 3 and 6: the SSE encoder cannot fail on
+what it echoes, and the Responses store is bounded by bytes."""
+
+from __future__ import annotations
+
+import json
+
+from vllm_mlx.server.responses.store import ResponseStore, StoredResponse
+from vllm_mlx.server.sse import sse_data
+
+
+def test_a_frame_with_a_lone_surrogate_still_encodes():
+    frame = sse_data({"type": "response.completed", "instructions": "a\ud800b"}, "x")
+    frame.encode("utf-8")  # what starlette does with every frame; must not raise
+    payload = frame.split("data: ", 1)[1]
+    assert json.loads(payload)["instructions"] == "a\ud800b"  # the escape round-trips
+    assert sse_data("[DONE]\udfff").encode("utf-8")
+    assert sse_data({"t": "ünï"}) == 'data: {"t":"ünï"}\n\n'  # ordinary text stays as is
+
+
+def test_the_store_forgets_the_oldest_past_its_byte_budget():
+    store = ResponseStore(max_entries=100, max_bytes=10_000)
+    for i in range(5):
+        store.put(f"r{i}", StoredResponse({"id": f"r{i}", "text": "x" * 3000}, []))
+    assert store.bytes <= 10_000
+    assert store.get("r0") is None and store.get("r4") is not None
+    assert len(store) == 3
+    # one response bigger than the whole budget is not kept, and evicts nothing
+    assert not store.put("huge", StoredResponse({"text": "x" * 20_000}, []))
+    assert store.get("huge") is None and len(store) == 3
+    # replacing an id does not count it twice
+    store.put("r4", StoredResponse({"id": "r4"}, []))
+    assert store.bytes == sum(store.get(k).size() for k in ("r2", "r3", "r4"))
