@@ -46,6 +46,7 @@ def build_runtime(
     prefix_cache_mb: int = 512,
     structured_backend: str = "auto",
     default_thinking_budget: int | None = None,
+    max_model_len: int | None = None,
     progress: bool = True,
 ) -> Runtime:
     if cpu_weights == "auto" and sys.platform.startswith("linux") and not openblas_preloaded():
@@ -65,6 +66,7 @@ def build_runtime(
         default_max_tokens=default_max_tokens,
         structured_backend=structured_backend,
         default_thinking_budget=default_thinking_budget,
+        max_model_len=max_model_len,
     )
 
 
@@ -75,6 +77,7 @@ def build_replay_runtime(
     default_max_tokens: int = 2048,
     reasoning_parser: str | None = None,
     tool_parser: str | None = None,
+    max_model_len: int | None = None,
 ) -> Runtime:
     """A runtime that answers every request with ``text`` (then EOS), tokenized by the
     model's real tokenizer, at no model cost: for measuring the server's own per-token cost
@@ -88,6 +91,7 @@ def build_replay_runtime(
         reasoning_parser=reasoning_parser,
         tool_parser=tool_parser,
         default_max_tokens=default_max_tokens,
+        max_model_len=max_model_len,
     )
 
 
@@ -99,6 +103,7 @@ def _assemble(
     tool_parser: str | None,
     max_num_seqs: int = 8,
     max_queue: int = 256,
+    max_model_len: int | None = None,
     **pipeline_options,
 ) -> Runtime:
     """Parsers chosen, the engine started on ``source``, the pipeline around it."""
@@ -106,12 +111,24 @@ def _assemble(
     engine = Engine(source, loaded.tokenizer, max_num_seqs=max_num_seqs, max_queue=max_queue)
     pipeline = Pipeline(
         engine,
-        context_length=loaded.context_length or DEFAULT_CONTEXT_LENGTH,
+        context_length=context_limit(loaded.context_length, max_model_len),
         reasoning_parser=reasoning_parser,
         tool_parser=tool_parser,
         **pipeline_options,
     )
     return Runtime(loaded, engine, pipeline)
+
+
+def context_limit(model_len: int | None, max_model_len: int | None) -> int:
+    """The context the server allows: ``--max-model-len`` when given (it may only lower a
+    known model context), else the model's own, else ``DEFAULT_CONTEXT_LENGTH``."""
+    if max_model_len is None:
+        return model_len or DEFAULT_CONTEXT_LENGTH
+    if model_len is not None and max_model_len > model_len:
+        raise ValueError(
+            f"--max-model-len {max_model_len} exceeds the model's context length {model_len}"
+        )
+    return max_model_len
 
 
 def select_parsers(

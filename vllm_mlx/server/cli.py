@@ -56,6 +56,11 @@ import click
     help="Memory for reusable KV caches of shared prompt prefixes (0 disables).",
 )
 @click.option(
+    "--max-model-len",
+    type=click.IntRange(min=1),
+    help="Cap the context (prompt + completion tokens) below the model's own.",
+)
+@click.option(
     "--default-thinking-token-budget",
     type=click.IntRange(min=0),
     help="Cap on reasoning tokens when a request sets none (default: no cap).",
@@ -137,7 +142,11 @@ def serve(model: str | None, **opts) -> None:
     try:
         if replay_file is not None:
             runtime = build_replay_runtime(
-                replay_file.read(), model, default_max_tokens=opts["max_tokens"], **parsers
+                replay_file.read(),
+                model,
+                default_max_tokens=opts["max_tokens"],
+                max_model_len=opts["max_model_len"],
+                **parsers,
             )
         else:
             runtime = build_runtime(
@@ -149,6 +158,7 @@ def serve(model: str | None, **opts) -> None:
                 prefix_cache_mb=opts["prefix_cache_mb"],
                 default_thinking_budget=opts["default_thinking_token_budget"],
                 structured_backend=opts["structured_output_backend"],
+                max_model_len=opts["max_model_len"],
                 **parsers,
             )
     except (ModelLoadError, ValueError) as exc:
