@@ -47,6 +47,8 @@ def build_runtime(
     structured_backend: str = "auto",
     default_thinking_budget: int | None = None,
     max_model_len: int | None = None,
+    kv_bits: int | None = None,
+    kv_group_size: int = 64,
     progress: bool = True,
 ) -> Runtime:
     if cpu_weights == "auto" and sys.platform.startswith("linux") and not openblas_preloaded():
@@ -54,7 +56,13 @@ def build_runtime(
         cpu_weights = "quantized"
     loaded = load_model(model, cpu_weights=cpu_weights, progress=progress)
     cache = PrefixCache(prefix_cache_mb * 1024 * 1024) if prefix_cache_mb > 0 else None
-    source = ModelBatchSource(loaded.model, max_num_seqs=max_num_seqs, prefix_cache=cache)
+    source = ModelBatchSource(
+        loaded.model,
+        max_num_seqs=max_num_seqs,
+        prefix_cache=cache,
+        kv_bits=kv_bits,
+        kv_group_size=kv_group_size,
+    )
     log.info("loaded %s (%s weights) from %s", loaded.name, loaded.weights, loaded.path)
     return _assemble(
         loaded,

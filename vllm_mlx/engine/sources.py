@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import mlx.core as mx
 from mlx_lm.generate import BatchGenerator, StopSequences
 
+from .kv_quant import quantized_prompt_cache
 from .prefix_cache import PrefixCache
 from .sampling import LogitsProcessor, Sampler
 
@@ -56,12 +57,35 @@ class ModelBatchSource:
         max_num_seqs: int = 8,
         prefill_step_size: int = 256,
         prefix_cache: PrefixCache | None = None,
+        kv_bits: int | None = None,
+        kv_group_size: int = 64,
     ):
         self.model = model
         self.max_num_seqs = max_num_seqs
         self.prefill_step_size = prefill_step_size
         self.prefix_cache = prefix_cache
+        self.kv_bits = kv_bits
+        self.kv_group_size = kv_group_size
+        if kv_bits is not None:
+            self._probe_quantized_cache()
         self._gen = self._new_generator()
+
+    def _fresh_cache(self) -> list[Any] | None:
+        """A new sequence's cache: quantized with ``kv_bits``, else the generator's default."""
+        if self.kv_bits is None:
+            return None
+        return quantized_prompt_cache(self.model, bits=self.kv_bits, group_size=self.kv_group_size)
+
+    def _probe_quantized_cache(self) -> None:
+        """Fail at start-up, not on the first request, when the model's heads cannot be
+        quantized in groups of ``kv_group_size``."""
+        try:
+            mx.eval(self.model(mx.array([[0]]), cache=self._fresh_cache()))
+        except ValueError as exc:
+            raise ValueError(
+                f"--kv-bits {self.kv_bits} --kv-group-size {self.kv_group_size} does not fit "
+                f"this model: {exc}"
+            ) from None
 
     def _new_generator(self) -> BatchGenerator:
         return BatchGenerator(
@@ -74,6 +98,8 @@ class ModelBatchSource:
 
     def insert(self, prompt, *, sampler, processors, max_tokens):
         cache, cached = self.prefix_cache.fetch(prompt) if self.prefix_cache else (None, 0)
+        if cache is None:
+            cache = self._fresh_cache()
         (uid,) = self._gen.insert(
             [prompt[cached:]],
             max_tokens=[max_tokens],

@@ -61,6 +61,18 @@ import click
     help="Cap the context (prompt + completion tokens) below the model's own.",
 )
 @click.option(
+    "--kv-bits",
+    type=click.Choice(["4", "8"]),
+    help="Quantize the KV cache to this many bits (default: the model's dtype).",
+)
+@click.option(
+    "--kv-group-size",
+    type=click.Choice(["32", "64", "128"]),
+    default="64",
+    show_default=True,
+    help="Values sharing one scale in the quantized KV cache.",
+)
+@click.option(
     "--default-thinking-token-budget",
     type=click.IntRange(min=0),
     help="Cap on reasoning tokens when a request sets none (default: no cap).",
@@ -159,6 +171,8 @@ def serve(model: str | None, **opts) -> None:
                 default_thinking_budget=opts["default_thinking_token_budget"],
                 structured_backend=opts["structured_output_backend"],
                 max_model_len=opts["max_model_len"],
+                kv_bits=int(opts["kv_bits"]) if opts["kv_bits"] else None,
+                kv_group_size=int(opts["kv_group_size"]),
                 **parsers,
             )
     except (ModelLoadError, ValueError) as exc:
