@@ -7,6 +7,11 @@ prefill right-padding, filter, extend, extract) over the quantized ``(packed, sc
 biases)`` triples; mlx-lm's attention sees its ``bits`` and runs quantized attention. A row
 extracted from a batch is a ``QuantizedKV``, which the prefix cache stores, trims and hands
 back into a batch like any other entry.
+
+On MLX's CPU backend quantized attention is a plain loop: for one query (decode) it is the
+faster way, but a prefill chunk attends 2-3x faster over keys and values dequantized for
+that step, so multi-token steps return them dequantized and hide ``bits`` from mlx-lm's
+attention for that step (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -43,13 +48,24 @@ class BatchQuantizedKVCache(BatchKVCache):
     def __init__(self, left_padding: list[int], *, group_size: int, bits: int):
         super().__init__(left_padding)
         self.group_size = group_size
-        self.bits = bits
+        self.kv_bits = bits
+        self._dequantized = False
+
+    @property
+    def bits(self) -> int:
+        """What mlx-lm's attention checks (``hasattr``) to attend over quantized keys."""
+        if self._dequantized:
+            raise AttributeError("bits: this step's keys and values are dequantized")
+        return self.kv_bits
 
     def _quantize(self, x: mx.array) -> Triple:
-        return tuple(mx.quantize(x, group_size=self.group_size, bits=self.bits))
+        return tuple(mx.quantize(x, group_size=self.group_size, bits=self.kv_bits))
+
+    def _dequantize(self, x: Triple) -> mx.array:
+        return mx.dequantize(*x, group_size=self.group_size, bits=self.kv_bits)
 
     def _empty(self, batch: int, heads: int, steps: int, dim: int, dtype: mx.Dtype) -> Triple:
-        per_int = 32 // self.bits
+        per_int = 32 // self.kv_bits
         groups = dim // self.group_size
         return (
             mx.zeros((batch, heads, steps, dim // per_int), dtype=mx.uint32),
@@ -57,7 +73,7 @@ class BatchQuantizedKVCache(BatchKVCache):
             mx.zeros((batch, heads, steps, groups), dtype=dtype),
         )
 
-    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[Triple, Triple]:
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[Any, Any]:
         prev = self._idx
         batch, heads, steps, k_dim = keys.shape
         if self.keys is None or prev + steps > self.keys[0].shape[2]:
@@ -77,7 +93,11 @@ class BatchQuantizedKVCache(BatchKVCache):
         ):
             for part, fresh in zip(stored, new, strict=True):
                 part[..., prev : self._idx, :] = fresh
-        return self.keys_and_values()
+        self._dequantized = steps > 1
+        keys, values = self.keys_and_values()
+        if self._dequantized:
+            return self._dequantize(keys), self._dequantize(values)
+        return keys, values
 
     def keys_and_values(self) -> tuple[Triple, Triple]:
         return tree_map(lambda x: x[..., : self._idx, :], (self.keys, self.values))
@@ -140,7 +160,7 @@ class BatchQuantizedKVCache(BatchKVCache):
         self._idx = max_idx
 
     def extract(self, idx: int) -> QuantizedKV:
-        cache = QuantizedKV(group_size=self.group_size, bits=self.bits)
+        cache = QuantizedKV(group_size=self.group_size, bits=self.kv_bits)
         padding = self.left_padding.tolist()[idx]
         row = lambda x: mx.contiguous(x[idx : idx + 1, :, padding : self._idx])  # noqa: E731
         cache.keys, cache.values = tree_map(row, (self.keys, self.values))
