@@ -55,6 +55,9 @@ class FailingSource:
     def reset(self) -> None:
         self.inner.reset()
 
+    def close(self) -> None:
+        self.inner.close()
+
     def step(self):
         self.steps += 1
         if self.steps > self.after:

@@ -17,6 +17,7 @@ from .chat.stream import OutputStream, make_output_stream
 from .chat.template import encode_prompt, render_chat
 from .chat.thinking_switch import decide_thinking
 from .constrained import ConstraintError, build_logits_processors
+from .engine.boundaries import history_end
 from .engine.engine import Engine
 from .engine.sampling import SamplingParams
 from .engine.types import GenerationChunk, GenerationRequest, TokenLogprob
@@ -163,7 +164,12 @@ class Pipeline:
             tools=tools,
             prompt_tail=prompt.tail,
         )
-        generation = GenerationRequest(prompt.token_ids, params, processors)
+        generation = GenerationRequest(
+            prompt.token_ids,
+            params,
+            processors,
+            checkpoints=history_end(self.tokenizer, prompt.token_ids, prompt.tail),
+        )
         return Prepared(generation, output)
 
     def prepare_completion(

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from .chat.tool_prompt import FALLBACK_TOOL_PARSER
 from .engine.cpu import openblas_preloaded
 from .engine.engine import Engine
-from .engine.prefix_cache import PrefixCache
+from .engine.prefix_cache import build_prefix_cache
+from .engine.sampling import SamplingParams
 from .engine.sources import ModelBatchSource, ReplayBatchSource, TokenSource
 from .models.loader import CpuWeights, LoadedModel, load_model, load_tokenizer_only
-from .pipeline import Pipeline
+from .pipeline import ChatRequest, Pipeline
 from .reasoning import ReasoningParserManager
 from .tool_parsers import ToolParserManager
 
@@ -49,13 +50,24 @@ def build_runtime(
     max_model_len: int | None = None,
     kv_bits: int | None = None,
     kv_group_size: int = 64,
+    prefix_cache_dir: str | None = None,
+    prefix_cache_disk_gb: float = 10.0,
+    warmup_prompt: str | None = None,
     progress: bool = True,
 ) -> Runtime:
     if cpu_weights == "auto" and sys.platform.startswith("linux") and not openblas_preloaded():
         # float32 pays off only when OpenBLAS does the matmuls (engine/cpu.py)
         cpu_weights = "quantized"
     loaded = load_model(model, cpu_weights=cpu_weights, progress=progress)
-    cache = PrefixCache(prefix_cache_mb * 1024 * 1024) if prefix_cache_mb > 0 else None
+    cache = build_prefix_cache(
+        loaded.model,
+        loaded.tokenizer,
+        memory_mb=prefix_cache_mb,
+        disk_dir=prefix_cache_dir,
+        disk_gb=prefix_cache_disk_gb,
+        kv_bits=kv_bits,
+        kv_group_size=kv_group_size if kv_bits else None,
+    )
     source = ModelBatchSource(
         loaded.model,
         max_num_seqs=max_num_seqs,
@@ -64,7 +76,7 @@ def build_runtime(
         kv_group_size=kv_group_size,
     )
     log.info("loaded %s (%s weights) from %s", loaded.name, loaded.weights, loaded.path)
-    return _assemble(
+    runtime = _assemble(
         loaded,
         source,
         reasoning_parser=reasoning_parser,
@@ -76,6 +88,23 @@ def build_runtime(
         default_thinking_budget=default_thinking_budget,
         max_model_len=max_model_len,
     )
+    if warmup_prompt:
+        warm_up(runtime.pipeline, warmup_prompt)
+    return runtime
+
+
+def warm_up(pipeline: Pipeline, system_prompt: str) -> int:
+    """Pre-fill the prefix cache with a system prompt, so the first request that starts
+    with it computes only what follows; returns the prompt tokens read from a cache (a
+    restart with ``--prefix-cache-dir`` reads them from disk)."""
+    request = ChatRequest(
+        messages=[{"role": "system", "content": system_prompt}],
+        params=SamplingParams(max_tokens=1, temperature=0),
+        max_tokens_given=True,
+    )
+    result = pipeline.complete_sync(pipeline.prepare_chat(request))
+    log.info("warm-up: %d system prompt tokens", result.usage.prompt_tokens)
+    return result.usage.cached_tokens
 
 
 def build_replay_runtime(

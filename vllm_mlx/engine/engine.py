@@ -100,6 +100,7 @@ class Engine:
         self._closing.set()
         self._jobs.put(_SHUTDOWN)
         self._thread.join(timeout=10)
+        self.source.close()
 
     def _submit(self, request: GenerationRequest, emit: Emit) -> _Job:
         if self._jobs.qsize() >= self.max_queue:
@@ -161,6 +162,7 @@ class Engine:
                 sampler=make_sampler(params),
                 processors=make_penalty_processors(params) + list(request.logits_processors),
                 max_tokens=params.max_tokens,
+                checkpoints=request.checkpoints,
             )
         except Exception as exc:
             log.exception("could not start request %s", request.request_id)

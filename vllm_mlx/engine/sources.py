@@ -9,11 +9,13 @@ through the real server with a chosen output.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import mlx.core as mx
 from mlx_lm.generate import BatchGenerator, StopSequences
+from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
 
 from .kv_quant import quantized_prompt_cache
 from .prefix_cache import PrefixCache
@@ -36,8 +38,10 @@ class TokenSource(Protocol):
         sampler: Sampler,
         processors: list[LogitsProcessor],
         max_tokens: int,
+        checkpoints: Sequence[int] = (),
     ) -> tuple[int, int]:
-        """Start a sequence; returns (uid, prompt tokens served from a cache)."""
+        """Start a sequence; returns (uid, prompt tokens served from a cache).
+        ``checkpoints``: prompt offsets (message ends) whose cache is worth keeping."""
 
     def remove(self, uid: int) -> None: ...
 
@@ -47,6 +51,9 @@ class TokenSource(Protocol):
 
     def reset(self) -> None:
         """Drop every sequence (after a failed step)."""
+
+    def close(self) -> None:
+        """Release what outlives the sequences (pending cache writes)."""
 
 
 class ModelBatchSource:
@@ -68,6 +75,11 @@ class ModelBatchSource:
         self.kv_group_size = kv_group_size
         if kv_bits is not None:
             self._probe_quantized_cache()
+        # Trimmable caches serve any shared prefix already; others need message checkpoints.
+        self.checkpointing = prefix_cache is not None and not can_trim_prompt_cache(
+            make_prompt_cache(model)
+        )
+        self._checkpoints: dict[int, list[int]] = {}  # uid -> the prompt up to a checkpoint
         self._gen = self._new_generator()
 
     def _fresh_cache(self) -> list[Any] | None:
@@ -96,12 +108,18 @@ class ModelBatchSource:
             prefill_step_size=self.prefill_step_size,
         )
 
-    def insert(self, prompt, *, sampler, processors, max_tokens):
+    def insert(self, prompt, *, sampler, processors, max_tokens, checkpoints=()):
         cache, cached = self.prefix_cache.fetch(prompt) if self.prefix_cache else (None, 0)
         if cache is None:
             cache = self._fresh_cache()
-        (uid,) = self._gen.insert(
-            [prompt[cached:]],
+        # The generator pauses at segment ends, where the cache holds exactly the prompt
+        # up to a checkpoint (the last one before the final token; earlier ones are covered).
+        cut = max((c for c in checkpoints if cached < c < len(prompt) - 1), default=None)
+        if not self.checkpointing:
+            cut = None
+        segments = [prompt[cached:]] if cut is None else [prompt[cached:cut], prompt[cut:]]
+        (uid,) = self._gen.insert_segments(
+            [segments],
             max_tokens=[max_tokens],
             caches=[cache] if cache is not None else None,
             all_tokens=[list(prompt[:cached])],
@@ -109,16 +127,29 @@ class ModelBatchSource:
             logits_processors=[processors],
             stop_sequences=[StopSequences(None)],
         )
+        if cut is not None:
+            self._checkpoints[uid] = list(prompt[:cut])
         return uid, cached
 
     def remove(self, uid: int) -> None:
+        self._checkpoints.pop(uid, None)
         caches = self._gen.remove([uid], return_prompt_caches=self.prefix_cache is not None)
         if uid in caches:
             cache, tokens = caches[uid]
             self.prefix_cache.store(tokens, cache)
 
+    def _store_checkpoints(self, prompt_responses: list[Any]) -> None:
+        for r in prompt_responses:
+            if r.end_of_segment and not r.end_of_prompt and r.uid in self._checkpoints:
+                tokens = self._checkpoints.pop(r.uid)
+                cache, held = self._gen.extract_cache([r.uid])[r.uid]
+                if list(held) == tokens:
+                    self.prefix_cache.store(tokens, cache)
+
     def step(self) -> tuple[list[Step], list[int]]:
-        _, responses = self._gen.next()
+        prompt_responses, responses = self._gen.next()
+        if self._checkpoints:
+            self._store_checkpoints(prompt_responses)
         steps = []
         for r in responses:
             if r.finish_reason is not None and self.prefix_cache is not None:
@@ -127,8 +158,13 @@ class ModelBatchSource:
         return steps, []
 
     def reset(self) -> None:
+        self._checkpoints.clear()
         self._gen.close()
         self._gen = self._new_generator()
+
+    def close(self) -> None:
+        if self.prefix_cache is not None:
+            self.prefix_cache.close()
 
 
 class ReplayBatchSource:
@@ -139,7 +175,7 @@ class ReplayBatchSource:
         self._running: dict[int, list] = {}  # uid -> [position, max_tokens]
         self._next_uid = 0
 
-    def insert(self, prompt, *, sampler, processors, max_tokens):
+    def insert(self, prompt, *, sampler, processors, max_tokens, checkpoints=()):
         uid, self._next_uid = self._next_uid, self._next_uid + 1
         self._running[uid] = [0, max_tokens]
         return uid, 0
@@ -164,3 +200,6 @@ class ReplayBatchSource:
 
     def reset(self) -> None:
         self._running.clear()
+
+    def close(self) -> None:
+        pass

@@ -73,6 +73,23 @@ import click
     help="Values sharing one scale in the quantized KV cache.",
 )
 @click.option(
+    "--prefix-cache-dir",
+    type=click.Path(file_okay=False),
+    help="Keep prefix-cache entries in this directory too, so they survive a restart.",
+)
+@click.option(
+    "--prefix-cache-disk-gb",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Disk space --prefix-cache-dir may use (least recently used entries go first).",
+)
+@click.option(
+    "--warmup-prompt",
+    type=click.File("r"),
+    help="Pre-fill the prefix cache at start-up with this file's text as a system prompt.",
+)
+@click.option(
     "--default-thinking-token-budget",
     type=click.IntRange(min=0),
     help="Cap on reasoning tokens when a request sets none (default: no cap).",
@@ -173,6 +190,9 @@ def serve(model: str | None, **opts) -> None:
                 max_model_len=opts["max_model_len"],
                 kv_bits=int(opts["kv_bits"]) if opts["kv_bits"] else None,
                 kv_group_size=int(opts["kv_group_size"]),
+                prefix_cache_dir=opts["prefix_cache_dir"],
+                prefix_cache_disk_gb=opts["prefix_cache_disk_gb"],
+                warmup_prompt=opts["warmup_prompt"].read() if opts["warmup_prompt"] else None,
                 **parsers,
             )
     except (ModelLoadError, ValueError) as exc:
