@@ -109,7 +109,9 @@ class ModelBatchSource:
         )
 
     def insert(self, prompt, *, sampler, processors, max_tokens, checkpoints=()):
-        cache, cached = self.prefix_cache.fetch(prompt) if self.prefix_cache else (None, 0)
+        cache, cached = (
+            self.prefix_cache.fetch(prompt) if self.prefix_cache is not None else (None, 0)
+        )
         if cache is None:
             cache = self._fresh_cache()
         # The generator pauses at segment ends, where the cache holds exactly the prompt
