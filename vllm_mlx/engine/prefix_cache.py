@@ -7,8 +7,11 @@ that cannot be trimmed (sliding-window, state-space layers) serves only prompts 
 strict prefix of; for those the source stores checkpoints at message boundaries, which the
 next turn extends even when the turn after them changed.
 
-Fetching returns a deep copy, so the request that reuses an entry never mutates it; at least
-the last prompt token is always recomputed, because generation needs its logits.
+Fetching copies nothing: the request gets new cache objects over views of the entry's arrays.
+MLX arrays are values; a write into a view whose buffer the entry still holds produces a new
+buffer, so the entry is never changed, and the only copy is the one the batch makes anyway
+when it merges the request's cache into its own buffers. At least the last prompt token is
+always recomputed, because generation needs its logits.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 
 import mlx.core as mx
 import numpy as np
+from mlx.utils import tree_map
 from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
 from .cache_files import DiskCache, cache_namespace
@@ -48,6 +52,17 @@ def usable(tokens: np.ndarray, trimmable: bool, prompt: np.ndarray) -> int:
     return len(tokens) if shared == len(tokens) < len(prompt) else 0
 
 
+def shared_copy(cache: list[Any]) -> list[Any]:
+    """Per layer, a new cache object whose arrays are views of the given ones (no data is
+    copied; see the module docstring for why writes cannot reach the original)."""
+    shared = []
+    for layer in cache:
+        clone = copy.copy(layer)
+        clone.state = tree_map(lambda x: x[...] if isinstance(x, mx.array) else x, layer.state)
+        shared.append(clone)
+    return shared
+
+
 class PrefixCache:
     def __init__(self, max_bytes: int, max_entries: int = 64, disk: DiskCache | None = None):
         self.max_bytes = max_bytes
@@ -71,7 +86,7 @@ class PrefixCache:
         if best is None:
             return None, 0
         best.used = next(self._clock)
-        cache = copy.deepcopy(best.cache)
+        cache = shared_copy(best.cache)
         if len(best.tokens) > served:
             trim_prompt_cache(cache, len(best.tokens) - served)
         return cache, served
