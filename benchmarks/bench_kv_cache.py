@@ -44,16 +44,18 @@ def run_mode(model, tokenizer, prompt: list[int], bits: int | None, decode: int)
     engine = Engine(source, tokenizer)
     ban_eos = {t: -1e9 for t in tokenizer.eos_token_ids}
     params = SamplingParams(max_tokens=decode, temperature=0, logit_bias=ban_eos)
-    start, stamps, tokens = time.perf_counter(), [], []
+    start, stamps, cpu, tokens = time.perf_counter(), [], [], []
     try:
         for chunk in engine.generate_sync(GenerationRequest(prompt, params)):
             stamps.append(time.perf_counter())
+            cpu.append(time.process_time())
             tokens += chunk.token_ids
     finally:
         engine.close()
     return {
         "prefill_s": stamps[0] - start,
         "decode_tok_s": (len(stamps) - 1) / (stamps[-1] - stamps[0]),
+        "decode_cpu_ms": (cpu[-1] - cpu[0]) / (len(cpu) - 1) * 1000,
         "cache_mb_per_1k": cache.nbytes / (len(prompt) + decode) * 1024 / 2**20,  # prompt + output
         "tokens": tokens,
     }
@@ -131,7 +133,10 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         cells = [r.get(k, "—") for k in ("weights", "kv", "mb_per_1k_tokens", "prefill_s")]
-        cells += [r.get(k, "—") for k in ("decode_tok_s", "decode_ratio", "prefill_ratio")]
+        cells += [
+            r.get(k, "—")
+            for k in ("decode_tok_s", "decode_ratio", "prefill_ratio", "decode_cpu_ms")
+        ]
         print("| " + " | ".join(str(c) for c in [*cells, r.get("greedy_agree", "—")]) + " |")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
