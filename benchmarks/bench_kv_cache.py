@@ -122,15 +122,16 @@ def main() -> None:
                 "prefill_ratio": round(
                     prefill / statistics.median(r["prefill_s"] for r in full), 3
                 ),
+                "decode_cpu_ms": round(statistics.median(r["decode_cpu_ms"] for r in mine), 1),
                 "greedy_agree": f"{agreement(full[0]['tokens'], mine[0]['tokens'])}/{args.decode}",
             }
         )
     print(f"\ncontext {len(prompt)} tokens, {args.decode} decoded, median of {args.rounds}")
     print(
         "| weights | KV | MB per 1k tokens | prefill s | decode tok/s | decode vs full | "
-        "prefill vs full | greedy tokens = full |"
+        "prefill vs full | decode CPU ms/token | greedy tokens = full |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         cells = [r.get(k, "—") for k in ("weights", "kv", "mb_per_1k_tokens", "prefill_s")]
         cells += [
