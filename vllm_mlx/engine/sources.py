@@ -20,6 +20,7 @@ from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
 from .kv_quant import quantized_prompt_cache
 from .prefix_cache import PrefixCache
 from .sampling import LogitsProcessor, Sampler
+from .speculative import SoloSpeculator
 
 
 @dataclass
@@ -55,6 +56,10 @@ class TokenSource(Protocol):
     def close(self) -> None:
         """Release what outlives the sequences (pending cache writes)."""
 
+    @property
+    def spec_counts(self) -> tuple[int, int]:
+        """Speculative decoding so far: (draft tokens proposed, accepted)."""
+
 
 class ModelBatchSource:
     def __init__(
@@ -66,6 +71,8 @@ class ModelBatchSource:
         prefix_cache: PrefixCache | None = None,
         kv_bits: int | None = None,
         kv_group_size: int = 64,
+        draft_model: Any = None,
+        num_draft_tokens: int = 4,
     ):
         self.model = model
         self.max_num_seqs = max_num_seqs
@@ -81,6 +88,19 @@ class ModelBatchSource:
         )
         self._checkpoints: dict[int, list[int]] = {}  # uid -> the prompt up to a checkpoint
         self._gen = self._new_generator()
+        # Speculative decoding runs a sequence alone (uids < 0) until a second one arrives;
+        # it needs caches both models can trim back to the accepted tokens.
+        self.draft_model = draft_model
+        self.num_draft_tokens = num_draft_tokens
+        self.speculating = draft_model is not None and all(
+            can_trim_prompt_cache(make_prompt_cache(m)) for m in (model, draft_model)
+        )
+        self._solo: SoloSpeculator | None = None
+        self._solo_uid = 0
+        self._alias: dict[int, int] = {}  # generator uid -> the solo uid it started as
+        self._in_batch: set[int] = set()  # generator uids not finished or removed
+        self._drafted = self._accepted = 0
+        self.handovers = 0  # solo sequences moved into the batch
 
     def _fresh_cache(self) -> list[Any] | None:
         """A new sequence's cache: quantized with ``kv_bits``, else the generator's default."""
@@ -114,6 +134,10 @@ class ModelBatchSource:
         )
         if cache is None:
             cache = self._fresh_cache()
+        if self.speculating and self._solo is None and not self._in_batch:
+            return self._start_solo(prompt, cache, cached, sampler, processors, max_tokens)
+        if self._solo is not None:
+            self._hand_over()
         # The generator pauses at segment ends, where the cache holds exactly the prompt
         # up to a checkpoint (the last one before the final token; earlier ones are covered).
         cut = max((c for c in checkpoints if cached < c < len(prompt) - 1), default=None)
@@ -131,9 +155,74 @@ class ModelBatchSource:
         )
         if cut is not None:
             self._checkpoints[uid] = list(prompt[:cut])
+        self._in_batch.add(uid)
         return uid, cached
 
+    def _start_solo(self, prompt, cache, cached, sampler, processors, max_tokens):
+        self._solo_uid -= 1
+        self._solo = SoloSpeculator(
+            self.model,
+            self.draft_model,
+            prompt=prompt,
+            cache=cache if cache is not None else make_prompt_cache(self.model),
+            cached=cached,
+            sampler=sampler,
+            processors=processors,
+            max_tokens=max_tokens,
+            num_draft=self.num_draft_tokens,
+            prefill_step_size=self.prefill_step_size,
+        )
+        return self._solo_uid, cached
+
+    def _hand_over(self) -> None:
+        """Move the solo sequence into the batch: its cache, tokens and pending token."""
+        solo, self._solo = self._solo, None
+        cache, tokens = solo.held()
+        (uid,) = self._gen.insert_segments(
+            [[[solo.pending]]],
+            max_tokens=[solo.remaining],
+            caches=[cache],
+            all_tokens=[tokens],
+            samplers=[solo.sampler],
+            logits_processors=[solo.processors],
+            stop_sequences=[StopSequences(None)],
+        )
+        self._alias[uid] = self._solo_uid
+        self._in_batch.add(uid)
+        self.handovers += 1
+
+    def _end_solo(self) -> None:
+        solo, self._solo = self._solo, None
+        if self.prefix_cache is not None:
+            cache, tokens = solo.held()
+            self.prefix_cache.store(tokens, cache)
+
+    def _solo_step(self) -> list[Step]:
+        solo = self._solo
+        drafted, accepted = solo.drafted, solo.accepted
+        decided = solo.step()
+        self._drafted += solo.drafted - drafted
+        self._accepted += solo.accepted - accepted
+        steps = [Step(self._solo_uid, d.token, d.logprobs, False) for d in decided]
+        if solo.remaining <= 0:
+            steps[-1].at_limit = True
+            self._end_solo()
+        return steps
+
+    @property
+    def spec_counts(self) -> tuple[int, int]:
+        return self._drafted, self._accepted
+
     def remove(self, uid: int) -> None:
+        if self._solo is not None and uid == self._solo_uid:
+            self._end_solo()
+            return
+        if uid < 0:
+            uid = next((g for g, solo in self._alias.items() if solo == uid), None)
+            if uid is None:
+                return
+        self._alias.pop(uid, None)
+        self._in_batch.discard(uid)
         self._checkpoints.pop(uid, None)
         caches = self._gen.remove([uid], return_prompt_caches=self.prefix_cache is not None)
         if uid in caches:
@@ -149,17 +238,26 @@ class ModelBatchSource:
                     self.prefix_cache.store(tokens, cache)
 
     def step(self) -> tuple[list[Step], list[int]]:
+        if self._solo is not None:
+            return self._solo_step(), []
         prompt_responses, responses = self._gen.next()
         if self._checkpoints:
             self._store_checkpoints(prompt_responses)
         steps = []
         for r in responses:
-            if r.finish_reason is not None and self.prefix_cache is not None:
+            done = r.finish_reason is not None
+            if done:
+                self._in_batch.discard(r.uid)
+            if done and self.prefix_cache is not None:
                 self.prefix_cache.store(r.all_tokens, r.prompt_cache)
-            steps.append(Step(r.uid, r.token, r.logprobs, r.finish_reason is not None))
+            uid = self._alias.pop(r.uid, r.uid) if done else self._alias.get(r.uid, r.uid)
+            steps.append(Step(uid, r.token, r.logprobs, done))
         return steps, []
 
     def reset(self) -> None:
+        self._solo = None
+        self._alias.clear()
+        self._in_batch.clear()
         self._checkpoints.clear()
         self._gen.close()
         self._gen = self._new_generator()
@@ -205,3 +303,7 @@ class ReplayBatchSource:
 
     def close(self) -> None:
         pass
+
+    @property
+    def spec_counts(self) -> tuple[int, int]:
+        return 0, 0
