@@ -59,11 +59,14 @@ def ttft(base: str, messages: list[dict]) -> tuple[float, int]:
     }
     start, first, cached = time.perf_counter(), None, 0
     with httpx.stream("POST", f"{base}/v1/chat/completions", json=body, timeout=None) as r:
+        if r.status_code != 200:
+            raise RuntimeError(f"{r.status_code}: {r.read().decode()}")
         for line in r.iter_lines():
             if not line.startswith("data: {"):
                 continue
             chunk = json.loads(line[6:])
-            if first is None and chunk.get("choices") and chunk["choices"][0]["delta"]:
+            delta = chunk["choices"][0]["delta"] if chunk.get("choices") else {}
+            if first is None and delta.get("content"):
                 first = time.perf_counter() - start
             if chunk.get("usage"):
                 cached = chunk["usage"]["prompt_tokens_details"]["cached_tokens"]
@@ -75,6 +78,7 @@ def restart(system: str) -> dict:
     args = ["--prefix-cache-dir", str(root / "cache")]
     with launched_server(None, args, root / "first.log") as server:
         cold = ttft(server.base_url, [{"role": "system", "content": system}, _user(0)])
+    print((root / "first.log").read_text()[-600:], file=sys.stderr)
     with launched_server(None, args, root / "second.log") as server:
         warm = ttft(server.base_url, [{"role": "system", "content": system}, _user(1)])
     files = sum(f.stat().st_size for f in (root / "cache").rglob("*.safetensors"))
@@ -144,7 +148,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--system-tokens", type=int, default=1024)
     parser.add_argument("--turns", type=int, default=10)
-    parser.add_argument("--skip-restart", action="store_true")
+    parser.add_argument("--only", choices=["replay", "restart"])
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     runtime = build_runtime(None, progress=False)
@@ -152,18 +156,19 @@ def main() -> None:
     system = system_prompt(tokenizer, args.system_tokens)
     result: dict = {}
     try:
-        result["replay_default_model"] = replay(runtime.pipeline, system, args.turns)
+        if args.only != "restart":
+            result["replay_default_model"] = replay(runtime.pipeline, system, args.turns)
     finally:
         runtime.close()
     hybrid = tiny_hybrid(len(tokenizer.get_vocab()))
-    for on in (True, False):
+    for on in (True, False) if args.only != "restart" else ():
         pipeline = hybrid_pipeline(hybrid, tokenizer, on)
         try:
             key = f"replay_hybrid_checkpoints_{'on' if on else 'off'}"
             result[key] = replay(pipeline, system, args.turns)
         finally:
             pipeline.engine.close()
-    if not args.skip_restart:
+    if args.only != "replay":
         result["restart"] = restart(system)
     for key, value in result.items():
         shown = value if isinstance(value, dict) else " ".join(f"{f:.2f}" for f in value)

@@ -58,6 +58,10 @@ class FailingSource:
     def close(self) -> None:
         self.inner.close()
 
+    @property
+    def spec_counts(self) -> tuple[int, int]:
+        return self.inner.spec_counts
+
     def step(self):
         self.steps += 1
         if self.steps > self.after:

@@ -51,6 +51,13 @@ class GatedSource:
     def reset(self):
         self.inner.reset()
 
+    def close(self):
+        self.inner.close()
+
+    @property
+    def spec_counts(self):
+        return self.inner.spec_counts
+
     def step(self):
         if self._fresh:
             self._fresh = False

@@ -53,6 +53,8 @@ def build_runtime(
     prefix_cache_dir: str | None = None,
     prefix_cache_disk_gb: float = 10.0,
     warmup_prompt: str | None = None,
+    draft_model: str | None = None,
+    num_draft_tokens: int = 4,
     progress: bool = True,
 ) -> Runtime:
     if cpu_weights == "auto" and sys.platform.startswith("linux") and not openblas_preloaded():
@@ -74,6 +76,8 @@ def build_runtime(
         prefix_cache=cache,
         kv_bits=kv_bits,
         kv_group_size=kv_group_size,
+        draft_model=load_draft(draft_model, loaded, cpu_weights) if draft_model else None,
+        num_draft_tokens=num_draft_tokens,
     )
     log.info("loaded %s (%s weights) from %s", loaded.name, loaded.weights, loaded.path)
     runtime = _assemble(
@@ -91,6 +95,15 @@ def build_runtime(
     if warmup_prompt:
         warm_up(runtime.pipeline, warmup_prompt)
     return runtime
+
+
+def load_draft(spec: str, target: LoadedModel, cpu_weights: CpuWeights):
+    """The ``--draft-model``: any model the loader accepts, with the target's vocabulary."""
+    draft = load_model(spec, cpu_weights=cpu_weights, progress=False)
+    if draft.tokenizer.get_vocab() != target.tokenizer.get_vocab():
+        raise ValueError(f"--draft-model {spec} does not share {target.name}'s vocabulary")
+    log.info("draft model %s (%s weights)", draft.name, draft.weights)
+    return draft.model
 
 
 def warm_up(pipeline: Pipeline, system_prompt: str) -> int:

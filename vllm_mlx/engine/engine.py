@@ -95,6 +95,11 @@ class Engine:
     def running(self) -> int:
         return len(self._running)
 
+    @property
+    def spec_counts(self) -> tuple[int, int]:
+        """Speculative decoding so far: (draft tokens proposed, accepted)."""
+        return self.source.spec_counts
+
     def close(self) -> None:
         """Stop: running and waiting requests end as cancelled, then the worker exits."""
         self._closing.set()

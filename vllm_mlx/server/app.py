@@ -102,6 +102,8 @@ def create_app(state: ServerState) -> Starlette:
         },
     )
     engine = state.pipeline.engine
-    state.metrics.watch_engine(lambda: engine.queue_depth, lambda: engine.running)
+    state.metrics.watch_engine(
+        lambda: engine.queue_depth, lambda: engine.running, lambda: engine.spec_counts
+    )
     app.state.vllm = state
     return app

@@ -90,6 +90,17 @@ import click
     help="Pre-fill the prefix cache at start-up with this file's text as a system prompt.",
 )
 @click.option(
+    "--draft-model",
+    help="Speculative decoding with this draft model (same vocabulary) while one request runs.",
+)
+@click.option(
+    "--num-draft-tokens",
+    default=4,
+    show_default=True,
+    type=click.IntRange(min=1, max=16),
+    help="Tokens the draft model proposes per step.",
+)
+@click.option(
     "--default-thinking-token-budget",
     type=click.IntRange(min=0),
     help="Cap on reasoning tokens when a request sets none (default: no cap).",
@@ -193,6 +204,8 @@ def serve(model: str | None, **opts) -> None:
                 prefix_cache_dir=opts["prefix_cache_dir"],
                 prefix_cache_disk_gb=opts["prefix_cache_disk_gb"],
                 warmup_prompt=opts["warmup_prompt"].read() if opts["warmup_prompt"] else None,
+                draft_model=opts["draft_model"],
+                num_draft_tokens=opts["num_draft_tokens"],
                 **parsers,
             )
     except (ModelLoadError, ValueError) as exc:
