@@ -55,8 +55,8 @@ class FailingSource:
     def reset(self) -> None:
         self.inner.reset()
 
-    def close(self) -> None:
-        self.inner.close()
+    def flush(self) -> None:
+        self.inner.flush()
 
     @property
     def spec_counts(self) -> tuple[int, int]:

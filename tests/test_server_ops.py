@@ -51,8 +51,8 @@ class GatedSource:
     def reset(self):
         self.inner.reset()
 
-    def close(self):
-        self.inner.close()
+    def flush(self):
+        self.inner.flush()
 
     @property
     def spec_counts(self):

@@ -80,7 +80,7 @@ class DiskCache:
         self._writes: queue.Queue = queue.Queue()
         self._scan()
         threading.Thread(target=self._write_loop, name="vllm-mlx-cache-files", daemon=True).start()
-        atexit.register(self.flush)
+        atexit.register(self.flush)  # the server flushes on shutdown; this covers the Python API
 
     # -- index -----------------------------------------------------------------------------
 

@@ -105,7 +105,11 @@ class Engine:
         self._closing.set()
         self._jobs.put(_SHUTDOWN)
         self._thread.join(timeout=10)
-        self.source.close()
+        self.flush()
+
+    def flush(self) -> None:
+        """Finish the source's pending writes (the prefix cache on disk)."""
+        self.source.flush()
 
     def _submit(self, request: GenerationRequest, emit: Emit) -> _Job:
         if self._jobs.qsize() >= self.max_queue:

@@ -146,7 +146,7 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def close(self) -> None:
+    def flush(self) -> None:
         """Finish writing to disk."""
         if self.disk is not None:
             self.disk.flush()

@@ -53,8 +53,8 @@ class TokenSource(Protocol):
     def reset(self) -> None:
         """Drop every sequence (after a failed step)."""
 
-    def close(self) -> None:
-        """Release what outlives the sequences (pending cache writes)."""
+    def flush(self) -> None:
+        """Finish what outlives the sequences: the prefix cache's pending disk writes."""
 
     @property
     def spec_counts(self) -> tuple[int, int]:
@@ -262,9 +262,9 @@ class ModelBatchSource:
         self._gen.close()
         self._gen = self._new_generator()
 
-    def close(self) -> None:
+    def flush(self) -> None:
         if self.prefix_cache is not None:
-            self.prefix_cache.close()
+            self.prefix_cache.flush()
 
 
 class ReplayBatchSource:
@@ -301,7 +301,7 @@ class ReplayBatchSource:
     def reset(self) -> None:
         self._running.clear()
 
-    def close(self) -> None:
+    def flush(self) -> None:
         pass
 
     @property
