@@ -62,6 +62,9 @@ class FailingSource:
     def spec_counts(self) -> tuple[int, int]:
         return self.inner.spec_counts
 
+    def prefill_to_share(self, prompt) -> bool:
+        return self.inner.prefill_to_share(prompt)
+
     def step(self):
         self.steps += 1
         if self.steps > self.after:

@@ -55,6 +55,7 @@ class Engine:
         self._jobs: queue.Queue = queue.Queue()
         self._eos = set(tokenizer.eos_token_ids)
         self._running: dict[int, _Running] = {}
+        self._deferred: list[_Job] = []  # waiting for a shared prefix's prefill (_admit)
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._work, name="vllm-mlx-engine", daemon=True)
         self._thread.start()
@@ -147,7 +148,19 @@ class Engine:
                     running.job.emit(running.decoder.on_end("stop"))
 
     def _admit(self) -> bool:
-        """Move waiting jobs into the batch; block while idle. False on shutdown."""
+        """Move waiting jobs into the batch; block while idle. False on shutdown.
+
+        A job whose prompt shares a long prefix with one still prefilling is deferred until
+        that prefill ends and lands in the prefix cache, instead of computing it twice."""
+        for job in list(self._deferred):
+            if len(self._running) >= self.max_num_seqs:
+                break
+            if job.cancelled.is_set() or not self.source.prefill_to_share(
+                job.request.prompt_tokens
+            ):
+                self._deferred.remove(job)
+                if not job.cancelled.is_set():
+                    self._start(job)
         while len(self._running) < self.max_num_seqs:
             try:
                 job = self._jobs.get(block=not self._running)
@@ -156,10 +169,16 @@ class Engine:
             if job is _SHUTDOWN:
                 for running in self._running.values():
                     running.job.emit(running.decoder.on_end("cancelled"))
+                for waiting in self._deferred:
+                    waiting.emit(GenerationChunk(finish_reason="cancelled"))
                 return False
             if self._closing.is_set():
                 job.emit(GenerationChunk(finish_reason="cancelled"))
-            elif not job.cancelled.is_set():
+            elif job.cancelled.is_set():
+                continue
+            elif self.source.prefill_to_share(job.request.prompt_tokens):
+                self._deferred.append(job)
+            else:
                 self._start(job)
         return True
 

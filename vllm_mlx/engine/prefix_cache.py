@@ -76,11 +76,7 @@ class PrefixCache:
         if not prompt:
             return None, 0
         wanted = np.asarray(prompt, dtype=np.int32)
-        best, served = None, 0
-        for entry in self._entries:
-            n = usable(entry.tokens, entry.trimmable, wanted)
-            if n > served:
-                best, served = entry, n
+        best, served = self._best(wanted)
         if self.disk is not None:
             best, served = self._from_disk(wanted, best, served)
         if best is None:
@@ -90,6 +86,18 @@ class PrefixCache:
         if len(best.tokens) > served:
             trim_prompt_cache(cache, len(best.tokens) - served)
         return cache, served
+
+    def _best(self, wanted: np.ndarray) -> tuple[_Entry | None, int]:
+        best, served = None, 0
+        for entry in self._entries:
+            n = usable(entry.tokens, entry.trimmable, wanted)
+            if n > served:
+                best, served = entry, n
+        return best, served
+
+    def served(self, prompt: np.ndarray) -> int:
+        """Prompt tokens memory would serve now (nothing fetched, nothing copied)."""
+        return self._best(prompt)[1]
 
     def _from_disk(self, wanted: np.ndarray, best: _Entry | None, served: int):
         """A disk entry that serves more than memory can, loaded into memory."""

@@ -14,13 +14,18 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import mlx.core as mx
+import numpy as np
 from mlx_lm.generate import BatchGenerator, StopSequences
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
 
 from .kv_quant import quantized_prompt_cache
-from .prefix_cache import PrefixCache
+from .prefix_cache import PrefixCache, common_prefix
 from .sampling import LogitsProcessor, Sampler
 from .speculative import SoloSpeculator
+
+# Prompt tokens a new request must share with one still prefilling to wait for it (its
+# prefix then comes from the cache) rather than compute them a second time alongside.
+SHARED_PREFILL_MIN = 256
 
 
 @dataclass
@@ -59,6 +64,10 @@ class TokenSource(Protocol):
     @property
     def spec_counts(self) -> tuple[int, int]:
         """Speculative decoding so far: (draft tokens proposed, accepted)."""
+
+    def prefill_to_share(self, prompt: list[int]) -> bool:
+        """Whether a sequence still prefilling will put much more of ``prompt`` into the
+        prefix cache than it holds now (cache-aware admission: worth waiting for)."""
 
 
 class ModelBatchSource:
@@ -99,6 +108,8 @@ class ModelBatchSource:
         self._solo_uid = 0
         self._alias: dict[int, int] = {}  # generator uid -> the solo uid it started as
         self._in_batch: set[int] = set()  # generator uids not finished or removed
+        self._prefilling: dict[int, np.ndarray] = {}  # generator uid -> prompt, in prefill
+        self._awaited: set[int] = set()  # prefilling uids a waiting request shares with
         self._drafted = self._accepted = 0
         self.handovers = 0  # solo sequences moved into the batch
 
@@ -156,7 +167,30 @@ class ModelBatchSource:
         if cut is not None:
             self._checkpoints[uid] = list(prompt[:cut])
         self._in_batch.add(uid)
+        if self.prefix_cache is not None and not self.checkpointing:
+            self._prefilling[uid] = np.asarray(prompt, dtype=np.int32)
         return uid, cached
+
+    def prefill_to_share(self, prompt: list[int]) -> bool:
+        if not self._prefilling:
+            return False
+        wanted = np.asarray(prompt, dtype=np.int32)
+        have = self.prefix_cache.served(wanted)
+        for uid, other in self._prefilling.items():
+            if min(common_prefix(other, wanted), len(wanted) - 1) - have >= SHARED_PREFILL_MIN:
+                self._awaited.add(uid)
+                return True
+        return False
+
+    def _share_prefills(self, prompt_responses: list[Any]) -> None:
+        """A prompt others wait for is stored the moment its prefill ends."""
+        for r in prompt_responses:
+            if not r.end_of_prompt or self._prefilling.pop(r.uid, None) is None:
+                continue
+            if r.uid in self._awaited:
+                self._awaited.discard(r.uid)
+                cache, tokens = self._gen.extract_cache([r.uid])[r.uid]
+                self.prefix_cache.store(list(tokens), cache)
 
     def _start_solo(self, prompt, cache, cached, sampler, processors, max_tokens):
         self._solo_uid -= 1
@@ -223,6 +257,8 @@ class ModelBatchSource:
                 return
         self._alias.pop(uid, None)
         self._in_batch.discard(uid)
+        self._prefilling.pop(uid, None)
+        self._awaited.discard(uid)
         self._checkpoints.pop(uid, None)
         caches = self._gen.remove([uid], return_prompt_caches=self.prefix_cache is not None)
         if uid in caches:
@@ -243,6 +279,8 @@ class ModelBatchSource:
         prompt_responses, responses = self._gen.next()
         if self._checkpoints:
             self._store_checkpoints(prompt_responses)
+        if self._prefilling:
+            self._share_prefills(prompt_responses)
         steps = []
         for r in responses:
             done = r.finish_reason is not None
@@ -258,6 +296,8 @@ class ModelBatchSource:
         self._solo = None
         self._alias.clear()
         self._in_batch.clear()
+        self._prefilling.clear()
+        self._awaited.clear()
         self._checkpoints.clear()
         self._gen.close()
         self._gen = self._new_generator()
@@ -307,3 +347,6 @@ class ReplayBatchSource:
     @property
     def spec_counts(self) -> tuple[int, int]:
         return 0, 0
+
+    def prefill_to_share(self, prompt: list[int]) -> bool:
+        return False
