@@ -83,6 +83,16 @@ class FailingSource:
     def reset(self) -> None:
         self.inner.reset()
 
+    def flush(self) -> None:
+        self.inner.flush()
+
+    @property
+    def spec_counts(self) -> tuple[int, int]:
+        return self.inner.spec_counts
+
+    def prefill_to_share(self, prompt) -> bool:
+        return self.inner.prefill_to_share(prompt)
+
     def step(self):
         self.steps += 1
         if self.steps > self.after:

@@ -26,6 +26,7 @@ from .chat.template import (
 from .chat.thinking_switch import ThinkingDecision, UnknownEffortError, decide_thinking
 from .constrained import ConstraintError, build_logits_processors
 from .constrained.tokenizer_cache import token_count
+from .engine.boundaries import history_end
 from .engine.engine import Engine
 from .engine.sampling import LogitsProcessor, SamplingParams
 from .engine.types import GenerationChunk, GenerationRequest, TokenLogprob
@@ -249,7 +250,12 @@ class Pipeline:
             prompt_tail=prompt.tail,
             id_style=tool_format.id_style if tool_format else "openai",
         )
-        generation = GenerationRequest(prompt.token_ids, params, processors)
+        generation = GenerationRequest(
+            prompt.token_ids,
+            params,
+            processors,
+            checkpoints=history_end(self.tokenizer, prompt.token_ids, prompt.tail),
+        )
         return Prepared(generation, output)
 
     def prepare_completion(

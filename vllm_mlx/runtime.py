@@ -16,7 +16,7 @@ from .chat.tool_prompt import FALLBACK_TOOL_PARSER
 from .constrained.tokenizer_cache import token_count
 from .engine.cpu import openblas_preloaded
 from .engine.engine import Engine
-from .engine.prefix_cache import PrefixCache
+from .engine.prefix_cache import build_prefix_cache
 from .engine.sampling import SamplingParams
 from .engine.sources import ModelBatchSource, ReplayBatchSource, TokenSource
 from .families.formats import ReasoningFormat, ToolCallFormat
@@ -24,7 +24,7 @@ from .models.loader import CpuWeights, LoadedModel, load_model, load_tokenizer_o
 from .models.sampling_defaults import model_sampling
 from .pipeline import Pipeline
 from .reasoning import ReasoningParserManager
-from .request import RequestLimits
+from .request import ChatRequest, RequestLimits, Sampling
 from .tool_parsers import ToolParserManager
 
 log = logging.getLogger(__name__)
@@ -59,16 +59,40 @@ def build_runtime(
     allow_request_templates: bool = False,
     unsupported_media: str = "placeholder",
     limits: RequestLimits | None = None,
+    max_model_len: int | None = None,
+    kv_bits: int | None = None,
+    kv_group_size: int = 64,
+    prefix_cache_dir: str | None = None,
+    prefix_cache_disk_gb: float = 10.0,
+    warmup_prompt: str | None = None,
+    draft_model: str | None = None,
+    num_draft_tokens: int = 4,
     progress: bool = True,
 ) -> Runtime:
     if cpu_weights == "auto" and sys.platform.startswith("linux") and not openblas_preloaded():
         # float32 pays off only when OpenBLAS does the matmuls (engine/cpu.py)
         cpu_weights = "quantized"
     loaded = load_model(model, cpu_weights=cpu_weights, progress=progress)
-    cache = PrefixCache(prefix_cache_mb * 1024 * 1024) if prefix_cache_mb > 0 else None
-    source = ModelBatchSource(loaded.model, max_num_seqs=max_num_seqs, prefix_cache=cache)
+    cache = build_prefix_cache(
+        loaded.model,
+        loaded.tokenizer,
+        memory_mb=prefix_cache_mb,
+        disk_dir=prefix_cache_dir,
+        disk_gb=prefix_cache_disk_gb,
+        kv_bits=kv_bits,
+        kv_group_size=kv_group_size if kv_bits else None,
+    )
+    source = ModelBatchSource(
+        loaded.model,
+        max_num_seqs=max_num_seqs,
+        prefix_cache=cache,
+        kv_bits=kv_bits,
+        kv_group_size=kv_group_size,
+        draft_model=load_draft(draft_model, loaded, cpu_weights) if draft_model else None,
+        num_draft_tokens=num_draft_tokens,
+    )
     log.info("loaded %s (%s weights) from %s", loaded.name, loaded.weights, loaded.path)
-    return _assemble(
+    runtime = _assemble(
         loaded,
         source,
         reasoning_parser=reasoning_parser,
@@ -83,7 +107,34 @@ def build_runtime(
         allow_request_templates=allow_request_templates,
         unsupported_media=unsupported_media,
         limits=limits,
+        max_model_len=max_model_len,
     )
+    if warmup_prompt:
+        warm_up(runtime.pipeline, warmup_prompt)
+    return runtime
+
+
+def load_draft(spec: str, target: LoadedModel, cpu_weights: CpuWeights):
+    """The ``--draft-model``: any model the loader accepts, with the target's vocabulary."""
+    draft = load_model(spec, cpu_weights=cpu_weights, progress=False)
+    if draft.tokenizer.get_vocab() != target.tokenizer.get_vocab():
+        raise ValueError(f"--draft-model {spec} does not share {target.name}'s vocabulary")
+    log.info("draft model %s (%s weights)", draft.name, draft.weights)
+    return draft.model
+
+
+def warm_up(pipeline: Pipeline, system_prompt: str) -> int:
+    """Pre-fill the prefix cache with a system prompt, so the first request that starts
+    with it computes only what follows; returns the prompt tokens read from a cache (a
+    restart with ``--prefix-cache-dir`` reads them from disk)."""
+    request = ChatRequest(
+        messages=[{"role": "system", "content": system_prompt}],
+        sampling=Sampling(temperature=0.0),
+        max_tokens=1,
+    )
+    result = pipeline.complete_sync(pipeline.prepare_chat(request))
+    log.info("warm-up: %d system prompt tokens", result.usage.prompt_tokens)
+    return result.usage.cached_tokens
 
 
 def build_replay_runtime(
@@ -100,6 +151,7 @@ def build_replay_runtime(
     limits: RequestLimits | None = None,
     max_queue: int = 256,
     max_num_seqs: int = 8,
+    max_model_len: int | None = None,
 ) -> Runtime:
     """A runtime that answers every request with ``text`` (then EOS), tokenized by the
     model's real tokenizer, at no model cost: for measuring the server's own per-token cost
@@ -120,6 +172,7 @@ def build_replay_runtime(
         allow_request_templates=allow_request_templates,
         unsupported_media=unsupported_media,
         limits=limits,
+        max_model_len=max_model_len,
     )
 
 
@@ -132,6 +185,7 @@ def _assemble(
     max_num_seqs: int = 8,
     max_queue: int = 256,
     sampling_overrides: dict | None = None,
+    max_model_len: int | None = None,
     **pipeline_options,
 ) -> Runtime:
     """Formats chosen, the engine started on ``source``, the pipeline around it; sampling
@@ -145,13 +199,25 @@ def _assemble(
     pipeline = Pipeline(
         engine,
         vocab_size=vocab_size(loaded),
-        context_length=loaded.context_length or DEFAULT_CONTEXT_LENGTH,
+        context_length=context_limit(loaded.context_length, max_model_len),
         reasoning_format=reasoning_format,
         tool_format=tool_format,
         sampling_defaults=SamplingParams(**sampling),
         **pipeline_options,
     )
     return Runtime(loaded, engine, pipeline)
+
+
+def context_limit(model_len: int | None, max_model_len: int | None) -> int:
+    """The context the server allows: ``--max-model-len`` when given (it may only lower a
+    known model context), else the model's own, else ``DEFAULT_CONTEXT_LENGTH``."""
+    if max_model_len is None:
+        return model_len or DEFAULT_CONTEXT_LENGTH
+    if model_len is not None and max_model_len > model_len:
+        raise ValueError(
+            f"--max-model-len {max_model_len} exceeds the model's context length {model_len}"
+        )
+    return max_model_len
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,7 @@ class Engine:
         self._jobs: queue.Queue = queue.Queue()
         self._eos = set(tokenizer.eos_token_ids)
         self._running: dict[int, _Running] = {}
+        self._deferred: list[_Job] = []  # waiting for a shared prefix's prefill (_admit)
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._work, name="vllm-mlx-engine", daemon=True)
         self._thread.start()
@@ -106,11 +107,21 @@ class Engine:
     def running(self) -> int:
         return len(self._running)
 
+    @property
+    def spec_counts(self) -> tuple[int, int]:
+        """Speculative decoding so far: (draft tokens proposed, accepted)."""
+        return self.source.spec_counts
+
     def close(self) -> None:
         """Stop: running and waiting requests end as cancelled, then the worker exits."""
         self._closing.set()
         self._jobs.put(_SHUTDOWN)
         self._thread.join(timeout=10)
+        self.flush()
+
+    def flush(self) -> None:
+        """Finish the source's pending writes (the prefix cache on disk)."""
+        self.source.flush()
 
     def _submit(self, request: GenerationRequest, emit: Emit) -> _Job:
         if self._jobs.qsize() >= self.max_queue:
@@ -148,7 +159,19 @@ class Engine:
                     running.job.emit(running.decoder.on_end("stop"))
 
     def _admit(self) -> bool:
-        """Move waiting jobs into the batch; block while idle. False on shutdown."""
+        """Move waiting jobs into the batch; block while idle. False on shutdown.
+
+        A job whose prompt shares a long prefix with one still prefilling is deferred until
+        that prefill ends and lands in the prefix cache, instead of computing it twice."""
+        for job in list(self._deferred):
+            if len(self._running) >= self.max_num_seqs:
+                break
+            if job.cancelled.is_set() or not self.source.prefill_to_share(
+                job.request.prompt_tokens
+            ):
+                self._deferred.remove(job)
+                if not job.cancelled.is_set():
+                    self._start(job)
         while len(self._running) < self.max_num_seqs:
             try:
                 job = self._jobs.get(block=not self._running)
@@ -157,10 +180,16 @@ class Engine:
             if job is _SHUTDOWN:
                 for running in self._running.values():
                     running.job.emit(running.decoder.on_end("cancelled"))
+                for waiting in self._deferred:
+                    waiting.emit(GenerationChunk(finish_reason="cancelled"))
                 return False
             if self._closing.is_set():
                 job.emit(GenerationChunk(finish_reason="cancelled"))
-            elif not job.cancelled.is_set():
+            elif job.cancelled.is_set():
+                continue
+            elif self.source.prefill_to_share(job.request.prompt_tokens):
+                self._deferred.append(job)
+            else:
                 self._start(job)
         return True
 
@@ -172,6 +201,7 @@ class Engine:
                 sampler=make_sampler(params),
                 processors=make_penalty_processors(params) + list(request.logits_processors),
                 max_tokens=params.max_tokens,
+                checkpoints=request.checkpoints,
             )
         except Exception as exc:
             log.exception("could not start request %s", request.request_id)

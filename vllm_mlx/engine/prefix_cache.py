@@ -1,42 +1,180 @@
-"""A memory-bounded LRU of KV caches keyed by token prefixes (mlx-lm's LRUPromptCache).
+"""A memory-bounded LRU of KV caches keyed by token prefixes, optionally backed by disk.
 
-Fetching returns a deep copy, so the request that reuses an entry never mutates it; an exact
-hit is trimmed by one token because generation needs the last prompt token's logits.
+An entry serves a prompt in one of two ways. A trimmable cache (plain or quantized KV)
+serves any prompt it shares a prefix with: it is trimmed to the common prefix, so a client
+that rewrote the previous assistant turn still reuses everything before the rewrite. A cache
+that cannot be trimmed (sliding-window, state-space layers) serves only prompts it is a
+strict prefix of; for those the source stores checkpoints at message boundaries, which the
+next turn extends even when the turn after them changed.
+
+Fetching copies nothing: the request gets new cache objects over views of the entry's arrays.
+MLX arrays are values; a write into a view whose buffer the entry still holds produces a new
+buffer, so the entry is never changed, and the only copy is the one the batch makes anyway
+when it merges the request's cache into its own buffers. At least the last prompt token is
+always recomputed, because generation needs its logits.
 """
 
 from __future__ import annotations
 
+import copy
+import itertools
+from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
-from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache, trim_prompt_cache
+import numpy as np
+from mlx.utils import tree_map
+from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
-_KEY = "model"  # one model per engine
+from .cache_files import DiskCache, cache_namespace
+
+
+@dataclass
+class _Entry:
+    tokens: np.ndarray
+    cache: list[Any]
+    nbytes: int
+    trimmable: bool
+    used: int = 0
+
+
+def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    n = min(len(a), len(b))
+    differ = np.flatnonzero(a[:n] != b[:n])
+    return int(differ[0]) if differ.size else n
+
+
+def usable(tokens: np.ndarray, trimmable: bool, prompt: np.ndarray) -> int:
+    """Prompt tokens an entry can serve (never the last one)."""
+    shared = common_prefix(tokens, prompt)
+    if trimmable:
+        return min(shared, len(prompt) - 1)
+    return len(tokens) if shared == len(tokens) < len(prompt) else 0
+
+
+def shared_copy(cache: list[Any]) -> list[Any]:
+    """Per layer, a new cache object whose arrays are views of the given ones (no data is
+    copied; see the module docstring for why writes cannot reach the original)."""
+    shared = []
+    for layer in cache:
+        clone = copy.copy(layer)
+        clone.state = tree_map(lambda x: x[...] if isinstance(x, mx.array) else x, layer.state)
+        shared.append(clone)
+    return shared
 
 
 class PrefixCache:
-    def __init__(self, max_bytes: int, max_entries: int = 64):
-        self._lru = LRUPromptCache(max_size=max_entries, max_bytes=max_bytes)
+    def __init__(self, max_bytes: int, max_entries: int = 64, disk: DiskCache | None = None):
+        self.max_bytes = max_bytes
+        self.max_entries = max_entries
+        self.disk = disk
+        self._entries: list[_Entry] = []
+        self._clock = itertools.count(1)
 
     def fetch(self, prompt: list[int]) -> tuple[list[Any] | None, int]:
-        """(a private copy of the longest cached prefix's KV cache, its length in tokens)."""
-        cache, rest = self._lru.fetch_nearest_cache(_KEY, prompt)
-        if cache is None:
+        """(a private copy of the best entry's cache trimmed to what it serves, that length)."""
+        if not prompt:
             return None, 0
-        if not rest:
-            if not can_trim_prompt_cache(cache):
-                return None, 0
-            trim_prompt_cache(cache, 1)
-            return cache, len(prompt) - 1
-        return cache, len(prompt) - len(rest)
+        wanted = np.asarray(prompt, dtype=np.int32)
+        best, served = self._best(wanted)
+        if self.disk is not None:
+            best, served = self._from_disk(wanted, best, served)
+        if best is None:
+            return None, 0
+        best.used = next(self._clock)
+        cache = shared_copy(best.cache)
+        if len(best.tokens) > served:
+            trim_prompt_cache(cache, len(best.tokens) - served)
+        return cache, served
+
+    def _best(self, wanted: np.ndarray) -> tuple[_Entry | None, int]:
+        best, served = None, 0
+        for entry in self._entries:
+            n = usable(entry.tokens, entry.trimmable, wanted)
+            if n > served:
+                best, served = entry, n
+        return best, served
+
+    def served(self, prompt: np.ndarray) -> int:
+        """Prompt tokens memory would serve now (nothing fetched, nothing copied)."""
+        return self._best(prompt)[1]
+
+    def _from_disk(self, wanted: np.ndarray, best: _Entry | None, served: int):
+        """A disk entry that serves more than memory can, loaded into memory."""
+        ranked = sorted(
+            ((usable(e.tokens, e.trimmable, wanted), e) for e in self.disk.candidates()),
+            key=lambda pair: -pair[0],
+        )
+        for n, entry in ranked:
+            if n <= served:
+                break
+            cache = self.disk.load(entry)
+            if cache is not None:
+                loaded = self._insert(entry.tokens, cache)
+                return (loaded, n) if loaded is not None else (best, served)
+        return best, served
 
     def store(self, tokens: list[int], cache: list[Any]) -> None:
-        if tokens and cache:
-            # A row extracted from a batch is a lazy slice of the whole batch's KV buffers:
-            # evaluate it now, or the entry would keep every row of that batch alive.
-            mx.eval([c.state for c in cache])
-            self._lru.insert_cache(_KEY, list(tokens), cache)
+        if not tokens or not cache:
+            return
+        # A row extracted from a batch is a lazy slice of the whole batch's KV buffers:
+        # evaluate it now, or the entry would keep every row of that batch alive.
+        mx.eval([c.state for c in cache])
+        entry = self._insert(np.asarray(tokens, dtype=np.int32), cache)
+        if entry is not None and self.disk is not None:
+            self.disk.save(list(tokens), cache, entry.trimmable)
+
+    def _insert(self, tokens: np.ndarray, cache: list[Any]) -> _Entry | None:
+        nbytes = sum(c.nbytes for c in cache)
+        if nbytes > self.max_bytes:
+            return None
+        entry = _Entry(tokens, cache, nbytes, can_trim_prompt_cache(cache), next(self._clock))
+        # Same tokens: replaced. A trimmable entry also serves every prefix of itself.
+        self._entries = [
+            e
+            for e in self._entries
+            if not (
+                np.array_equal(e.tokens, tokens)
+                or (
+                    entry.trimmable
+                    and e.trimmable
+                    and common_prefix(e.tokens, tokens) == len(e.tokens)
+                )
+            )
+        ]
+        self._entries.append(entry)
+        while len(self._entries) > self.max_entries or self.nbytes > self.max_bytes:
+            self._entries.remove(min(self._entries, key=lambda e: e.used))
+        return entry
 
     @property
     def nbytes(self) -> int:
-        return self._lru.nbytes
+        return sum(e.nbytes for e in self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def flush(self) -> None:
+        """Finish writing to disk."""
+        if self.disk is not None:
+            self.disk.flush()
+
+
+def build_prefix_cache(
+    model: Any,
+    tokenizer: Any,
+    *,
+    memory_mb: int,
+    disk_dir: str | None = None,
+    disk_gb: float = 10.0,
+    **kv_settings: Any,
+) -> PrefixCache | None:
+    """The server's prefix cache: ``memory_mb`` of entries (0: none), persisted under
+    ``disk_dir`` in this model's namespace when given."""
+    if memory_mb <= 0:
+        return None
+    disk = None
+    if disk_dir:
+        namespace = cache_namespace(model, tokenizer, **kv_settings)
+        disk = DiskCache(disk_dir, namespace, int(disk_gb * 2**30))
+    return PrefixCache(memory_mb * 2**20, disk=disk)

@@ -32,31 +32,44 @@ class SamplingParams:
     top_logprobs: int = 0
 
 
-def make_sampler(params: SamplingParams) -> Sampler:
-    """A sampler over log-probabilities. With a seed, the request owns its random key, so
-    its samples do not depend on what other requests drew before it."""
-    if params.temperature == 0:
-        return lambda logprobs: mx.argmax(logprobs, axis=-1)
+class RequestSampler:
+    """A request's sampler over log-probabilities. With a seed, the request owns its random
+    key, so its samples do not depend on what other requests drew before it. Speculative
+    decoding reads the distribution it samples from (``logits``) and draws with the same key.
+    """
 
-    filters: list[Callable[[mx.array], mx.array]] = []
-    if 0 < params.top_p < 1.0:
-        filters.append(lambda x: apply_top_p(x, params.top_p))
-    if params.min_p > 0:
-        filters.append(lambda x: apply_min_p(x, params.min_p))
-    if params.top_k > 0:
-        filters.append(lambda x: apply_top_k(x, params.top_k))
-    inv_temp = 1.0 / params.temperature
-    key = [mx.random.key(params.seed)] if params.seed is not None else None
+    def __init__(self, params: SamplingParams):
+        self.greedy = params.temperature == 0
+        self._filters: list[Callable[[mx.array], mx.array]] = []
+        if 0 < params.top_p < 1.0:
+            self._filters.append(lambda x: apply_top_p(x, params.top_p))
+        if params.min_p > 0:
+            self._filters.append(lambda x: apply_min_p(x, params.min_p))
+        if params.top_k > 0:
+            self._filters.append(lambda x: apply_top_k(x, params.top_k))
+        self._inv_temp = 0.0 if self.greedy else 1.0 / params.temperature
+        self._key = mx.random.key(params.seed) if params.seed is not None else None
 
-    def sample(logprobs: mx.array) -> mx.array:
-        for f in filters:
+    def logits(self, logprobs: mx.array) -> mx.array:
+        """Unnormalized log-weights of the distribution a sample is drawn from."""
+        for f in self._filters:
             logprobs = f(logprobs)
-        if key is None:
-            return mx.random.categorical(logprobs * inv_temp)
-        key[0], sub = mx.random.split(key[0])
-        return mx.random.categorical(logprobs * inv_temp, key=sub)
+        return logprobs * self._inv_temp
 
-    return sample
+    def next_key(self) -> mx.array | None:
+        if self._key is None:
+            return None
+        self._key, sub = mx.random.split(self._key)
+        return sub
+
+    def __call__(self, logprobs: mx.array) -> mx.array:
+        if self.greedy:
+            return mx.argmax(logprobs, axis=-1)
+        return mx.random.categorical(self.logits(logprobs), key=self.next_key())
+
+
+def make_sampler(params: SamplingParams) -> RequestSampler:
+    return RequestSampler(params)
 
 
 def make_penalty_processors(params: SamplingParams) -> list[LogitsProcessor]:

@@ -9,14 +9,23 @@ through the real server with a chosen output.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import mlx.core as mx
+import numpy as np
 from mlx_lm.generate import BatchGenerator, StopSequences
+from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
 
-from .prefix_cache import PrefixCache
+from .kv_quant import quantized_prompt_cache
+from .prefix_cache import PrefixCache, common_prefix
 from .sampling import LogitsProcessor, Sampler
+from .speculative import SoloSpeculator
+
+# Prompt tokens a new request must share with one still prefilling to wait for it (its
+# prefix then comes from the cache) rather than compute them a second time alongside.
+SHARED_PREFILL_MIN = 256
 
 
 @dataclass
@@ -35,8 +44,10 @@ class TokenSource(Protocol):
         sampler: Sampler,
         processors: list[LogitsProcessor],
         max_tokens: int,
+        checkpoints: Sequence[int] = (),
     ) -> tuple[int, int]:
-        """Start a sequence; returns (uid, prompt tokens served from a cache)."""
+        """Start a sequence; returns (uid, prompt tokens served from a cache).
+        ``checkpoints``: prompt offsets (message ends) whose cache is worth keeping."""
 
     def remove(self, uid: int) -> None: ...
 
@@ -47,6 +58,17 @@ class TokenSource(Protocol):
     def reset(self) -> None:
         """Drop every sequence (after a failed step)."""
 
+    def flush(self) -> None:
+        """Finish what outlives the sequences: the prefix cache's pending disk writes."""
+
+    @property
+    def spec_counts(self) -> tuple[int, int]:
+        """Speculative decoding so far: (draft tokens proposed, accepted)."""
+
+    def prefill_to_share(self, prompt: list[int]) -> bool:
+        """Whether a sequence still prefilling will put much more of ``prompt`` into the
+        prefix cache than it holds now (cache-aware admission: worth waiting for)."""
+
 
 class ModelBatchSource:
     def __init__(
@@ -56,12 +78,57 @@ class ModelBatchSource:
         max_num_seqs: int = 8,
         prefill_step_size: int = 256,
         prefix_cache: PrefixCache | None = None,
+        kv_bits: int | None = None,
+        kv_group_size: int = 64,
+        draft_model: Any = None,
+        num_draft_tokens: int = 4,
     ):
         self.model = model
         self.max_num_seqs = max_num_seqs
         self.prefill_step_size = prefill_step_size
         self.prefix_cache = prefix_cache
+        self.kv_bits = kv_bits
+        self.kv_group_size = kv_group_size
+        if kv_bits is not None:
+            self._probe_quantized_cache()
+        # Trimmable caches serve any shared prefix already; others need message checkpoints.
+        self.checkpointing = prefix_cache is not None and not can_trim_prompt_cache(
+            make_prompt_cache(model)
+        )
+        self._checkpoints: dict[int, list[int]] = {}  # uid -> the prompt up to a checkpoint
         self._gen = self._new_generator()
+        # Speculative decoding runs a sequence alone (uids < 0) until a second one arrives;
+        # it needs caches both models can trim back to the accepted tokens.
+        self.draft_model = draft_model
+        self.num_draft_tokens = num_draft_tokens
+        self.speculating = draft_model is not None and all(
+            can_trim_prompt_cache(make_prompt_cache(m)) for m in (model, draft_model)
+        )
+        self._solo: SoloSpeculator | None = None
+        self._solo_uid = 0
+        self._alias: dict[int, int] = {}  # generator uid -> the solo uid it started as
+        self._in_batch: set[int] = set()  # generator uids not finished or removed
+        self._prefilling: dict[int, np.ndarray] = {}  # generator uid -> prompt, in prefill
+        self._awaited: set[int] = set()  # prefilling uids a waiting request shares with
+        self._drafted = self._accepted = 0
+        self.handovers = 0  # solo sequences moved into the batch
+
+    def _fresh_cache(self) -> list[Any] | None:
+        """A new sequence's cache: quantized with ``kv_bits``, else the generator's default."""
+        if self.kv_bits is None:
+            return None
+        return quantized_prompt_cache(self.model, bits=self.kv_bits, group_size=self.kv_group_size)
+
+    def _probe_quantized_cache(self) -> None:
+        """Fail at start-up, not on the first request, when the model's heads cannot be
+        quantized in groups of ``kv_group_size``."""
+        try:
+            mx.eval(self.model(mx.array([[0]]), cache=self._fresh_cache()))
+        except ValueError as exc:
+            raise ValueError(
+                f"--kv-bits {self.kv_bits} --kv-group-size {self.kv_group_size} does not fit "
+                f"this model: {exc}"
+            ) from None
 
     def _new_generator(self) -> BatchGenerator:
         return BatchGenerator(
@@ -72,10 +139,24 @@ class ModelBatchSource:
             prefill_step_size=self.prefill_step_size,
         )
 
-    def insert(self, prompt, *, sampler, processors, max_tokens):
-        cache, cached = self.prefix_cache.fetch(prompt) if self.prefix_cache else (None, 0)
-        (uid,) = self._gen.insert(
-            [prompt[cached:]],
+    def insert(self, prompt, *, sampler, processors, max_tokens, checkpoints=()):
+        cache, cached = (
+            self.prefix_cache.fetch(prompt) if self.prefix_cache is not None else (None, 0)
+        )
+        if cache is None:
+            cache = self._fresh_cache()
+        if self.speculating and self._solo is None and not self._in_batch:
+            return self._start_solo(prompt, cache, cached, sampler, processors, max_tokens)
+        if self._solo is not None:
+            self._hand_over()
+        # The generator pauses at segment ends, where the cache holds exactly the prompt
+        # up to a checkpoint (the last one before the final token; earlier ones are covered).
+        cut = max((c for c in checkpoints if cached < c < len(prompt) - 1), default=None)
+        if not self.checkpointing:
+            cut = None
+        segments = [prompt[cached:]] if cut is None else [prompt[cached:cut], prompt[cut:]]
+        (uid,) = self._gen.insert_segments(
+            [segments],
             max_tokens=[max_tokens],
             caches=[cache] if cache is not None else None,
             all_tokens=[list(prompt[:cached])],
@@ -83,26 +164,147 @@ class ModelBatchSource:
             logits_processors=[processors],
             stop_sequences=[StopSequences(None)],
         )
+        if cut is not None:
+            self._checkpoints[uid] = list(prompt[:cut])
+        self._in_batch.add(uid)
+        if self.prefix_cache is not None and not self.checkpointing:
+            self._prefilling[uid] = np.asarray(prompt, dtype=np.int32)
         return uid, cached
 
+    def prefill_to_share(self, prompt: list[int]) -> bool:
+        if not self._prefilling:
+            return False
+        wanted = np.asarray(prompt, dtype=np.int32)
+        have = self.prefix_cache.served(wanted)
+        for uid, other in self._prefilling.items():
+            if min(common_prefix(other, wanted), len(wanted) - 1) - have >= SHARED_PREFILL_MIN:
+                self._awaited.add(uid)
+                return True
+        return False
+
+    def _share_prefills(self, prompt_responses: list[Any]) -> None:
+        """A prompt others wait for is stored the moment its prefill ends."""
+        for r in prompt_responses:
+            if not r.end_of_prompt or self._prefilling.pop(r.uid, None) is None:
+                continue
+            if r.uid in self._awaited:
+                self._awaited.discard(r.uid)
+                cache, tokens = self._gen.extract_cache([r.uid])[r.uid]
+                self.prefix_cache.store(list(tokens), cache)
+
+    def _start_solo(self, prompt, cache, cached, sampler, processors, max_tokens):
+        self._solo_uid -= 1
+        self._solo = SoloSpeculator(
+            self.model,
+            self.draft_model,
+            prompt=prompt,
+            cache=cache if cache is not None else make_prompt_cache(self.model),
+            cached=cached,
+            sampler=sampler,
+            processors=processors,
+            max_tokens=max_tokens,
+            num_draft=self.num_draft_tokens,
+            prefill_step_size=self.prefill_step_size,
+        )
+        return self._solo_uid, cached
+
+    def _hand_over(self) -> None:
+        """Move the solo sequence into the batch: its cache, tokens and pending token."""
+        solo, self._solo = self._solo, None
+        cache, tokens = solo.held()
+        (uid,) = self._gen.insert_segments(
+            [[[solo.pending]]],
+            max_tokens=[solo.remaining],
+            caches=[cache],
+            all_tokens=[tokens],
+            samplers=[solo.sampler],
+            logits_processors=[solo.processors],
+            stop_sequences=[StopSequences(None)],
+        )
+        self._alias[uid] = self._solo_uid
+        self._in_batch.add(uid)
+        self.handovers += 1
+
+    def _end_solo(self) -> None:
+        solo, self._solo = self._solo, None
+        if self.prefix_cache is not None:
+            cache, tokens = solo.held()
+            self.prefix_cache.store(tokens, cache)
+
+    def _solo_step(self) -> list[Step]:
+        solo = self._solo
+        drafted, accepted = solo.drafted, solo.accepted
+        decided = solo.step()
+        self._drafted += solo.drafted - drafted
+        self._accepted += solo.accepted - accepted
+        steps = [Step(self._solo_uid, d.token, d.logprobs, False) for d in decided]
+        if solo.remaining <= 0:
+            steps[-1].at_limit = True
+            self._end_solo()
+        return steps
+
+    @property
+    def spec_counts(self) -> tuple[int, int]:
+        return self._drafted, self._accepted
+
     def remove(self, uid: int) -> None:
+        if self._solo is not None and uid == self._solo_uid:
+            self._end_solo()
+            return
+        if uid < 0:
+            uid = next((g for g, solo in self._alias.items() if solo == uid), None)
+            if uid is None:
+                return
+        self._alias.pop(uid, None)
+        self._in_batch.discard(uid)
+        self._prefilling.pop(uid, None)
+        self._awaited.discard(uid)
+        self._checkpoints.pop(uid, None)
         caches = self._gen.remove([uid], return_prompt_caches=self.prefix_cache is not None)
         if uid in caches and self.prefix_cache is not None:
             cache, tokens = caches[uid]
             self.prefix_cache.store(tokens, cache)
 
+    def _store_checkpoints(self, prompt_responses: list[Any]) -> None:
+        for r in prompt_responses:
+            if r.end_of_segment and not r.end_of_prompt and r.uid in self._checkpoints:
+                tokens = self._checkpoints.pop(r.uid)
+                cache, held = self._gen.extract_cache([r.uid])[r.uid]
+                if list(held) == tokens:
+                    self.prefix_cache.store(tokens, cache)
+
     def step(self) -> tuple[list[Step], list[int]]:
-        _, responses = self._gen.next()
+        if self._solo is not None:
+            return self._solo_step(), []
+        prompt_responses, responses = self._gen.next()
+        if self._checkpoints:
+            self._store_checkpoints(prompt_responses)
+        if self._prefilling:
+            self._share_prefills(prompt_responses)
         steps = []
         for r in responses:
-            if r.finish_reason is not None and self.prefix_cache is not None:
+            done = r.finish_reason is not None
+            if done:
+                self._in_batch.discard(r.uid)
+            if done and self.prefix_cache is not None:
                 self.prefix_cache.store(r.all_tokens, r.prompt_cache)
-            steps.append(Step(r.uid, r.token, r.logprobs, r.finish_reason is not None))
+            uid = self._alias.pop(r.uid, r.uid) if done else self._alias.get(r.uid, r.uid)
+            steps.append(Step(uid, r.token, r.logprobs, done))
         return steps, []
 
     def reset(self) -> None:
+        self._solo = None
+        self._alias.clear()
+        self._in_batch.clear()
+        self._prefilling.clear()
+        self._awaited.clear()
+        self._checkpoints.clear()
         self._gen.close()
         self._gen = self._new_generator()
+
+    def flush(self) -> None:
+        if self.prefix_cache is not None:
+            self.prefix_cache.flush()
 
 
 class ReplayBatchSource:
@@ -113,7 +315,7 @@ class ReplayBatchSource:
         self._running: dict[int, list] = {}  # uid -> [position, max_tokens]
         self._next_uid = 0
 
-    def insert(self, prompt, *, sampler, processors, max_tokens):
+    def insert(self, prompt, *, sampler, processors, max_tokens, checkpoints=()):
         uid, self._next_uid = self._next_uid, self._next_uid + 1
         self._running[uid] = [0, max_tokens]
         return uid, 0
@@ -138,3 +340,13 @@ class ReplayBatchSource:
 
     def reset(self) -> None:
         self._running.clear()
+
+    def flush(self) -> None:
+        pass
+
+    @property
+    def spec_counts(self) -> tuple[int, int]:
+        return 0, 0
+
+    def prefill_to_share(self, prompt: list[int]) -> bool:
+        return False

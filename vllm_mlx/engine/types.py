@@ -15,6 +15,9 @@ class GenerationRequest:
     # Constraint processors (JSON schema, tool calls, thinking budget) run after the penalties.
     logits_processors: list[LogitsProcessor] = field(default_factory=list)
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # Prompt offsets where a message ends: the prefix cache keeps a checkpoint there for
+    # caches that cannot be trimmed (engine/boundaries.py).
+    checkpoints: list[int] = field(default_factory=list)
 
 
 @dataclass

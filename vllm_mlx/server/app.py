@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 
@@ -59,16 +60,18 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 
 @contextlib.asynccontextmanager
 async def _lifespan(app: Starlette):
-    """Connect the configured MCP servers while the app runs (failures are per server)."""
-    manager = app.state.vllm.mcp
-    if manager is None:
-        yield
-        return
-    await manager.start()
+    """Connect the configured MCP servers while the app runs (failures are per server); on
+    shutdown, finish the prefix cache's disk writes (uvicorn re-raises SIGTERM after its
+    shutdown, so nothing later would run)."""
+    state = app.state.vllm
+    if state.mcp is not None:
+        await state.mcp.start()
     try:
         yield
     finally:
-        await manager.close()
+        if state.mcp is not None:
+            await state.mcp.close()
+        await asyncio.to_thread(state.pipeline.engine.flush)
 
 
 def create_app(state: ServerState) -> Starlette:
@@ -106,7 +109,9 @@ def create_app(state: ServerState) -> Starlette:
         },
     )
     engine = state.pipeline.engine
-    state.metrics.watch_engine(lambda: engine.queue_depth, lambda: engine.running)
+    state.metrics.watch_engine(
+        lambda: engine.queue_depth, lambda: engine.running, lambda: engine.spec_counts
+    )
     state.pipeline.on_cancelled = state.metrics.count_cancelled
     if state.mcp is not None:
         state.metrics.watch_mcp(state.mcp.connected_count)

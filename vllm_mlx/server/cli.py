@@ -76,6 +76,51 @@ import click
     help="Memory for reusable KV caches of shared prompt prefixes (0 disables).",
 )
 @click.option(
+    "--max-model-len",
+    type=click.IntRange(min=1),
+    help="Cap the context (prompt + completion tokens) below the model's own.",
+)
+@click.option(
+    "--kv-bits",
+    type=click.Choice(["4", "8"]),
+    help="Quantize the KV cache to this many bits (default: the model's dtype).",
+)
+@click.option(
+    "--kv-group-size",
+    type=click.Choice(["32", "64", "128"]),
+    default="64",
+    show_default=True,
+    help="Values sharing one scale in the quantized KV cache.",
+)
+@click.option(
+    "--prefix-cache-dir",
+    type=click.Path(file_okay=False),
+    help="Keep prefix-cache entries in this directory too, so they survive a restart.",
+)
+@click.option(
+    "--prefix-cache-disk-gb",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Disk space --prefix-cache-dir may use (least recently used entries go first).",
+)
+@click.option(
+    "--warmup-prompt",
+    type=click.File("r"),
+    help="Pre-fill the prefix cache at start-up with this file's text as a system prompt.",
+)
+@click.option(
+    "--draft-model",
+    help="Speculative decoding with this draft model (same vocabulary) while one request runs.",
+)
+@click.option(
+    "--num-draft-tokens",
+    default=4,
+    show_default=True,
+    type=click.IntRange(min=1, max=16),
+    help="Tokens the draft model proposes per step.",
+)
+@click.option(
     "--default-thinking-token-budget",
     type=click.IntRange(min=0),
     help="Cap on reasoning tokens when a request sets none (default: no cap).",
@@ -249,6 +294,7 @@ def serve(model: str | None, **opts) -> None:
                 limits=limits,
                 max_queue=opts["max_queue"],
                 max_num_seqs=opts["max_num_seqs"],
+                max_model_len=opts["max_model_len"],
                 **parsers,
             )
         else:
@@ -266,6 +312,14 @@ def serve(model: str | None, **opts) -> None:
                 default_thinking_budget=opts["default_thinking_token_budget"],
                 structured_backend=opts["structured_output_backend"],
                 limits=limits,
+                max_model_len=opts["max_model_len"],
+                kv_bits=int(opts["kv_bits"]) if opts["kv_bits"] else None,
+                kv_group_size=int(opts["kv_group_size"]),
+                prefix_cache_dir=opts["prefix_cache_dir"],
+                prefix_cache_disk_gb=opts["prefix_cache_disk_gb"],
+                warmup_prompt=opts["warmup_prompt"].read() if opts["warmup_prompt"] else None,
+                draft_model=opts["draft_model"],
+                num_draft_tokens=opts["num_draft_tokens"],
                 **parsers,
             )
     except (ModelLoadError, ValueError) as exc:

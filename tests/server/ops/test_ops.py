@@ -56,6 +56,16 @@ class GatedSource:
     def reset(self):
         self.inner.reset()
 
+    def flush(self):
+        self.inner.flush()
+
+    @property
+    def spec_counts(self):
+        return self.inner.spec_counts
+
+    def prefill_to_share(self, prompt):
+        return self.inner.prefill_to_share(prompt)
+
     def step(self):
         if self._fresh:
             self._fresh = False

@@ -21,6 +21,7 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -30,6 +31,23 @@ if TYPE_CHECKING:
 # Seconds. TTFT spans queueing and prefill, which on a CPU can take minutes for long prompts.
 TTFT_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 ITL_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5)
+
+
+class _Speculation:
+    """vllm_mlx_spec_draft_tokens_total / vllm_mlx_spec_accepted_tokens_total, read from
+    the engine's source (which counts them) at scrape time."""
+
+    def __init__(self, read: Callable[[], tuple[int, int]]) -> None:
+        self.read = read
+
+    def collect(self):
+        drafted, accepted = self.read()
+        yield CounterMetricFamily(
+            "vllm_mlx_spec_draft_tokens", "Draft tokens proposed (speculative decoding)", drafted
+        )
+        yield CounterMetricFamily(
+            "vllm_mlx_spec_accepted_tokens", "Draft tokens the target model accepted", accepted
+        )
 
 
 class ServerMetrics:
@@ -105,10 +123,18 @@ class ServerMetrics:
             "mcp_servers_up", "Connected MCP servers", namespace=ns, registry=r
         )
 
-    def watch_engine(self, queue_depth: Callable[[], float], running: Callable[[], float]) -> None:
-        """Read the engine's queue and batch sizes at scrape time, so they are never stale."""
+    def watch_engine(
+        self,
+        queue_depth: Callable[[], float],
+        running: Callable[[], float],
+        speculation: Callable[[], tuple[int, int]] | None = None,
+    ) -> None:
+        """Read the engine's queue and batch sizes (and speculative-decoding totals) at scrape
+        time, so they are never stale."""
         self.queue_depth.set_function(queue_depth)
         self.running.set_function(running)
+        if speculation is not None:
+            self.registry.register(_Speculation(speculation))
 
     def watch_mcp(self, connected: Callable[[], float]) -> None:
         """Read the MCP manager's connected-server count at scrape time."""
