@@ -18,7 +18,7 @@ from mlx_lm.generate import generate_step
 from mlx_lm.sample_utils import make_sampler
 from tiny_models import build_tiny_model, build_tiny_tokenizer
 
-from vllm_mlx.constrained import ConstraintError, build_logits_processors
+from vllm_mlx.constrained import ConstraintError, build_logits_processors, from_response_format
 from vllm_mlx.families.catalog import TOOL_CALL_FORMATS
 
 sys.path.insert(0, str(Path(__file__).parent / "parsers"))
@@ -218,7 +218,9 @@ def test_auto_choice_is_unconstrained_unless_a_schema_is_given(tokenizer):
         tool_choice="auto",
         tools=WEATHER_TOOLS,
         tool_format=TOOL_CALL_FORMATS["hermes"],
-        response_format={"type": "json_schema", "json_schema": {"name": "s", "schema": schema}},
+        constraint=from_response_format(
+            {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}
+        ),
     )
     assert accepts(tokenizer, processor.constraint, '{"a": 1}')
     call = TOOL_CALL_FORMATS["hermes"].render_calls(CALLS[1:])

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from .chat.stream import OutputStream, make_output_stream
 from .chat.template import RenderedPrompt, encode_prompt, render_chat
 from .chat.thinking_switch import ThinkingDecision, UnknownEffortError, decide_thinking
-from .constrained import ConstraintError, build_logits_processors
+from .constrained import Constraint, ConstraintError, build_logits_processors
 from .engine.engine import Engine
 from .engine.sampling import LogitsProcessor, SamplingParams
 from .engine.types import GenerationChunk, GenerationRequest, TokenLogprob
@@ -167,14 +167,17 @@ class Pipeline:
             request.max_tokens, request.max_tokens_policy, len(prompt.token_ids)
         )
         params = request.sampling.resolve(self.sampling_defaults, max_tokens)
-        tool_format = self.tool_format if tools else None
+        constraint = request.constraint
+        # A non-JSON constraint shapes the whole answer: no tool calls are read from it.
+        parse_tools = tools and (constraint is None or constraint.is_json)
+        tool_format = self.tool_format if parse_tools else None
         try:
             processors = build_logits_processors(
                 self.tokenizer,
-                response_format=request.response_format,
+                constraint=constraint,
                 tool_choice=request.tool_choice if tools else None,
                 tools=tools,
-                tool_format=tool_format,
+                tool_format=self.tool_format if tools else None,
                 reasoning_format=self.reasoning_format,
                 prompt_tail=prompt.tail,
                 thinking_budget=thinking.budget,
@@ -186,14 +189,18 @@ class Pipeline:
         output = make_output_stream(
             reasoning_format=self.reasoning_format,
             tool_format=tool_format,
-            tools=tools,
+            tools=tools if parse_tools else None,
             prompt_tail=prompt.tail,
         )
         generation = GenerationRequest(prompt.token_ids, params, processors)
         return Prepared(generation, output)
 
     def prepare_completion(
-        self, prompt: str | list[int], sampling: Sampling, max_tokens: int | None
+        self,
+        prompt: str | list[int],
+        sampling: Sampling,
+        max_tokens: int | None,
+        constraint: Constraint | None = None,
     ) -> Prepared:
         token_ids = (
             list(prompt) if isinstance(prompt, list) else encode_prompt(self.tokenizer, prompt)
@@ -202,8 +209,14 @@ class Pipeline:
             raise RequestError("prompt must not be empty", "prompt")
         fitted = self._fit_max_tokens(max_tokens, "exact", len(token_ids))
         params = sampling.resolve(self.sampling_defaults, fitted)
+        try:
+            processors = build_logits_processors(
+                self.tokenizer, constraint=constraint, backend=self.structured_backend
+            )
+        except ConstraintError as exc:
+            raise RequestError(str(exc), exc.param) from None
         output = make_output_stream(reasoning_format=None, tool_format=None)
-        return Prepared(GenerationRequest(token_ids, params), output)
+        return Prepared(GenerationRequest(token_ids, params, processors), output)
 
     def _fit_max_tokens(
         self, requested: int | None, policy: MaxTokensPolicy, prompt_len: int

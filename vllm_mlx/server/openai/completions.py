@@ -13,6 +13,7 @@ from ..state import server_state
 from ..streaming import generation_failed, unless_disconnected
 from .protocol import CompletionRequest
 from .stream import error_frames, new_id, now, openai_frames, usage_body
+from .structured import constraint_of
 
 
 async def completions(request: Request) -> Response:
@@ -30,7 +31,9 @@ async def completions(request: Request) -> Response:
     sampling = body.sampling()
     sampling.logprobs = body.logprobs is not None
     sampling.top_logprobs = body.logprobs or 0
-    prepared = state.pipeline.prepare_completion(prompt, sampling, body.max_tokens)
+    prepared = state.pipeline.prepare_completion(
+        prompt, sampling, body.max_tokens, constraint_of(body)
+    )
 
     response_id, created, model = new_id("cmpl"), now(), state.served_model_name
 

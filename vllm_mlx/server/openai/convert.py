@@ -11,6 +11,7 @@ from ...request import ChatRequest, Thinking
 from ..errors import APIError
 from .protocol import ChatCompletionRequest, ChatMessage
 from .stream import chat_logprobs, usage_body
+from .structured import constraint_of
 
 
 def to_chat_request(body: ChatCompletionRequest) -> ChatRequest:
@@ -30,7 +31,7 @@ def to_chat_request(body: ChatCompletionRequest) -> ChatRequest:
         tools=tools,
         tool_choice=body.tool_choice,
         parallel_tool_calls=body.parallel_tool_calls is not False,
-        response_format=body.response_format,
+        constraint=constraint_of(body),
         thinking=Thinking(effort=body.reasoning_effort, budget=body.thinking_token_budget),
         template_kwargs=dict(body.chat_template_kwargs or {}),
     )
