@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import mlx.core as mx
 import pytest
 from tiny_models import build_tiny_tokenizer
 
@@ -164,3 +165,20 @@ def test_unexpressible_string_bounds_are_refused(tokenizer):
     for family in ("pythonic", "gemma4"):
         with pytest.raises(ConstraintError, match="pattern"):
             constraint(tokenizer, family, tools)
+
+
+def test_tool_choice_none_bans_a_single_token_call_opener(tokenizer):
+    opener = tokenizer._tokenizer.convert_tokens_to_ids("<tool_call>")
+    (ban,) = build_logits_processors(
+        tokenizer, tool_choice="none", tool_format=TOOL_CALL_FORMATS["hermes"]
+    )
+    vocab = len(tokenizer._tokenizer)
+    out = ban(mx.array([1, 2]), mx.zeros((1, vocab)))
+    assert out[0, opener].item() == float("-inf") and out[0, opener + 1].item() == 0
+    # a multi-token opener (pythonic's "[") is ordinary text: nothing is banned
+    assert (
+        build_logits_processors(
+            tokenizer, tool_choice="none", tool_format=TOOL_CALL_FORMATS["pythonic"]
+        )
+        == []
+    )

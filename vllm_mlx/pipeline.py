@@ -175,9 +175,9 @@ class Pipeline:
             processors = build_logits_processors(
                 self.tokenizer,
                 constraint=constraint,
-                tool_choice=request.tool_choice if tools else None,
+                tool_choice=request.tool_choice if request.tools else None,
                 tools=tools,
-                tool_format=self.tool_format if tools else None,
+                tool_format=self.tool_format if request.tools else None,
                 reasoning_format=self.reasoning_format,
                 prompt_tail=prompt.tail,
                 thinking_budget=thinking.budget,

@@ -10,12 +10,12 @@ from vllm_mlx.families.formats import ReasoningFormat, ToolCallFormat
 
 from .errors import ConstraintError
 from .kinds import content_constraint
-from .processor import ConstrainedLogitsProcessor
+from .processor import BannedTokensProcessor, ConstrainedLogitsProcessor
 from .schema_check import ANY_JSON_OBJECT, check_schema
 from .spec import Constraint
 from .thinking import Phase, ThinkingAwareLogitsProcessor, initial_phase
 from .tokenizer_cache import eos_token_ids, hf_tokenizer
-from .tool_calls import forced_tool_call_constraint
+from .tool_calls import call_opener_id, forced_tool_call_constraint
 
 BACKENDS = ("llguidance", "lm-format-enforcer")
 # llguidance: ≈8x faster masks than lm-format-enforcer here (see docs/constrained.md).
@@ -105,6 +105,22 @@ def build_logits_processors(
         )
     if inner is None and constraint is not None:
         inner = content_constraint(tokenizer, constraint, backend)
+    processors = _chain(tokenizer, inner, reasoning_format, prompt_tail, thinking_budget)
+    if tool_choice == "none" and tool_format is not None:
+        opener = call_opener_id(tokenizer, tool_format)
+        if opener is not None:
+            processors.append(BannedTokensProcessor([opener]))
+    return processors
+
+
+def _chain(
+    tokenizer: Any,
+    inner: Any,
+    reasoning_format: ReasoningFormat | None,
+    prompt_tail: str,
+    thinking_budget: int | None,
+) -> list[LogitsProcessor]:
+    """The content constraint, wrapped for the family's reasoning block when it has one."""
 
     if reasoning_format is None:
         # No reasoning block in this family: a budget has nothing to cut.
