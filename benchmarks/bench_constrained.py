@@ -130,7 +130,7 @@ def bench_backend(tokenizer, backend: str, vocab: int, rounds: int) -> dict:
 # Non-JSON kinds: (constraint, an answer it accepts), for the mask timings.
 KINDS = {
     "regex": (
-        Constraint("regex", r"[A-Z][a-z]{1,12}( [a-z]{1,12}){2,40}\\."),
+        Constraint("regex", r"[A-Z][a-z]{1,12}( [a-z]{1,12}){2,40}\."),
         "Tell me a long story about a keeper.",
     ),
     "choice": (
