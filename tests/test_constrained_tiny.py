@@ -164,6 +164,41 @@ def test_lmfe_rejects_lengths_it_cannot_guarantee(tokenizer):
         )
 
 
+@pytest.mark.parametrize(
+    "bound",
+    [{"minLength": 3}, {"maxLength": 4}, {"pattern": "^[a-c]+$"}],
+    ids=["minLength", "maxLength", "pattern"],
+)
+def test_lmfe_rejects_what_it_cannot_enforce(tokenizer, bound):
+    schema = {"type": "object", "properties": {"s": {"type": "string", **bound}}, "required": ["s"]}
+    with pytest.raises(ConstraintError, match=next(iter(bound))) as info:
+        build_logits_processors(
+            tokenizer,
+            constraint=from_response_format(schema_format(schema)),
+            backend="lm-format-enforcer",
+        )
+    assert info.value.param == "response_format"
+
+
+def test_auto_enforces_what_lmfe_cannot(model, tokenizer):
+    """Under ``auto`` the same schemas go to llguidance, and the bounds hold."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "s": {"type": "string", "minLength": 2, "maxLength": 4, "pattern": "^[a-c]+$"}
+        },
+        "required": ["s"],
+        "additionalProperties": False,
+    }
+    prompt = prompt_ids(tokenizer)
+    for seed in range(4):
+        processors = build_logits_processors(
+            tokenizer, constraint=from_response_format(schema_format(schema)), backend="auto"
+        )
+        value = json.loads(tokenizer.decode(generate(model, tokenizer, prompt, processors, seed)))
+        jsonschema.validate(value, schema)
+
+
 def test_invalid_schema_reports_jsonschema_error(tokenizer):
     with pytest.raises(ConstraintError, match="invalid JSON schema"):
         build_logits_processors(
