@@ -173,7 +173,9 @@ def schema_format(schema):
 
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
 def test_json_schema_answers_validate(pipeline, name):
-    result = run(pipeline, QUESTION, 50, constraint=from_response_format(schema_format(SCHEMAS[name])))
+    result = run(
+        pipeline, QUESTION, 50, constraint=from_response_format(schema_format(SCHEMAS[name]))
+    )
     assert result.finish_reason == "stop", result.message.content
     jsonschema.validate(json.loads(result.message.content), SCHEMAS[name])
 
