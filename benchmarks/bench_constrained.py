@@ -2,9 +2,11 @@
 
 Measures, for each backend: tokenizer-data build time, schema compile time (cold, then cached),
 and per-token mask time (p50/p95 µs) while replaying a schema-valid answer token by token, the
-mask applied to a real-width logits row as mlx-lm would. Then, through the real pipeline and
-engine, the end-to-end decode rate of one prompt with and without a JSON-schema constraint
-(same max_tokens, EOS banned in both by logit_bias, runs interleaved) and their ratio.
+mask applied to a real-width logits row as mlx-lm would; the mask time of the other kinds
+(regex, choice, Lark, GBNF) on llguidance. Then, through the real pipeline and engine, the
+end-to-end decode rate of one prompt unconstrained and under a JSON schema, a regex and a Lark
+grammar that cannot complete (same max_tokens, EOS banned by logit_bias, runs interleaved),
+and each constrained/unconstrained ratio.
 
     LD_PRELOAD=.../libopenblas.so.0 python benchmarks/bench_constrained.py [--rounds 5]
 """
@@ -18,7 +20,7 @@ import time
 
 import mlx.core as mx
 
-from vllm_mlx.constrained import build_logits_processors
+from vllm_mlx.constrained import Constraint, build_logits_processors, from_response_format
 from vllm_mlx.constrained.llguidance_backend import llguidance_tokenizer
 from vllm_mlx.constrained.lmfe_backend import lmfe_tokenizer_data
 from vllm_mlx.constrained.tokenizer_cache import eos_token_ids
@@ -79,12 +81,14 @@ def bench_backend(tokenizer, backend: str, vocab: int, rounds: int) -> dict:
     for name, (schema, answer) in SCHEMAS.items():
         if backend == "lm-format-enforcer":  # lmfe rejects string formats it cannot check
             schema = json.loads(json.dumps(schema).replace(', "format": "email"', ""))
-        response_format = {"type": "json_schema", "json_schema": {"schema": schema}}
+        response_format = from_response_format(
+            {"type": "json_schema", "json_schema": {"schema": schema}}
+        )
         compile_times = []
         for _ in range(2):
             t0 = time.perf_counter()
             (processor,) = build_logits_processors(
-                tokenizer, response_format=response_format, backend=backend
+                tokenizer, constraint=response_format, backend=backend
             )
             compile_times.append((time.perf_counter() - t0) * 1e3)
         ids = tokenizer.encode(json.dumps(answer), add_special_tokens=False)
@@ -94,7 +98,7 @@ def bench_backend(tokenizer, backend: str, vocab: int, rounds: int) -> dict:
         times, compute = [], []
         for _ in range(rounds):
             (processor,) = build_logits_processors(
-                tokenizer, response_format=response_format, backend=backend
+                tokenizer, constraint=response_format, backend=backend
             )
             processor(mx.array(prompt), logits)  # the prompt-only first call
             for i in range(1, len(ids) + 1):
@@ -105,7 +109,7 @@ def bench_backend(tokenizer, backend: str, vocab: int, rounds: int) -> dict:
             assert processor.gave_up is None, processor.gave_up
             # the mask alone (what FACTS.md's library table measures), without applying it
             (processor,) = build_logits_processors(
-                tokenizer, response_format=response_format, backend=backend
+                tokenizer, constraint=response_format, backend=backend
             )
             for i in range(len(ids) + 1):
                 t0 = time.perf_counter()
@@ -123,13 +127,59 @@ def bench_backend(tokenizer, backend: str, vocab: int, rounds: int) -> dict:
     return result
 
 
-def decode_rate(pipeline, response_format: dict | None, max_tokens: int, ban: dict) -> float:
+# Non-JSON kinds: (constraint, an answer it accepts), for the mask timings.
+KINDS = {
+    "regex": (
+        Constraint("regex", r"[A-Z][a-z]{1,12}( [a-z]{1,12}){2,40}\."),
+        "Tell me a long story about a keeper.",
+    ),
+    "choice": (
+        Constraint("choice", ["north", "south", "east", "west by northwest"]),
+        "west by northwest",
+    ),
+    "lark": (
+        Constraint("lark", 'start: item ("," " "? item)*\nitem: /[a-z]{1,10}/ "=" /[0-9]{1,4}/'),
+        "alpha=1, beta=22, gamma=333, delta=4444, epsilon=5",
+    ),
+    "gbnf": (
+        Constraint("gbnf", 'root ::= item ("," " "? item)*\nitem ::= [a-z]+ "=" [0-9]+'),
+        "alpha=1, beta=22, gamma=333, delta=4444, epsilon=5",
+    ),
+}
+
+
+def bench_kinds(tokenizer, rounds: int) -> dict:
+    """Mask time per kind (the matcher's next-token mask after each prefix of the answer)."""
+    out = {}
+    for name, (constraint, answer) in KINDS.items():
+        ids = tokenizer.encode(answer, add_special_tokens=False)
+        t0 = time.perf_counter()
+        build_logits_processors(tokenizer, constraint=constraint)
+        compile_ms = (time.perf_counter() - t0) * 1e3
+        compute = []
+        for _ in range(rounds):
+            (processor,) = build_logits_processors(tokenizer, constraint=constraint)
+            for i in range(len(ids) + 1):
+                t0 = time.perf_counter()
+                processor.constraint.allowed_bits(ids[:i])
+                compute.append((time.perf_counter() - t0) * 1e6)
+            assert processor.gave_up is None, processor.gave_up
+        out[name] = {
+            "compile_cold_ms": round(compile_ms, 2),
+            "mask_p50_us": round(statistics.median(compute), 1),
+            "mask_p95_us": round(percentile(compute, 0.95), 1),
+            "tokens": len(ids),
+        }
+    return out
+
+
+def decode_rate(pipeline, response_format: Constraint | None, max_tokens: int, ban: dict) -> float:
     """Decode tokens/s of one greedy request (first token to last, so prefill is excluded)."""
     request = ChatRequest(
         [{"role": "user", "content": "Tell me a long story about a lighthouse keeper."}],
         Sampling(temperature=0, logit_bias=dict(ban)),
         max_tokens=max_tokens,
-        response_format=response_format,
+        constraint=response_format,
     )
     prepared = pipeline.prepare_chat(request)
     stamps = []
@@ -156,21 +206,34 @@ def bench_end_to_end(rounds: int, max_tokens: int, backend: str) -> dict:
             "properties": {"story": {"type": "string", "minLength": 24 * max_tokens}},
             "required": ["story"],
         }
-        constrained = {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}
-        decode_rate(pipeline, constrained, 8, ban)  # warm-up: caches, compile
-        free, bound = [], []
+        # ... and for the other kinds, text that cannot end within max_tokens either.
+        floor = 24 * max_tokens
+        kinds = {
+            "json_schema": Constraint("json_schema", schema),
+            "regex": Constraint("regex", rf"[^<>]{{{floor},}}"),
+            "lark": Constraint("lark", f"start: /[^<>]{{{floor},}}/"),
+        }
+        for constraint in kinds.values():
+            decode_rate(pipeline, constraint, 8, ban)  # warm-up: caches, compile
+        free: list[float] = []
+        bound: dict[str, list[float]] = {name: [] for name in kinds}
         for _ in range(rounds):
             free.append(decode_rate(pipeline, None, max_tokens, ban))
-            bound.append(decode_rate(pipeline, constrained, max_tokens, ban))
-        ratios = [b / f for b, f in zip(bound, free, strict=True)]
-        return {
+            for name, constraint in kinds.items():
+                bound[name].append(decode_rate(pipeline, constraint, max_tokens, ban))
+        report: dict = {
             "backend": backend,
             "max_tokens": max_tokens,
             "unconstrained_tok_s": round(statistics.median(free), 2),
-            "constrained_tok_s": round(statistics.median(bound), 2),
-            "ratio_median": round(statistics.median(ratios), 3),
-            "ratio_of_medians": round(statistics.median(bound) / statistics.median(free), 3),
         }
+        for name, rates in bound.items():
+            ratios = [b / f for b, f in zip(rates, free, strict=True)]
+            report[name] = {
+                "constrained_tok_s": round(statistics.median(rates), 2),
+                "ratio_median": round(statistics.median(ratios), 3),
+                "ratio_of_medians": round(statistics.median(rates) / statistics.median(free), 3),
+            }
+        return report
     finally:
         runtime.close()
 
@@ -188,6 +251,7 @@ def main() -> None:
         vocab = 49152
         for backend in ("llguidance", "lm-format-enforcer"):
             report[backend] = bench_backend(tokenizer, backend, vocab, args.rounds)
+        report["kinds"] = bench_kinds(tokenizer, args.rounds)
     if not args.skip_e2e:
         report["end_to_end"] = bench_end_to_end(args.rounds, args.max_tokens, "llguidance")
     print(json.dumps(report, indent=2))

@@ -12,6 +12,7 @@ import json
 import jsonschema
 import pytest
 
+from vllm_mlx.constrained import from_response_format
 from vllm_mlx.request import ChatRequest, Sampling
 from vllm_mlx.runtime import build_runtime
 
@@ -172,13 +173,15 @@ def schema_format(schema):
 
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
 def test_json_schema_answers_validate(pipeline, name):
-    result = run(pipeline, QUESTION, 50, response_format=schema_format(SCHEMAS[name]))
+    result = run(
+        pipeline, QUESTION, 50, constraint=from_response_format(schema_format(SCHEMAS[name]))
+    )
     assert result.finish_reason == "stop", result.message.content
     jsonschema.validate(json.loads(result.message.content), SCHEMAS[name])
 
 
 def test_json_object_answer_is_an_object(pipeline):
-    result = run(pipeline, QUESTION, 50, response_format={"type": "json_object"})
+    result = run(pipeline, QUESTION, 50, constraint=from_response_format({"type": "json_object"}))
     assert result.finish_reason == "stop", result.message.content
     assert isinstance(json.loads(result.message.content), dict)
 

@@ -11,7 +11,12 @@ from mlx_lm.generate import generate_step
 from mlx_lm.sample_utils import make_sampler
 from tiny_models import build_tiny_model, build_tiny_tokenizer
 
-from vllm_mlx.constrained import ConstraintError, Phase, build_logits_processors
+from vllm_mlx.constrained import (
+    ConstraintError,
+    Phase,
+    build_logits_processors,
+    from_response_format,
+)
 from vllm_mlx.families.catalog import REASONING_FORMATS
 
 QWEN3 = REASONING_FORMATS["qwen3"]
@@ -97,7 +102,9 @@ def test_random_weights_always_produce_schema_valid_json(model, tokenizer, backe
     prompt = prompt_ids(tokenizer)
     for seed in range(12):
         processors = build_logits_processors(
-            tokenizer, response_format=schema_format(schema_for(backend)), backend=backend
+            tokenizer,
+            constraint=from_response_format(schema_format(schema_for(backend))),
+            backend=backend,
         )
         text = tokenizer.decode(generate(model, tokenizer, prompt, processors, seed))
         jsonschema.validate(json.loads(text), schema_for(backend))
@@ -116,7 +123,7 @@ def test_unconstrained_random_model_is_not_json(model, tokenizer):
 @pytest.mark.parametrize("backend", ["llguidance"])
 def test_json_object_gives_an_object(model, tokenizer, backend):
     processors = build_logits_processors(
-        tokenizer, response_format={"type": "json_object"}, backend=backend
+        tokenizer, constraint=from_response_format({"type": "json_object"}), backend=backend
     )
     text = tokenizer.decode(generate(model, tokenizer, prompt_ids(tokenizer), processors, 3, 300))
     assert isinstance(json.loads(text), dict)
@@ -124,7 +131,9 @@ def test_json_object_gives_an_object(model, tokenizer, backend):
 
 def test_nothing_to_enforce_builds_no_processor(tokenizer):
     assert build_logits_processors(tokenizer) == []
-    assert build_logits_processors(tokenizer, response_format={"type": "text"}) == []
+    assert (
+        build_logits_processors(tokenizer, constraint=from_response_format({"type": "text"})) == []
+    )
     # A budget without a reasoning format has nothing to cut: never force <think> on a model.
     assert build_logits_processors(tokenizer, thinking_budget=5) == []
     # Thinking already closed by the template: a budget has nothing left to do.
@@ -141,24 +150,67 @@ def test_nothing_to_enforce_builds_no_processor(tokenizer):
 def test_unsupported_keyword_is_named(tokenizer, backend):
     schema = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}
     with pytest.raises(ConstraintError, match="uniqueItems"):
-        build_logits_processors(tokenizer, response_format=schema_format(schema), backend=backend)
+        build_logits_processors(
+            tokenizer, constraint=from_response_format(schema_format(schema)), backend=backend
+        )
 
 
 def test_lmfe_rejects_lengths_it_cannot_guarantee(tokenizer):
     with pytest.raises(ConstraintError, match="maxLength"):
         build_logits_processors(
-            tokenizer, response_format=schema_format(SCHEMA), backend="lm-format-enforcer"
+            tokenizer,
+            constraint=from_response_format(schema_format(SCHEMA)),
+            backend="lm-format-enforcer",
         )
+
+
+@pytest.mark.parametrize(
+    "bound",
+    [{"minLength": 3}, {"maxLength": 4}, {"pattern": "^[a-c]+$"}],
+    ids=["minLength", "maxLength", "pattern"],
+)
+def test_lmfe_rejects_what_it_cannot_enforce(tokenizer, bound):
+    schema = {"type": "object", "properties": {"s": {"type": "string", **bound}}, "required": ["s"]}
+    with pytest.raises(ConstraintError, match=next(iter(bound))) as info:
+        build_logits_processors(
+            tokenizer,
+            constraint=from_response_format(schema_format(schema)),
+            backend="lm-format-enforcer",
+        )
+    assert info.value.param == "response_format"
+
+
+def test_auto_enforces_what_lmfe_cannot(model, tokenizer):
+    """Under ``auto`` the same schemas go to llguidance, and the bounds hold."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "s": {"type": "string", "minLength": 2, "maxLength": 4, "pattern": "^[a-c]+$"}
+        },
+        "required": ["s"],
+        "additionalProperties": False,
+    }
+    prompt = prompt_ids(tokenizer)
+    for seed in range(4):
+        processors = build_logits_processors(
+            tokenizer, constraint=from_response_format(schema_format(schema)), backend="auto"
+        )
+        value = json.loads(tokenizer.decode(generate(model, tokenizer, prompt, processors, seed)))
+        jsonschema.validate(value, schema)
 
 
 def test_invalid_schema_reports_jsonschema_error(tokenizer):
     with pytest.raises(ConstraintError, match="invalid JSON schema"):
-        build_logits_processors(tokenizer, response_format=schema_format({"type": "strin"}))
+        build_logits_processors(
+            tokenizer, constraint=from_response_format(schema_format({"type": "strin"}))
+        )
 
 
 def test_unknown_backend_is_rejected(tokenizer):
     with pytest.raises(ConstraintError, match="backend"):
-        build_logits_processors(tokenizer, response_format={"type": "json_object"}, backend="x")
+        build_logits_processors(
+            tokenizer, constraint=from_response_format({"type": "json_object"}), backend="x"
+        )
 
 
 @pytest.mark.parametrize("budget", [0, 1, 7])
@@ -224,7 +276,7 @@ def test_thinking_then_schema_valid_content(model, tokenizer, backend):
     for seed in range(4):
         (processor,) = build_logits_processors(
             tokenizer,
-            response_format=schema_format(schema_for(backend)),
+            constraint=from_response_format(schema_format(schema_for(backend))),
             reasoning_format=QWEN3,
             prompt_tail=tail,
             thinking_budget=6,
@@ -243,7 +295,7 @@ def test_model_that_never_opens_reasoning_is_not_forced_into_it(model, tokenizer
     think_start = tokenizer.convert_tokens_to_ids("<think>")
     (processor,) = build_logits_processors(
         tokenizer,
-        response_format=schema_format(SCHEMA),
+        constraint=from_response_format(schema_format(SCHEMA)),
         reasoning_format=QWEN3,
         prompt_tail="<|im_start|>assistant\n",
         thinking_budget=2,
@@ -266,7 +318,7 @@ def test_rollback_restores_exact_state(model, tokenizer, backend):
     prompt = tokenizer.encode("<|im_start|>user\nhi<|im_end|>\n" + tail, add_special_tokens=False)
     make = lambda: build_logits_processors(  # noqa: E731
         tokenizer,
-        response_format=schema_format(schema_for(backend)),
+        constraint=from_response_format(schema_format(schema_for(backend))),
         reasoning_format=QWEN3,
         prompt_tail=tail,
         thinking_budget=3,
@@ -296,7 +348,9 @@ def test_rollback_restores_exact_state(model, tokenizer, backend):
 
 def test_forced_token_rejected_gives_up_and_reports(tokenizer):
     """A token the constraint forbids (forced by someone else) stops constraining, visibly."""
-    (processor,) = build_logits_processors(tokenizer, response_format={"type": "json_object"})
+    (processor,) = build_logits_processors(
+        tokenizer, constraint=from_response_format({"type": "json_object"})
+    )
     vocab = len(tokenizer._tokenizer)
     prompt = [1, 2, 3]
     processor(mx.array(prompt), mx.zeros((1, vocab)))

@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 from tiny_models import build_tiny_model, build_tiny_tokenizer
 
-from vllm_mlx.constrained import build_logits_processors
+from vllm_mlx.constrained import build_logits_processors, from_response_format
 from vllm_mlx.engine.engine import Engine, QueueFullError
 from vllm_mlx.engine.prefix_cache import PrefixCache
 from vllm_mlx.engine.sampling import SamplingParams
@@ -91,7 +91,9 @@ def test_different_constraints_in_one_batch(model, tokenizer):
     def schema_request():
         processors = build_logits_processors(
             tokenizer,
-            response_format={"type": "json_schema", "json_schema": {"name": "n", "schema": SCHEMA}},
+            constraint=from_response_format(
+                {"type": "json_schema", "json_schema": {"name": "n", "schema": SCHEMA}}
+            ),
         )
         return run(engine, chat, max_tokens=40, temperature=1.0, seed=5, processors=processors)
 

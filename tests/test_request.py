@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from tiny_models import build_tiny_tokenizer
 
+from vllm_mlx.constrained import Constraint
 from vllm_mlx.engine.engine import Engine
 from vllm_mlx.engine.sampling import SamplingParams
 from vllm_mlx.engine.sources import ReplayBatchSource
@@ -86,9 +87,10 @@ def test_pipeline_applies_the_sampling_defaults(pipeline):
     "fields,param",
     [
         (
-            {"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": 3}}}},
+            {"constraint": Constraint("json_schema", {"type": 3})},
             "response_format",
         ),
+        ({"constraint": Constraint("regex", "[0-9", "guided_regex")}, "guided_regex"),
         ({"tools": TOOLS, "tool_choice": "required"}, None),  # enforceable: no error
         ({"tool_choice": "required"}, "tool_choice"),
         ({"thinking": Thinking(budget=-1)}, "thinking_token_budget"),

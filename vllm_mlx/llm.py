@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
 
+from .constrained import from_response_format
 from .models.loader import CpuWeights
 from .pipeline import ChatEvent, ChatResult
 from .request import ChatRequest, Sampling
@@ -110,7 +111,7 @@ class LLM:
             max_tokens=max_tokens,
             tools=tools,
             tool_choice=tool_choice,
-            response_format=response_format,
+            constraint=from_response_format(response_format),
         )
         return self._runtime.pipeline.prepare_chat(request)
 

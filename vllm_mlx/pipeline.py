@@ -24,7 +24,7 @@ from .chat.template import (
     render_chat,
 )
 from .chat.thinking_switch import ThinkingDecision, UnknownEffortError, decide_thinking
-from .constrained import ConstraintError, build_logits_processors
+from .constrained import Constraint, ConstraintError, build_logits_processors
 from .constrained.tokenizer_cache import token_count
 from .engine.boundaries import history_end
 from .engine.engine import Engine
@@ -227,14 +227,17 @@ class Pipeline:
             request.max_tokens, request.max_tokens_policy, len(prompt.token_ids)
         )
         params = request.sampling.resolve(self.sampling_defaults, max_tokens)
-        tool_format = self.tool_format if tools else None
+        constraint = request.constraint
+        # A non-JSON constraint shapes the whole answer: no tool calls are read from it.
+        parse_tools = tools and (constraint is None or constraint.is_json)
+        tool_format = self.tool_format if parse_tools else None
         try:
             processors = build_logits_processors(
                 self.tokenizer,
-                response_format=request.response_format,
-                tool_choice=request.tool_choice if tools else None,
+                constraint=constraint,
+                tool_choice=request.tool_choice if request.tools else None,
                 tools=tools,
-                tool_format=tool_format,
+                tool_format=self.tool_format if request.tools else None,
                 reasoning_format=self.reasoning_format,
                 prompt_tail=prompt.tail,
                 thinking_budget=thinking.budget,
@@ -246,7 +249,7 @@ class Pipeline:
         output = make_output_stream(
             reasoning_format=self.reasoning_format,
             tool_format=tool_format,
-            tools=tools,
+            tools=tools if parse_tools else None,
             prompt_tail=prompt.tail,
             id_style=tool_format.id_style if tool_format else "openai",
         )
@@ -259,7 +262,11 @@ class Pipeline:
         return Prepared(generation, output)
 
     def prepare_completion(
-        self, prompt: str | list[int], sampling: Sampling, max_tokens: int | None
+        self,
+        prompt: str | list[int],
+        sampling: Sampling,
+        max_tokens: int | None,
+        constraint: Constraint | None = None,
     ) -> Prepared:
         check_prompt_size(prompt, self.limits)
         check_sampling(sampling, self.vocab_size)
@@ -272,8 +279,14 @@ class Pipeline:
             raise RequestError("prompt must not be empty", "prompt")
         fitted = self._fit_max_tokens(max_tokens, "exact", len(token_ids))
         params = sampling.resolve(self.sampling_defaults, fitted)
+        try:
+            processors = build_logits_processors(
+                self.tokenizer, constraint=constraint, backend=self.structured_backend
+            )
+        except ConstraintError as exc:
+            raise RequestError(str(exc), exc.param) from None
         output = make_output_stream(reasoning_format=None, tool_format=None)
-        return Prepared(GenerationRequest(token_ids, params), output)
+        return Prepared(GenerationRequest(token_ids, params, processors), output)
 
     def _fit_max_tokens(
         self, requested: int | None, policy: MaxTokensPolicy, prompt_len: int

@@ -15,6 +15,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Literal
 
+from .constrained import Constraint
 from .engine.sampling import SamplingParams
 
 # exact: a limit that does not fit the context is a 400 (OpenAI).
@@ -148,7 +149,9 @@ class ChatRequest:
 
     Messages are OpenAI chat messages (content as text, tool calls with JSON-string
     arguments); ``tools`` are OpenAI function tools; ``tool_choice`` is
-    none | auto | required | {"type": "function", "function": {"name": ...}}."""
+    none | auto | required | {"type": "function", "function": {"name": ...}}. ``constraint``
+    is the one output constraint, from whichever field carried it (``response_format``,
+    ``structured_outputs``, ``guided_*``, ``output_format``, ``text.format``…)."""
 
     messages: list[dict]
     sampling: Sampling = field(default_factory=Sampling)
@@ -157,7 +160,7 @@ class ChatRequest:
     tools: list[dict] | None = None
     tool_choice: str | dict | None = None
     parallel_tool_calls: bool = True
-    response_format: dict | None = None
+    constraint: Constraint | None = None  # what the answer must match (any surface's field)
     thinking: Thinking = field(default_factory=Thinking)
     template_kwargs: dict = field(default_factory=dict)  # explicit, over every decision
     omitted_media: list[OmittedMedia] = field(default_factory=list)  # placeholders in messages

@@ -8,16 +8,14 @@ from typing import Any
 
 from vllm_mlx.families.formats import ReasoningFormat, ToolCallFormat
 
-from .content_constraint import ContentConstraint
 from .errors import ConstraintError
-from .json_guard import JsonLexicalGuard
-from .llguidance_backend import LLGuidanceConstraint
-from .lmfe_backend import LMFEConstraint
-from .processor import ConstrainedLogitsProcessor
-from .schema_check import schema_from_response_format
+from .kinds import content_constraint
+from .processor import BannedTokensProcessor, ConstrainedLogitsProcessor
+from .schema_check import ANY_JSON_OBJECT, check_schema
+from .spec import Constraint
 from .thinking import Phase, ThinkingAwareLogitsProcessor, initial_phase
 from .tokenizer_cache import eos_token_ids, hf_tokenizer
-from .tool_calls import forced_tool_call_constraint
+from .tool_calls import call_opener_id, forced_tool_call_constraint
 
 BACKENDS = ("llguidance", "lm-format-enforcer")
 # llguidance: ≈8x faster masks than lm-format-enforcer here (see docs/constrained.md).
@@ -37,16 +35,6 @@ def resolve_backend(backend: str) -> str:
     return backend
 
 
-def json_schema_constraint(tokenizer: Any, schema: dict, backend: str) -> ContentConstraint:
-    """A content constraint for ``schema`` on the chosen backend."""
-    if backend == "lm-format-enforcer":
-        constraint: ContentConstraint = LMFEConstraint(tokenizer, schema)
-    else:
-        constraint = LLGuidanceConstraint.for_json_schema(tokenizer, schema)
-    constraint.guard = JsonLexicalGuard(tokenizer)
-    return constraint
-
-
 @contextmanager
 def _blaming(param: str) -> Iterator[None]:
     """Constraint errors raised inside name ``param`` (unless they name a field already)."""
@@ -58,6 +46,10 @@ def _blaming(param: str) -> Iterator[None]:
         raise
 
 
+def _forces_call(tool_choice: Any, tools: list[dict] | None) -> bool:
+    return bool(tools) and tool_choice not in (None, "auto", "none")
+
+
 def _encode(tokenizer: Any, text: str) -> list[int]:
     return hf_tokenizer(tokenizer).encode(text, add_special_tokens=False)
 
@@ -65,7 +57,7 @@ def _encode(tokenizer: Any, text: str) -> list[int]:
 def build_logits_processors(
     tokenizer: Any,
     *,
-    response_format: dict | None = None,
+    constraint: Constraint | None = None,
     tool_choice: Any = None,
     tools: list[dict] | None = None,
     tool_format: ToolCallFormat | None = None,
@@ -77,6 +69,10 @@ def build_logits_processors(
 ) -> list[LogitsProcessor]:
     """The constraint processors for one request; [] when there is nothing to enforce.
 
+    ``constraint`` shapes the answer (after any reasoning block, which stays free). A JSON
+    constraint may combine with ``tool_choice`` auto (calls or schema-valid content); any
+    other kind cannot combine with a forced call (ConstraintError naming both).
+
     ``tool_format`` is the family's call syntax (forced calls); ``reasoning_format`` its
     reasoning block, and ``prompt_tail`` (the end of the rendered prompt) decides whether
     generation starts inside it. Raises ConstraintError for anything that cannot be enforced.
@@ -84,8 +80,20 @@ def build_logits_processors(
     if thinking_budget is not None and thinking_budget < 0:
         raise ConstraintError("thinking budget must be >= 0", "thinking_token_budget")
     backend = resolve_backend(backend)
-    with _blaming("response_format"):
-        schema = schema_from_response_format(response_format)
+    schema = None
+    if constraint is not None and constraint.is_json:
+        with _blaming(constraint.field):
+            schema = (
+                ANY_JSON_OBJECT
+                if constraint.kind == "json_object"
+                else check_schema(constraint.spec)
+            )
+    if constraint is not None and not constraint.is_json and _forces_call(tool_choice, tools):
+        raise ConstraintError(
+            f"{constraint.field} ({constraint.kind}) cannot be combined with a forced "
+            "tool_choice: give one or the other",
+            constraint.field,
+        )
     with _blaming("tool_choice"):
         inner = forced_tool_call_constraint(
             tokenizer,
@@ -95,9 +103,24 @@ def build_logits_processors(
             parallel_tool_calls=parallel_tool_calls,
             content_schema=schema,
         )
-    if inner is None and schema is not None:
-        with _blaming("response_format"):
-            inner = json_schema_constraint(tokenizer, schema, backend)
+    if inner is None and constraint is not None:
+        inner = content_constraint(tokenizer, constraint, backend)
+    processors = _chain(tokenizer, inner, reasoning_format, prompt_tail, thinking_budget)
+    if tool_choice == "none" and tool_format is not None:
+        opener = call_opener_id(tokenizer, tool_format)
+        if opener is not None:
+            processors.append(BannedTokensProcessor([opener]))
+    return processors
+
+
+def _chain(
+    tokenizer: Any,
+    inner: Any,
+    reasoning_format: ReasoningFormat | None,
+    prompt_tail: str,
+    thinking_budget: int | None,
+) -> list[LogitsProcessor]:
+    """The content constraint, wrapped for the family's reasoning block when it has one."""
 
     if reasoning_format is None:
         # No reasoning block in this family: a budget has nothing to cut.

@@ -6,6 +6,7 @@ import mlx.core as mx
 import numpy as np
 
 from .content_constraint import ContentConstraint
+from .masks import ban_bias
 
 
 def generated_ids(tokens: mx.array, prompt_length: int) -> list[int]:
@@ -40,3 +41,20 @@ class ConstrainedLogitsProcessor:
         if self.constraint.gave_up is not None:
             return logits
         return self.constraint.apply(generated_ids(tokens, self._prompt_length), logits)
+
+
+class BannedTokensProcessor:
+    """``processor(tokens, logits) -> logits`` that never lets ``ids`` be sampled
+    (``tool_choice: "none"``: the family's call opener, when it is one special token)."""
+
+    gave_up: str | None = None
+
+    def __init__(self, ids: list[int]) -> None:
+        self.ids = list(ids)
+        self._bias: dict[tuple[int, mx.Dtype], mx.array] = {}
+
+    def __call__(self, tokens: mx.array, logits: mx.array) -> mx.array:
+        key = (logits.shape[-1], logits.dtype)
+        if key not in self._bias:
+            self._bias[key] = ban_bias(self.ids, *key)
+        return logits + self._bias[key]

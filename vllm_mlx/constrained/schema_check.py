@@ -1,4 +1,4 @@
-"""Turn a request's ``response_format`` into a checked JSON schema (or a 400-worthy error).
+"""Check a request's JSON schema (or raise a 400-worthy error).
 
 Invalid schemas are rejected with the jsonschema error; keywords a backend cannot enforce are
 rejected by name, so a request is never answered with silently unconstrained output.
@@ -77,28 +77,6 @@ ANY_JSON_OBJECT: dict[str, Any] = {"type": "object"}
 
 # Deeper than this is no schema a client means, and the checks (and backends) recurse.
 MAX_SCHEMA_DEPTH = 64
-
-
-def schema_from_response_format(response_format: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The schema a ``response_format`` asks for; None for plain text.
-
-    Accepts the Chat Completions shape (``{"type": "json_schema", "json_schema": {"schema":
-    ...}}``) and the Responses shape (``{"type": "json_schema", "schema": ...}``).
-    """
-    if not response_format:
-        return None
-    kind = response_format.get("type")
-    if kind in (None, "text"):
-        return None
-    if kind == "json_object":
-        return ANY_JSON_OBJECT
-    if kind != "json_schema":
-        raise ConstraintError(f"unsupported response_format type {kind!r}")
-    spec = response_format.get("json_schema", response_format)
-    schema = spec.get("schema") if isinstance(spec, dict) else None
-    if schema is None:
-        raise ConstraintError("response_format json_schema needs a 'schema' object")
-    return check_schema(schema)
 
 
 def check_schema(schema: Any) -> dict[str, Any]:

@@ -65,6 +65,18 @@ def tool_call_grammar(
     )
 
 
+def call_opener_id(tokenizer: Any, fmt: ToolCallFormat) -> int | None:
+    """The id of the family's call opener when it is one special token (None otherwise):
+    what ``tool_choice: "none"`` bans."""
+    opener = fmt.section_start or fmt.call_start
+    if fmt.channels is not None or not opener:
+        return None
+    items = LiteralWriter(special_markers(tokenizer)).items(opener)
+    if items and items[0].startswith("<["):
+        return int(items[0][2:-2])
+    return None
+
+
 def forced_tool_call_constraint(
     tokenizer: Any,
     *,

@@ -8,8 +8,10 @@ the JSON dialects, one typed rule per parameter for XML. Literals become Lark it
 `vllm_mlx.families.lark` (special-token markers as ``<[id]>``, a ``"\\n"`` as optional
 whitespace).
 
-Dialects without a grammar (Python literals, gemma4 literals) and Harmony's channel header
-raise ConstraintError rather than leave a forced call unenforced.
+Harmony's calls are messages of its channel stream: an optional analysis message (free
+text), then ``to=functions.NAME`` on the commentary (or analysis) channel, either order, an
+optional ``<|constrain|>json``, the JSON arguments and ``<|call|>`` (one call per message).
+A dialect without a grammar raises ConstraintError rather than leave a call unenforced.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllm_mlx.families.dialects import DIALECTS
-from vllm_mlx.families.formats import ToolCallFormat
-from vllm_mlx.families.lark import GrammarError, LarkRules, LiteralWriter, json_value
+from vllm_mlx.families.formats import Channels, ToolCallFormat
+from vllm_mlx.families.lark import GrammarError, LarkRules, LiteralWriter, json_value, lark_string
 
 from .errors import ConstraintError
 
@@ -31,7 +33,8 @@ CALL_JSON_OPTIONS: dict[str, Any] = {
     "item_separator": ", ",
     "key_separator": ": ",
 }
-CHANNELS_REFUSAL = "its calls follow the analysis channel in a header the grammar cannot anchor"
+# Harmony writes its JSON arguments freely (vLLM's outputs have newlines): bounded whitespace.
+HARMONY_JSON_OPTIONS: dict[str, Any] = {"whitespace_pattern": r"[\x20\x0A\x0D\x09]{0,8}"}
 GRAMMAR_DIALECTS = tuple(name for name, d in DIALECTS.items() if d.has_grammar)
 
 
@@ -68,8 +71,6 @@ class ToolGrammarBuilder:
         json_options: dict[str, Any],
     ) -> None:
         refusal = f"tool_choice cannot be enforced for the {fmt.name} tool-call format: "
-        if fmt.channels is not None:
-            raise ConstraintError(refusal + CHANNELS_REFUSAL)
         if not fmt.dialect.has_grammar:
             raise ConstraintError(
                 f"{refusal}its {fmt.dialect.name!r} argument syntax has no grammar "
@@ -93,7 +94,14 @@ class ToolGrammarBuilder:
             raise ConstraintError("tool_choice needs at least one tool")
         variants = [self.fmt, *self.fmt.variants]
         try:
-            names = [self._variant(v, k, functions, multiple) for k, v in enumerate(variants)]
+            if self.fmt.channels is not None:
+                if content_schema is not None:
+                    raise GrammarError(
+                        "harmony: tool_choice auto with a JSON schema cannot be enforced"
+                    )
+                names = [self._harmony(self.fmt.channels, functions, multiple)]
+            else:
+                names = [self._variant(v, k, functions, multiple) for k, v in enumerate(variants)]
         except GrammarError as exc:
             raise ConstraintError(str(exc)) from None
         start = " | ".join(names)
@@ -115,6 +123,37 @@ class ToolGrammarBuilder:
             body = [call, "(", *g.lit.items(fmt.separator), call, ")*"]
         items = [*g.lit.items(fmt.section_start), *body, *g.lit.items(fmt.section_end)]
         return g.rule(f"v{k}", items)
+
+    def _harmony(self, ch: Channels, functions: Sequence[Function], multiple: bool) -> str:
+        """An optional analysis message (or a new assistant header), then one call (or, with
+        ``multiple``, more, each in a new assistant message)."""
+        g, lit = self.g, self.g.lit
+        header = [*lit.items(ch.start), '"assistant"']
+        end = lit.items(ch.end)
+        text = g.lexeme("harmony_text", r"/(.|\n)*/")
+        if end[0].startswith("<["):  # a special token never matches text: greedy is exact
+            body = g.rule("h_text", [text, *end])
+        else:
+            g.rules.append(f"h_text[lazy]: {text} {' '.join(end)}")
+            body = "h_text"
+        analysis = [*lit.items(ch.channel), lark_string(ch.reasoning_channel)]
+        analysis += [*lit.items(ch.message), body, "WS?", *header]
+        pre = g.rule("h_pre", [" | ".join([" ".join(analysis), " ".join(header)])])
+        channel = [
+            *lit.items(ch.channel),
+            f"({lark_string(ch.tool_channel)} | {lark_string(ch.reasoning_channel)})",
+        ]
+        calls = []
+        for i, fn in enumerate(functions):
+            to = lark_string(f" {ch.recipient}{ch.functions}{fn.name}")
+            where = f"({to} {' '.join(channel)} | {' '.join(channel)} {to})"
+            constrain = f'(" "? {" ".join(lit.items(ch.constrain))} "json")?'
+            args = json_value(fn.parameters, HARMONY_JSON_OPTIONS)
+            items = [where, constrain, '" "?', *lit.items(ch.message), args, *lit.items(ch.call)]
+            calls.append(g.rule(f"h_f{i}", items))
+        one = g.rule("h_one", [" | ".join(calls)])
+        again = f"(WS? {' '.join(header)} {one})*" if multiple else ""
+        return g.rule("h_call", [f"{pre}? {one} {again}"])
 
 
 def special_markers(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from starlette.testclient import TestClient
 
+from vllm_mlx.constrained import Constraint
 from vllm_mlx.request import Sampling, Thinking
 from vllm_mlx.runtime import build_replay_runtime
 from vllm_mlx.server.app import create_app
@@ -31,10 +32,7 @@ def test_intent_fields_are_carried():
     assert (chat.max_tokens, chat.max_tokens_policy) == (12, "exact")
     assert chat.sampling == Sampling(temperature=0)
     assert chat.thinking == Thinking(effort="minimal") and chat.template_kwargs == {}
-    assert chat.response_format == {
-        "type": "json_schema",
-        "json_schema": {"name": "x", "schema": {"type": "object"}},
-    }
+    assert chat.constraint == Constraint("json_schema", {"type": "object"}, "text.format")
     assert chat.messages[0] == {"role": "system", "content": "Be brief."}
     assert conversation == [{"role": "user", "content": "hi"}]  # instructions do not carry
 

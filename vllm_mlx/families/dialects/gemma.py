@@ -1,15 +1,18 @@
 """The ``gemma`` dialect: gemma4's literals ``{key:<|"|>text<|"|>,n:1,flag:true,obj:{...}}``
-right after the name. Members are converted to JSON one at a time; there is no grammar for
-it, so a forced call in this dialect is refused."""
+right after the name. Members are converted to JSON one at a time; the grammar writes each
+parameter in these literals, typed by its schema (``literal_grammar``)."""
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from typing import Any, ClassVar
 
+from ..lark import LarkRules
 from ..literal import partial_suffix, skip_space
-from .base import ArgumentReader, Dialect, Status, Step
+from .base import ArgumentReader, Dialect, Layout, Status, Step
+from .literal_grammar import LiteralGrammar, LiteralSyntax
 from .members import MemberStream
 
 GEMMA_QUOTE = '<|"|>'
@@ -19,7 +22,6 @@ _GEMMA_SYNTAX = re.compile(r"[{}\[\],]")  # what `GemmaArguments.feed` reacts to
 class GemmaDialect(Dialect):
     name: ClassVar[str] = "gemma"
     object_arguments: ClassVar[bool] = True
-    has_grammar: ClassVar[bool] = False
 
     def reader(self, properties: dict[str, Any], named: bool = True) -> ArgumentReader:
         return GemmaArguments()
@@ -27,8 +29,32 @@ class GemmaDialect(Dialect):
     def render_arguments(self, arguments: dict) -> str:
         return gemma_literal(arguments)
 
+    def arguments_grammar(
+        self, layout: Layout, rule: str, function: str, parameters: dict, g: LarkRules
+    ) -> list[str]:
+        quote = g.lit.items(GEMMA_QUOTE)
+        # A special-token quote never matches text: any text up to it is exact.
+        syntax = GEMMA_SPECIAL_SYNTAX if quote[0].startswith("<[") else GEMMA_SYNTAX
+        members = LiteralGrammar(syntax, g, quote)
+        return ['"{"', *members.members(rule, parameters, False), '"}"']
+
 
 GEMMA = GemmaDialect()
+# Strings between <|"|> markers (no "<" in them unless the marker is a special token); bare
+# keys; no whitespace, as gemma4 writes them.
+GEMMA_SYNTAX = LiteralSyntax(
+    name="gemma",
+    string=r"/[^<]*/",
+    true="true",
+    false="false",
+    null="null",
+    kwarg="{}:",
+    keys=("{}",),
+    colon=('":"',),
+    separator=('","',),
+    quoted=True,
+)
+GEMMA_SPECIAL_SYNTAX = replace(GEMMA_SYNTAX, string=r"/(.|\n)*/")
 
 
 def gemma_literal(value: object) -> str:

@@ -1,6 +1,6 @@
 """The ``python`` dialect: ``NAME(a=1, b="x")``, keyword arguments as Python literals
-(pythonic / llama4). Each keyword is released once its value is complete; there is no grammar
-for it, so a forced call in this dialect is refused."""
+(pythonic / llama4). Each keyword is released once its value is complete; the grammar writes
+each parameter as a Python literal of its schema's type (``literal_grammar``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import ast
 import re
 from typing import Any, ClassVar
 
-from .base import ArgumentReader, Dialect, Status, Step
+from ..lark import LarkRules
+from .base import ArgumentReader, Dialect, Layout, Status, Step
+from .literal_grammar import LiteralGrammar, LiteralSyntax
 from .members import MemberStream
 
 _PY_SYNTAX = re.compile(r"[\'\"()\[\]{},]")  # what `PythonArguments.feed` reacts to
@@ -16,13 +18,31 @@ _PY_SYNTAX = re.compile(r"[\'\"()\[\]{},]")  # what `PythonArguments.feed` react
 
 class PythonDialect(Dialect):
     name: ClassVar[str] = "python"
-    has_grammar: ClassVar[bool] = False
 
     def reader(self, properties: dict[str, Any], named: bool = True) -> ArgumentReader:
         return PythonArguments()
 
     def render_arguments(self, arguments: dict) -> str:
         return ", ".join(f"{k}={_python_literal(v)}" for k, v in arguments.items()) + ")"
+
+    def arguments_grammar(
+        self, layout: Layout, rule: str, function: str, parameters: dict, g: LarkRules
+    ) -> list[str]:
+        return [*LiteralGrammar(PYTHON_SYNTAX, g, []).members(rule, parameters, True), '")"']
+
+
+# Python literals: either quote, True/False/None, "k=v" keywords, ", " (or ",") separators.
+PYTHON_SYNTAX = LiteralSyntax(
+    name="python",
+    string=r"""/"([^"\\\n]|\\.)*"|'([^'\\\n]|\\.)*'/""",
+    true="True",
+    false="False",
+    null="None",
+    kwarg="{}=",
+    keys=('"{}"', "'{}'"),
+    colon=('":"', '" "?'),
+    separator=('","', '" "?'),
+)
 
 
 PYTHON = PythonDialect()

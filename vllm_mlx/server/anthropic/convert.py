@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 
+from ...constrained import Constraint
 from ...families.message import ParsedMessage, ToolCall
 from ...pipeline import Usage
 from ...request import (
@@ -45,6 +46,7 @@ def to_chat_request(body: PromptFields) -> ChatRequest:
         parallel_tool_calls=parallel,
         thinking=_thinking(body),
         omitted_media=omitted,
+        constraint=_output_format(body.output_format),
     )
     if isinstance(body, MessagesRequest):
         chat.sampling = Sampling(
@@ -67,6 +69,19 @@ def _thinking(body: PromptFields) -> Thinking:
     if body.thinking.type == "disabled":
         return Thinking(enabled=False)
     return Thinking(enabled=True, budget=body.thinking.budget_tokens)
+
+
+def _output_format(fmt: dict | None) -> Constraint | None:
+    """``output_format: {"type": "json_schema", "schema": {...}}`` (structured outputs)."""
+    if fmt is None:
+        return None
+    if fmt.get("type") != "json_schema":
+        raise APIError(400, 'output_format.type must be "json_schema"', param="output_format.type")
+    if not isinstance(fmt.get("schema"), dict):
+        raise APIError(
+            400, "output_format.schema must be a JSON schema object", param="output_format.schema"
+        )
+    return Constraint("json_schema", fmt["schema"], "output_format")
 
 
 def _system(system: str | list[ContentBlock] | None) -> list[dict]:

@@ -69,6 +69,8 @@ class PromptFields(_Lenient):
     tools: list[Tool] | None = None
     tool_choice: ToolChoice | None = None
     thinking: Thinking | None = None
+    # {"type": "json_schema", "schema": {...}}: the answer's shape (count_tokens ignores it)
+    output_format: dict[str, Any] | None = None
 
 
 class MessagesRequest(PromptFields):

@@ -18,6 +18,7 @@ from ..streaming import generation_failed, unless_disconnected
 from .convert import context_error
 from .protocol import CompletionRequest
 from .stream import error_frames, new_id, now, openai_frames, usage_body
+from .structured import constraint_of
 
 
 async def completions(request: Request) -> Response:
@@ -38,7 +39,11 @@ async def completions(request: Request) -> Response:
     text_or_ids = cast("str | list[int]", prompt)  # a list of strings was unpacked above
     try:  # tokenizing a huge prompt takes seconds: off the event loop
         prepared = await asyncio.to_thread(
-            state.pipeline.prepare_completion, text_or_ids, sampling, body.max_tokens
+            state.pipeline.prepare_completion,
+            text_or_ids,
+            sampling,
+            body.max_tokens,
+            constraint_of(body),
         )
     except ContextLengthError as exc:
         raise context_error(exc, "prompt") from None

@@ -17,6 +17,7 @@ from ...request import (
 from ..errors import APIError
 from .protocol import ChatCompletionRequest, ChatMessage
 from .stream import chat_logprobs, usage_body
+from .structured import constraint_of
 
 # content part type -> what a text-only model is told was omitted
 _MEDIA_PARTS = {
@@ -48,7 +49,7 @@ def to_chat_request(body: ChatCompletionRequest) -> ChatRequest:
         tools=tools,
         tool_choice=body.tool_choice,
         parallel_tool_calls=body.parallel_tool_calls is not False,
-        response_format=body.response_format,
+        constraint=constraint_of(body),
         thinking=Thinking(effort=body.reasoning_effort, budget=body.thinking_token_budget),
         template_kwargs=dict(body.chat_template_kwargs or {}),
     )

@@ -69,6 +69,18 @@ class SamplingFields(_Lenient):
     repetition_penalty: float | None = Field(default=None, gt=0)
     logit_bias: dict[str, float] | None = None
     seed: int | None = None
+    # Output constraints (one per request; translated by structured.py): OpenAI, vLLM
+    # (structured_outputs, guided_*), SGLang (regex, ebnf), llama.cpp (grammar, json_schema).
+    response_format: dict[str, Any] | None = None
+    structured_outputs: dict[str, Any] | None = None
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
+    regex: str | None = None
+    ebnf: str | None = None
+    grammar: str | None = None
+    json_schema: dict[str, Any] | str | None = None
 
     @field_validator("stop")
     @classmethod
@@ -117,7 +129,6 @@ class ChatCompletionRequest(SamplingFields):
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
-    response_format: dict[str, Any] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
     thinking_token_budget: int | None = Field(default=None, ge=0)

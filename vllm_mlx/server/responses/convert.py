@@ -13,6 +13,7 @@ import json
 import logging
 import uuid
 
+from ...constrained import Constraint
 from ...families.message import ParsedMessage
 from ...pipeline import Usage
 from ...request import (
@@ -62,7 +63,7 @@ def to_chat_request(
         tools=[*(function_tools(request_tools(body)) or []), *(server_tools or [])] or None,
         tool_choice=_tool_choice(body.tool_choice),
         parallel_tool_calls=body.parallel_tool_calls is not False,
-        response_format=_response_format(body),
+        constraint=_text_format(body),
         thinking=Thinking(effort=body.reasoning.effort if body.reasoning else None),
         omitted_media=omitted,
     )
@@ -276,21 +277,33 @@ def _tool_choice(choice: str | dict | None) -> str | dict:
     )
 
 
-def _response_format(body: ResponsesRequest) -> dict | None:
+# text.format kinds besides text / json_object / json_schema: the custom-tool grammar shape.
+_GRAMMAR_SYNTAXES = {"lark": "lark", "regex": "regex", "gbnf": "gbnf"}
+
+
+def _text_format(body: ResponsesRequest) -> Constraint | None:
+    """``text.format``: text, json_object, json_schema, or (an extension in the custom-tool
+    shape) ``{"type": "grammar", "syntax": "lark" | "regex" | "gbnf", "definition": ...}``."""
     fmt = body.text.format if body.text else None
     if not fmt or fmt.get("type") == "text":
         return None
     if fmt.get("type") == "json_object":
-        return {"type": "json_object"}
+        return Constraint("json_object", None, "text.format")
     if fmt.get("type") == "json_schema":
         if not isinstance(fmt.get("schema"), dict):
             raise APIError(
                 400, "text.format.schema must be a JSON schema object", param="text.format.schema"
             )
-        spec = {"name": fmt.get("name") or "response", "schema": fmt["schema"]}
-        if "strict" in fmt:
-            spec["strict"] = fmt["strict"]
-        return {"type": "json_schema", "json_schema": spec}
+        return Constraint("json_schema", fmt["schema"], "text.format")
+    if fmt.get("type") == "grammar":
+        syntax = _GRAMMAR_SYNTAXES.get(str(fmt.get("syntax")))
+        if syntax is None:
+            raise APIError(
+                400,
+                'text.format.syntax must be "lark", "regex" or "gbnf"',
+                param="text.format.syntax",
+            )
+        return Constraint(syntax, fmt.get("definition"), "text.format.definition")  # type: ignore[arg-type]
     raise APIError(
         400, f"unsupported text.format type {fmt.get('type')!r}", param="text.format.type"
     )
