@@ -28,9 +28,9 @@ from mlx_lm.models import lfm2
 
 from vllm_mlx.engine.engine import Engine
 from vllm_mlx.engine.prefix_cache import PrefixCache
-from vllm_mlx.engine.sampling import SamplingParams
 from vllm_mlx.engine.sources import ModelBatchSource
-from vllm_mlx.pipeline import ChatRequest, Pipeline
+from vllm_mlx.pipeline import Pipeline
+from vllm_mlx.request import ChatRequest, Sampling
 from vllm_mlx.runtime import build_runtime
 from vllm_mlx.server.launch import launched_server
 
@@ -103,8 +103,8 @@ def replay(pipeline: Pipeline, system: str, turns: int) -> list[float]:
         history.append(_user(i))
         request = ChatRequest(
             messages=list(history),
-            params=SamplingParams(max_tokens=12, temperature=0),
-            max_tokens_given=True,
+            sampling=Sampling(temperature=0.0),
+            max_tokens=12,
         )
         result = pipeline.complete_sync(pipeline.prepare_chat(request))
         fractions.append(result.usage.cached_tokens / result.usage.prompt_tokens)

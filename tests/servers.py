@@ -16,7 +16,7 @@ from mcp_servers.harness import toolbox_stdio
 from tiny_models import QWEN3_STYLE_CHAT_TEMPLATE, build_tiny_model, build_tiny_tokenizer
 
 from vllm_mlx.engine.engine import Engine
-from vllm_mlx.engine.sources import ModelBatchSource, Step
+from vllm_mlx.engine.sources import ModelBatchSource, SourceDefaults, Step
 from vllm_mlx.pipeline import Pipeline
 from vllm_mlx.reasoning import ReasoningParserManager
 from vllm_mlx.runtime import Runtime, build_replay_runtime
@@ -100,7 +100,7 @@ class FailingSource:
         return self.inner.step()
 
 
-class ForcingSource:
+class ForcingSource(SourceDefaults):
     """A caller that forces its tokens: every step runs the row's logits processors (as a
     sampler would) and then emits the inner source's token whatever they masked, so a
     constraint sees tokens it rejected and gives up, as in production when state
@@ -136,7 +136,7 @@ class ForcingSource:
         return steps, ended
 
 
-class EchoSource:
+class EchoSource(SourceDefaults):
     """Every sequence answers with its own prompt, end-of-turn tokens left out (they would
     stop it), then ends: what the template really rendered, as text the client can read."""
 

@@ -18,7 +18,7 @@ from pathlib import Path
 # the app and its state come through tests/servers.py, which follows the server's layout
 from servers import ServerState, create_app, thread_server
 
-from vllm_mlx.engine.sources import Step
+from vllm_mlx.engine.sources import SourceDefaults, Step
 from vllm_mlx.runtime import build_replay_runtime
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +31,7 @@ def client_binary(name: str) -> str | None:
     return str(local) if local.exists() else shutil.which(name)
 
 
-class ScriptedSource:
+class ScriptedSource(SourceDefaults):
     """A token source whose output for each request is ``script(prompt text)``, tokenized by
     the model's real tokenizer and ended with EOS."""
 
@@ -40,7 +40,7 @@ class ScriptedSource:
         self._running: dict[int, list] = {}  # uid -> [token ids, position, max_tokens]
         self._next_uid = 0
 
-    def insert(self, prompt, *, sampler, processors, max_tokens):
+    def insert(self, prompt, *, sampler, processors, max_tokens, checkpoints=()):
         text = self.script(self.tokenizer.decode(prompt))
         ids = [*self.tokenizer.encode(text, add_special_tokens=False), self.tokenizer.eos_token_id]
         uid, self._next_uid = self._next_uid, self._next_uid + 1

@@ -13,9 +13,9 @@ from vllm_mlx.chat.template import render_chat
 from vllm_mlx.engine.boundaries import history_end
 from vllm_mlx.engine.engine import Engine
 from vllm_mlx.engine.prefix_cache import PrefixCache
-from vllm_mlx.engine.sampling import SamplingParams
 from vllm_mlx.engine.sources import ModelBatchSource
-from vllm_mlx.pipeline import ChatRequest, Pipeline
+from vllm_mlx.pipeline import Pipeline
+from vllm_mlx.request import ChatRequest, Sampling
 from vllm_mlx.runtime import warm_up
 
 SYSTEM = {"role": "system", "content": "You are a careful coding agent. " * 6}
@@ -68,8 +68,8 @@ def pipeline_for(model, tokenizer, cache: PrefixCache | None) -> Pipeline:
 def chat(pipeline: Pipeline, messages: list[dict], max_tokens: int = 8):
     request = ChatRequest(
         messages=messages,
-        params=SamplingParams(max_tokens=max_tokens, temperature=0),
-        max_tokens_given=True,
+        sampling=Sampling(temperature=0.0),
+        max_tokens=max_tokens,
     )
     prepared = pipeline.prepare_chat(request)
     result = pipeline.complete_sync(prepared)

@@ -12,13 +12,14 @@ import pytest
 from test_prefix_agents import build_hybrid
 from tiny_models import build_tiny_model, build_tiny_tokenizer
 
-from vllm_mlx.constrained import build_logits_processors
+from vllm_mlx.constrained import Constraint, build_logits_processors
 from vllm_mlx.engine.engine import Engine
 from vllm_mlx.engine.prefix_cache import PrefixCache
 from vllm_mlx.engine.sampling import RequestSampler, SamplingParams
 from vllm_mlx.engine.sources import ModelBatchSource
 from vllm_mlx.engine.speculative import resample
 from vllm_mlx.engine.types import GenerationRequest
+from vllm_mlx.families.catalog import REASONING_FORMATS
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
 THINKING_TAIL = "<|im_start|>assistant\n<think>\n"
@@ -56,18 +57,17 @@ def cases(tokenizer):
         "schema": (
             chat,
             lambda: build_logits_processors(
-                tokenizer,
-                response_format={
-                    "type": "json_schema",
-                    "json_schema": {"name": "n", "schema": SCHEMA},
-                },
+                tokenizer, constraint=Constraint("json_schema", SCHEMA, "response_format")
             ),
             {"max_tokens": 30},
         ),
         "thinking budget": (
             thinking,
             lambda: build_logits_processors(
-                tokenizer, reasoning_parser="qwen3", prompt_tail=THINKING_TAIL, thinking_budget=3
+                tokenizer,
+                reasoning_format=REASONING_FORMATS["qwen3"],
+                prompt_tail=THINKING_TAIL,
+                thinking_budget=3,
             ),
             {"max_tokens": 20},
         ),

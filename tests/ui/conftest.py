@@ -122,6 +122,9 @@ class PacedSource:
         self.inner, self.delay = inner, delay
         self.produced = 0
 
+    def __getattr__(self, name):  # the engine's other questions go to the wrapped source
+        return getattr(self.inner, name)
+
     def insert(self, *args, **kwargs):
         return self.inner.insert(*args, **kwargs)
 

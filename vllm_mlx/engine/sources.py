@@ -70,6 +70,21 @@ class TokenSource(Protocol):
         prefix cache than it holds now (cache-aware admission: worth waiting for)."""
 
 
+class SourceDefaults:
+    """What a source with no prefix cache and no draft model answers to the engine's
+    optional questions (replays, test sources)."""
+
+    def flush(self) -> None:
+        """Nothing outlives the sequences."""
+
+    @property
+    def spec_counts(self) -> tuple[int, int]:
+        return (0, 0)
+
+    def prefill_to_share(self, prompt: list[int]) -> bool:
+        return False
+
+
 class ModelBatchSource:
     def __init__(
         self,

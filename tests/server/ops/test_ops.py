@@ -46,6 +46,9 @@ class GatedSource:
         self._fresh = False
         self.produced = 0  # tokens stepped, to see whether a generation went on
 
+    def __getattr__(self, name):  # the engine's other questions go to the wrapped source
+        return getattr(self.inner, name)
+
     def insert(self, *args, **kwargs):
         self._fresh = True
         return self.inner.insert(*args, **kwargs)
