@@ -91,14 +91,17 @@ def test_deepseek_v32_is_not_deepseek_v31():
 
 
 def test_runtime_detects_the_family_for_auto():
+    template = "{{ '<|tool_calls_section_begin|>' }}"
     kimi = SimpleNamespace(
         name="some-model",
-        chat_template="{{ '<|tool_calls_section_begin|>' }}",
-        tokenizer=SimpleNamespace(all_special_tokens=[]),
+        chat_template=template,
+        tokenizer=SimpleNamespace(all_special_tokens=[], chat_template=template),
     )
     _, tool = select_formats(kimi, None, "auto")
     assert tool is not None and tool.name == "kimi_k2"
-    plain = SimpleNamespace(name="x", chat_template="", tokenizer=kimi.tokenizer)
+    plain = SimpleNamespace(
+        name="x", chat_template="", tokenizer=SimpleNamespace(all_special_tokens=[])
+    )
     assert select_formats(plain, None, "generic")[1].name == "hermes"
 
 
