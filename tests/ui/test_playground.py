@@ -182,7 +182,8 @@ def test_stop_aborts_the_request_and_the_server_cancels_the_generation(tab):
         assert produced < total / 2
         status = _status(base)
         assert status["requests_in_flight"] == 1  # only this status request
-        assert status["completion_tokens"] == 0  # a cancelled stream reports no usage
+        # a cancelled stream is counted with the tokens it had made (issue 12)
+        assert 0 < status["completion_tokens"] <= produced
 
 
 def test_the_key_is_asked_for_and_sent(tab):
