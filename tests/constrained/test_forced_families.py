@@ -15,7 +15,7 @@ from tiny_models import build_tiny_tokenizer
 from vllm_mlx.constrained import ConstraintError, build_logits_processors
 from vllm_mlx.families.catalog import TOOL_CALL_FORMATS
 
-CORPUS = Path(__file__).parent / "parsers" / "corpus"
+CORPUS = Path(__file__).parent.parent / "parsers" / "corpus"
 # Real outputs the grammar does not take, and why (the parser still reads them).
 NOT_FORCED = {
     "pythonic-smg-multiline": "forced calls are written compactly: no newlines between kwargs",

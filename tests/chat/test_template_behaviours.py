@@ -23,7 +23,7 @@ from vllm_mlx.chat.thinking_switch import SLASH_SWITCH, decide_thinking, thinkin
 from vllm_mlx.runtime import choose_parsers
 from vllm_mlx.tool_parsers import ToolParserManager
 
-TEMPLATES = Path(__file__).parent / "templates"
+TEMPLATES = Path(__file__).parent.parent / "templates"
 TOOLS = [
     {
         "type": "function",

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from vllm_mlx.cli import main
 from vllm_mlx.models.loader import resolve_model
 
-TEMPLATES = Path(__file__).parent / "templates"
+TEMPLATES = Path(__file__).parent.parent / "templates"
 
 
 def inspect(name: str, *options: str):

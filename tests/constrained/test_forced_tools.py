@@ -21,11 +21,11 @@ from tiny_models import build_tiny_model, build_tiny_tokenizer
 from vllm_mlx.constrained import ConstraintError, build_logits_processors, from_response_format
 from vllm_mlx.families.catalog import TOOL_CALL_FORMATS
 
-sys.path.insert(0, str(Path(__file__).parent / "parsers"))
+sys.path.insert(0, str(Path(__file__).parent.parent / "parsers"))
 from parser_cases import WEATHER_TOOLS, parse  # noqa: E402
 from test_tool_families import CALLS  # noqa: E402
 
-# Literal dialects and Harmony: tests/test_constrained_forced_families.py (their grammars
+# Literal dialects and Harmony: tests/constrained/test_forced_families.py (their grammars
 # write strings without "<" or raw newlines, so this file's rendered CALLS do not apply).
 OWN_TESTS = {"pythonic", "gemma4", "harmony"}
 FAMILIES = [n for n in TOOL_CALL_FORMATS if n not in OWN_TESTS]
