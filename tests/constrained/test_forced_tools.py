@@ -12,10 +12,7 @@ import sys
 from pathlib import Path
 
 import jsonschema
-import mlx.core as mx
 import pytest
-from mlx_lm.generate import generate_step
-from mlx_lm.sample_utils import make_sampler
 from tiny_models import build_tiny_model, build_tiny_tokenizer
 
 from vllm_mlx.constrained import ConstraintError, build_logits_processors, from_response_format
@@ -24,6 +21,8 @@ from vllm_mlx.families.catalog import TOOL_CALL_FORMATS
 sys.path.insert(0, str(Path(__file__).parent.parent / "parsers"))
 from parser_cases import WEATHER_TOOLS, parse  # noqa: E402
 from test_tool_families import CALLS  # noqa: E402
+
+from constrained.forcing import SCHEMAS, TOOLS, accepts, matcher, sample  # noqa: E402
 
 # Literal dialects and Harmony: tests/constrained/test_forced_families.py (their grammars
 # write strings without "<" or raw newlines, so this file's rendered CALLS do not apply).
@@ -77,28 +76,6 @@ REAL_OUTPUTS = {
 @pytest.fixture(scope="module")
 def tokenizer():
     return build_tiny_tokenizer()
-
-
-def matcher(tokenizer, family, tool_choice="required", tools=WEATHER_TOOLS, parallel=True):
-    (processor,) = build_logits_processors(
-        tokenizer,
-        tool_choice=tool_choice,
-        tools=tools,
-        tool_format=TOOL_CALL_FORMATS[family],
-        parallel_tool_calls=parallel,
-    )
-    return processor.constraint
-
-
-def accepts(tokenizer, constraint, text: str) -> bool:
-    """Feed ``text`` token by token; True when every token is accepted and EOS is allowed."""
-    ids = tokenizer._tokenizer.encode(text, add_special_tokens=False)
-    for i in range(len(ids)):
-        mask = constraint.allowed_mask(ids[:i])
-        if mask is None or not mask[ids[i]]:
-            return False
-    final = constraint.allowed_mask(ids)
-    return final is not None and all(final[e] for e in tokenizer.eos_token_ids)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -227,64 +204,11 @@ def test_auto_choice_is_unconstrained_unless_a_schema_is_given(tokenizer):
 
 
 # -- random weights: the constraint alone makes a call the parser reads back ----------------
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "city": {"type": "string", "maxLength": 8},
-                    "days": {"type": "integer", "minimum": 1, "maximum": 14},
-                    "unit": {"enum": ["c", "f"]},
-                    # Typed beside the $ref: XML parsers type values by the declared type.
-                    "point": {"type": "object", "$ref": "#/$defs/point"},
-                },
-                "required": ["city", "days"],
-                "additionalProperties": False,
-                "$defs": {
-                    "point": {
-                        "type": "object",
-                        "properties": {"x": {"type": "integer", "minimum": 0, "maximum": 99}},
-                        "required": ["x"],
-                        "additionalProperties": False,
-                    }
-                },
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "noop",
-            "parameters": {"type": "object", "properties": {}, "additionalProperties": False},
-        },
-    },
-]
-SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 
 
 @pytest.fixture(scope="module")
 def model(tokenizer):
     return build_tiny_model(tokenizer, seed=3)
-
-
-def sample(model, tokenizer, processors, seed, max_tokens=250) -> str:
-    prompt = tokenizer.encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
-    mx.random.seed(seed)
-    out = []
-    for token, _ in generate_step(
-        mx.array(prompt),
-        model,
-        max_tokens=max_tokens,
-        sampler=make_sampler(temp=1.0),
-        logits_processors=processors,
-    ):
-        if token in tokenizer.eos_token_ids:
-            return tokenizer.decode(out)
-        out.append(token)
-    pytest.fail(f"no EOS within {max_tokens} tokens: {tokenizer.decode(out)!r}")
 
 
 @pytest.mark.parametrize(

@@ -345,7 +345,7 @@ def tokenizer():
 
 @pytest.mark.parametrize("family", NEW_TOOL_FAMILIES)
 def test_every_new_family_can_be_forced(tokenizer, family):
-    from test_constrained_tools import accepts, matcher
+    from constrained.forcing import accepts, matcher
 
     fmt = TOOL_CALL_FORMATS[family]
     calls = [("get_weather", {"city": "Paris", "days": 2}), ("noop", {})]
@@ -359,7 +359,7 @@ def test_every_new_family_can_be_forced(tokenizer, family):
 def test_random_weights_make_calls_the_parser_reads_back(tokenizer, family):
     """A forced call from a random-weight model parses back as schema-valid calls."""
     import jsonschema
-    from test_constrained_tools import SCHEMAS, TOOLS, sample
+    from constrained.forcing import SCHEMAS, TOOLS, sample
     from tiny_models import build_tiny_model
 
     from vllm_mlx.constrained import build_logits_processors

@@ -36,7 +36,7 @@ def _fragments(tool: str | None, reasoning: str | None) -> list[str]:
     if tool:
         for fmt in (TOOL_CALL_FORMATS[tool], *TOOL_CALL_FORMATS[tool].variants):
             call = fmt.render_call("get_weather", {"city": 'a"b', "days": 2})
-            frags += [call, _spaced(call), fmt.section_start + " \n", *fmt.controls]
+            frags += [call, _spaced(call), fmt.section_start + " \n", *fmt.dropped]
             frags += [fmt.render_call("noop", {}), fmt.separator, fmt.prompt_opens]
             frags += [m for d in fmt.dropped for m in (d, d[: len(d) // 2])]
             for lit in (

@@ -175,7 +175,7 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
             args_end="\n```",
             call_end=DEEPSEEK_CALL_END,
             aliases=("deepseek-v3", "deepseek_r1_0528", "deepseek", "deepseek_r1"),
-            controls=(DEEPSEEK_EOS,),
+            dropped=(DEEPSEEK_EOS,),
         ),
         ToolCallFormat(
             "deepseek_v31",
@@ -186,7 +186,7 @@ TOOL_CALL_FORMATS: dict[str, ToolCallFormat] = {
             name_end=DEEPSEEK_SEP,
             call_end=DEEPSEEK_CALL_END,
             aliases=("deepseek_v3.1", "deepseek-v3.1", "deepseek31"),
-            controls=(DEEPSEEK_EOS,),
+            dropped=(DEEPSEEK_EOS,),
         ),
         ToolCallFormat(
             "glm45",

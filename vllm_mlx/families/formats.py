@@ -103,8 +103,6 @@ class ToolCallFormat:
     # ``[CALL_ID]``), optional when parsing, never written
     call_id_marker: str = ""
     aliases: tuple[str, ...] = ()
-    # end-of-turn tokens the model may write after its calls; never content
-    controls: tuple[str, ...] = ()
     # Other openings of the same family, tried when this one does not match (mistral).
     variants: tuple[ToolCallFormat, ...] = field(default=(), compare=False)
     channels: Channels | None = None  # Harmony: calls are messages of its channel stream

@@ -464,11 +464,10 @@ def _is_marker(text: str) -> bool:
 
 
 def _stray_markers(variant: ToolCallFormat) -> list[str]:
-    """The markers that end calls or sections, and the family's end-of-turn tokens: never
-    content when met outside a call."""
+    """The markers that end calls or sections: never content when met outside a call."""
     literals = (variant.args_end, variant.call_end, variant.section_end)
     pieces = [p for lit in literals for p in literal_pieces(lit) if _is_marker(p)]
-    return [*pieces, *variant.controls]
+    return pieces
 
 
 def _last_chars(literals) -> str | None:
