@@ -70,6 +70,10 @@ class Channels:
         return self.end, self.call, self.return_
 
 
+# The one family written as channels of a message stream (gpt-oss)
+HARMONY = Channels()
+
+
 @dataclass(frozen=True)
 class ReasoningFormat:
     """The delimiters of a family's reasoning block."""

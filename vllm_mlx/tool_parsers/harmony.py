@@ -6,7 +6,7 @@ and maybe a recipient (`` to=functions.NAME``, before or after the channel), may
 by ``<|constrain|>json``. analysis is reasoning; a body addressed to ``functions.NAME`` is a
 tool call whose JSON arguments stream as they arrive; everything else is content. The prompt
 tail (``<|start|>assistant``) says generation begins inside a header. Every marker is read from
-the family's `Channels` (`families.catalog.HARMONY`), the description the formats are derived
+the family's `Channels` (`families.formats.HARMONY`), the description the formats are derived
 from.
 """
 
