@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
+from shared import CITY_TOOLS, tool_history
 from tiny_models import build_tiny_tokenizer
 
 from vllm_mlx.chat.stream import parse_output
@@ -24,32 +25,6 @@ from vllm_mlx.runtime import choose_parsers
 from vllm_mlx.tool_parsers import ToolParserManager
 
 TEMPLATES = Path(__file__).parent.parent / "templates"
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Current weather for a city",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-        },
-    }
-]
-
-
-def conversation(call_id: str = "call_1") -> list[dict]:
-    """An OpenAI client's history: a call turn with content null, its result, a question."""
-    call = {
-        "id": call_id,
-        "type": "function",
-        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
-    }
-    return [
-        {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": None, "tool_calls": [call]},
-        {"role": "tool", "tool_call_id": call_id, "content": "18C, sunny"},
-        {"role": "user", "content": "And tomorrow?"},
-    ]
 
 
 class WithTemplate:
@@ -71,7 +46,7 @@ def template(name: str):
 
 
 def render(name: str, messages=None, **kwargs):
-    return render_chat(WithTemplate(template(name)), messages or conversation(), **kwargs)
+    return render_chat(WithTemplate(template(name)), messages or tool_history(), **kwargs)
 
 
 # -- 1. content: null ----------------------------------------------------------------------
@@ -82,7 +57,7 @@ def render(name: str, messages=None, **kwargs):
     ["content_null_in", "content_null_split", "content_null_concat", "content_null_tojson"],
 )
 def test_call_turns_with_null_content_render(name):
-    text = render(f"{name}.jinja", tools=TOOLS).text
+    text = render(f"{name}.jinja", tools=CITY_TOOLS).text
     assert "18C, sunny" in text and "And tomorrow?" in text
     assert "None" not in text
     if name == "content_null_tojson":
@@ -90,7 +65,7 @@ def test_call_turns_with_null_content_render(name):
 
 
 def test_tool_results_get_the_called_functions_name():
-    text = render("tool_result_needs_name.jinja", tools=TOOLS).text
+    text = render("tool_result_needs_name.jinja", tools=CITY_TOOLS).text
     assert "get_weather" in text.split("18C")[0].rsplit("Weather in Paris?", 1)[-1]
 
 
@@ -98,18 +73,18 @@ def test_tool_results_get_the_called_functions_name():
 
 
 def test_client_ids_are_mapped_to_nine_alphanumerics_consistently():
-    first = render("mistral_id9.jinja", tools=TOOLS).text
+    first = render("mistral_id9.jinja", tools=CITY_TOOLS).text
     ids = re.findall(r'"(?:id|call_id)": "([^"]*)"', first)
     assert len(ids) == 2 and ids[0] == ids[1]
     assert re.fullmatch(r"[A-Za-z0-9]{9}", ids[0])
     # the next turn renders the same history with the same id: the prefix stays stable
-    later = conversation() + [{"role": "assistant", "content": "Sunny too."}]
-    assert ids[0] in render("mistral_id9.jinja", later, tools=TOOLS).text
+    later = tool_history() + [{"role": "assistant", "content": "Sunny too."}]
+    assert ids[0] in render("mistral_id9.jinja", later, tools=CITY_TOOLS).text
     assert profile_template(template("mistral_id9.jinja"), {}).id_style == "alnum9"
 
 
 def test_ids_the_template_accepts_are_kept():
-    text = render("mistral_id9.jinja", conversation("abcDEF123"), tools=TOOLS).text
+    text = render("mistral_id9.jinja", tool_history("abcDEF123"), tools=CITY_TOOLS).text
     assert text.count("abcDEF123") == 2
 
 
@@ -120,9 +95,9 @@ def test_kimi_ids_are_written_as_the_models_own_call_names():
         "{{ tc.function.name }}]{% endfor %}{% if m.role == 'tool' %}({{ m.tool_call_id }} "
         "{{ m.content }}){% endif %}{% endfor %}"
     )
-    text = render_chat(WithTemplate(prints_ids), conversation(), tool_format=kimi).text
+    text = render_chat(WithTemplate(prints_ids), tool_history(), tool_format=kimi).text
     assert text == "[functions.get_weather:0 get_weather](functions.get_weather:0 18C, sunny)"
-    plain = render_chat(WithTemplate(prints_ids), conversation()).text
+    plain = render_chat(WithTemplate(prints_ids), tool_history()).text
     assert plain == "[call_1 get_weather](call_1 18C, sunny)"
 
 
@@ -130,7 +105,7 @@ def test_the_server_generates_ids_in_the_familys_shape():
     mistral = ToolParserManager.format("mistral")
     output = '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]'
     message = parse_output(
-        output, reasoning_format=None, tool_format=mistral, tools=TOOLS, id_style="alnum9"
+        output, reasoning_format=None, tool_format=mistral, tools=CITY_TOOLS, id_style="alnum9"
     )
     assert re.fullmatch(r"[A-Za-z0-9]{9}", message.tool_calls[0].id)
     hermes = ToolParserManager.format("hermes")
@@ -147,30 +122,30 @@ def test_the_server_generates_ids_in_the_familys_shape():
 
 @pytest.mark.parametrize("name", ["tools_never_printed", "tools_mentioned_not_printed"])
 def test_tools_a_template_cannot_show_are_injected_with_the_history(name):
-    text = render(f"{name}.jinja", tools=TOOLS).text
+    text = render(f"{name}.jinja", tools=CITY_TOOLS).text
     assert "Current weather for a city" in text and "<tool_call>" in text  # Hermes: no family
     assert '"city": "Paris"' in text and "18C, sunny" in text
 
 
 @pytest.mark.parametrize("name", ["tools_custom_name", "tools_message_field"])
 def test_tools_read_under_another_name_reach_the_prompt(name):
-    text = render(f"{name}.jinja", tools=TOOLS).text
+    text = render(f"{name}.jinja", tools=CITY_TOOLS).text
     assert "Current weather for a city" in text and "# Tools" not in text
 
 
 def test_injected_tools_are_taught_in_the_familys_own_syntax():
     deepseek = ToolParserManager.format("deepseek_v31")
-    text = render("args_string_concat.jinja", tools=TOOLS, tool_format=deepseek).text
+    text = render("args_string_concat.jinja", tools=CITY_TOOLS, tool_format=deepseek).text
     assert "<tool_call>" not in text
     example = text.split("exactly in this format", 1)[1]
     parsed = parse_output(
-        example.split("\n", 1)[1], reasoning_format=None, tool_format=deepseek, tools=TOOLS
+        example.split("\n", 1)[1], reasoning_format=None, tool_format=deepseek, tools=CITY_TOOLS
     )
     assert parsed.tool_calls[0].name == "get_weather"  # then the history call, natively
 
 
 def test_tools_is_defined_gets_no_tools_variable_without_tools():
-    text = render("tools_is_defined.jinja", conversation()[:2]).text
+    text = render("tools_is_defined.jinja", tool_history()[:2]).text
     assert "Be brief." in text
 
 
@@ -178,12 +153,12 @@ def test_tools_is_defined_gets_no_tools_variable_without_tools():
 
 
 def test_named_templates_pick_tool_use_when_tools_are_present():
-    with_tools = render("named_templates.json", tools=TOOLS).text
+    with_tools = render("named_templates.json", tools=CITY_TOOLS).text
     assert "<tools>" in with_tools and "# Tools" not in with_tools
-    plain = render("named_templates.json", conversation()[:2]).text
+    plain = render("named_templates.json", tool_history()[:2]).text
     assert "<tools>" not in plain
     as_dict = {item["name"]: item["template"] for item in template("named_templates.json")}
-    assert "<tools>" in render_chat(WithTemplate(as_dict), conversation(), tools=TOOLS).text
+    assert "<tools>" in render_chat(WithTemplate(as_dict), tool_history(), tools=CITY_TOOLS).text
     assert decide_thinking(as_dict, enabled=False).template_kwargs == {}
 
 
@@ -191,7 +166,7 @@ def test_named_templates_pick_tool_use_when_tools_are_present():
 
 
 def test_system_text_moves_into_the_first_user_turn():
-    text = render("no_system_role.jinja", tools=TOOLS).text
+    text = render("no_system_role.jinja", tools=CITY_TOOLS).text
     first_user = text.split("<end_of_turn>")[0]
     assert "Be brief." in first_user and "Weather in Paris?" in first_user
     assert "Current weather for a city" in first_user  # the injected instructions too
@@ -210,7 +185,7 @@ def test_system_text_moves_into_the_first_user_turn():
 )
 def test_history_arguments_take_the_form_the_template_expects(name, form):
     assert profile_template(template(f"{name}.jinja"), {}).args_form == form
-    text = render(f"{name}.jinja", tools=TOOLS).text
+    text = render(f"{name}.jinja", tools=CITY_TOOLS).text
     assert "{'city'" not in text and "Paris" in text
 
 
@@ -251,7 +226,7 @@ def test_each_switch_gets_the_requests_intent():
 
 
 def test_a_printed_generation_prompt_is_still_the_tail():
-    tail = render("tail_always_printed.jinja", conversation()[:2]).tail
+    tail = render("tail_always_printed.jinja", tool_history()[:2]).tail
     assert tail.endswith("Here are my reasoning steps:")
 
 

@@ -79,10 +79,10 @@ TOOLS = [
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 
 
-def sample(model, tokenizer, processors, seed, max_tokens=250) -> str:
-    prompt = tokenizer.encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+def sample_ids(model, tokenizer, prompt: list[int], processors, seed, max_tokens=300) -> list[int]:
+    """Sample at temperature 1 until EOS (excluded); a test fails without EOS in ``max_tokens``."""
     mx.random.seed(seed)
-    out = []
+    out: list[int] = []
     for token, _ in generate_step(
         mx.array(prompt),
         model,
@@ -91,6 +91,12 @@ def sample(model, tokenizer, processors, seed, max_tokens=250) -> str:
         logits_processors=processors,
     ):
         if token in tokenizer.eos_token_ids:
-            return tokenizer.decode(out)
+            return out
         out.append(token)
     pytest.fail(f"no EOS within {max_tokens} tokens: {tokenizer.decode(out)!r}")
+
+
+def sample(model, tokenizer, processors, seed, max_tokens=250) -> str:
+    """A one-turn ChatML prompt's sampled answer."""
+    prompt = tokenizer.encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+    return tokenizer.decode(sample_ids(model, tokenizer, prompt, processors, seed, max_tokens))

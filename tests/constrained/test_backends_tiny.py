@@ -11,6 +11,7 @@ from mlx_lm.generate import generate_step
 from mlx_lm.sample_utils import make_sampler
 from tiny_models import build_tiny_model, build_tiny_tokenizer
 
+from constrained.forcing import sample_ids
 from vllm_mlx.constrained import (
     ConstraintError,
     Phase,
@@ -76,23 +77,6 @@ def prompt_ids(tokenizer, **kwargs) -> list[int]:
     return tokenizer.encode(text, add_special_tokens=False)
 
 
-def generate(model, tokenizer, prompt, processors, seed, max_tokens=300) -> list[int]:
-    """Sample at temperature 1 until EOS (excluded) or max_tokens."""
-    mx.random.seed(seed)
-    out = []
-    for token, _ in generate_step(
-        mx.array(prompt),
-        model,
-        max_tokens=max_tokens,
-        sampler=make_sampler(temp=1.0),
-        logits_processors=processors,
-    ):
-        if token in tokenizer.eos_token_ids:
-            return out
-        out.append(token)
-    pytest.fail(f"no EOS within {max_tokens} tokens: {tokenizer.decode(out)!r}")
-
-
 def schema_format(schema):
     return {"type": "json_schema", "json_schema": {"name": "t", "schema": schema, "strict": True}}
 
@@ -106,7 +90,7 @@ def test_random_weights_always_produce_schema_valid_json(model, tokenizer, backe
             constraint=from_response_format(schema_format(schema_for(backend))),
             backend=backend,
         )
-        text = tokenizer.decode(generate(model, tokenizer, prompt, processors, seed))
+        text = tokenizer.decode(sample_ids(model, tokenizer, prompt, processors, seed))
         jsonschema.validate(json.loads(text), schema_for(backend))
         assert processors[0].gave_up is None
 
@@ -125,7 +109,7 @@ def test_json_object_gives_an_object(model, tokenizer, backend):
     processors = build_logits_processors(
         tokenizer, constraint=from_response_format({"type": "json_object"}), backend=backend
     )
-    text = tokenizer.decode(generate(model, tokenizer, prompt_ids(tokenizer), processors, 3, 300))
+    text = tokenizer.decode(sample_ids(model, tokenizer, prompt_ids(tokenizer), processors, 3, 300))
     assert isinstance(json.loads(text), dict)
 
 
@@ -195,7 +179,7 @@ def test_auto_enforces_what_lmfe_cannot(model, tokenizer):
         processors = build_logits_processors(
             tokenizer, constraint=from_response_format(schema_format(schema)), backend="auto"
         )
-        value = json.loads(tokenizer.decode(generate(model, tokenizer, prompt, processors, seed)))
+        value = json.loads(tokenizer.decode(sample_ids(model, tokenizer, prompt, processors, seed)))
         jsonschema.validate(value, schema)
 
 
@@ -282,7 +266,7 @@ def test_thinking_then_schema_valid_content(model, tokenizer, backend):
             thinking_budget=6,
             backend=backend,
         )
-        text = tokenizer.decode(generate(model, tokenizer, prompt, [processor], seed, 250))
+        text = tokenizer.decode(sample_ids(model, tokenizer, prompt, [processor], seed, 250))
         reasoning, _, content = text.partition("</think>")
         assert reasoning and "<think>" not in content and "</think>" not in content
         jsonschema.validate(json.loads(content), schema_for(backend))
@@ -301,7 +285,7 @@ def test_model_that_never_opens_reasoning_is_not_forced_into_it(model, tokenizer
         thinking_budget=2,
     )
     assert processor.state.phase is Phase.IDLE
-    out = generate(model, tokenizer, prompt, [processor], 5, 250)
+    out = sample_ids(model, tokenizer, prompt, [processor], 5, 250)
     if out[0] != think_start:
         assert think_start not in out
         jsonschema.validate(json.loads(tokenizer.decode(out)), SCHEMA)
@@ -325,7 +309,7 @@ def test_rollback_restores_exact_state(model, tokenizer, backend):
         backend=backend,
     )[0]
     (reference,) = [make()]
-    generated = generate(model, tokenizer, prompt, [reference], 2, 250)
+    generated = sample_ids(model, tokenizer, prompt, [reference], 2, 250)
     vocab = len(tokenizer._tokenizer)
 
     processor = make()

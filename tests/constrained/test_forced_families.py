@@ -12,6 +12,7 @@ import mlx.core as mx
 import pytest
 from tiny_models import build_tiny_tokenizer
 
+from constrained.forcing import accepts, matcher
 from vllm_mlx.constrained import ConstraintError, build_logits_processors
 from vllm_mlx.families.catalog import TOOL_CALL_FORMATS
 
@@ -72,33 +73,12 @@ def tokenizer():
     return build_tiny_tokenizer()
 
 
-def constraint(tokenizer, family, tools, tool_choice="required", parallel=True):
-    (processor,) = build_logits_processors(
-        tokenizer,
-        tool_choice=tool_choice,
-        tools=tools,
-        tool_format=TOOL_CALL_FORMATS[family],
-        parallel_tool_calls=parallel,
-    )
-    return processor.constraint
-
-
-def accepts(tokenizer, matcher, text: str) -> bool:
-    ids = tokenizer._tokenizer.encode(text, add_special_tokens=False)
-    for i in range(len(ids)):
-        mask = matcher.allowed_mask(ids[:i])
-        if mask is None or not mask[ids[i]]:
-            return False
-    final = matcher.allowed_mask(ids)
-    return final is not None and all(final[e] for e in tokenizer.eos_token_ids)
-
-
 @pytest.mark.parametrize("family", ["pythonic", "gemma4", "harmony"])
 def test_real_outputs_are_accepted_token_by_token(tokenizer, family):
     found = cases(family)
     assert len(found) >= 8
     for case_id, text, tools in found:
-        assert accepts(tokenizer, constraint(tokenizer, family, tools), text), case_id
+        assert accepts(tokenizer, matcher(tokenizer, family, tools=tools), text), case_id
 
 
 def test_rendered_calls_are_accepted(tokenizer):
@@ -108,7 +88,7 @@ def test_rendered_calls_are_accepted(tokenizer):
         fmt = TOOL_CALL_FORMATS[family]
         for variant in (fmt, *fmt.variants):
             text = variant.render_calls([("get_weather", args)])
-            assert accepts(tokenizer, constraint(tokenizer, family, tools), text), text
+            assert accepts(tokenizer, matcher(tokenizer, family, tools=tools), text), text
 
 
 WEATHER = _tools([{"name": "get_weather", "arguments": {"city": "x", "days": 1}}])
@@ -137,16 +117,18 @@ MALFORMED = {
 @pytest.mark.parametrize("family", sorted(MALFORMED))
 def test_malformed_calls_are_rejected(tokenizer, family):
     for text in MALFORMED[family]:
-        assert not accepts(tokenizer, constraint(tokenizer, family, WEATHER), text), text
+        assert not accepts(tokenizer, matcher(tokenizer, family, tools=WEATHER), text), text
 
 
 def test_named_and_single_call(tokenizer):
     named = {"type": "function", "function": {"name": "get_weather"}}
     one = '[get_weather(city="a", days=1)]'
     two = '[get_weather(city="a", days=1), get_weather(city="b", days=2)]'
-    assert accepts(tokenizer, constraint(tokenizer, "pythonic", WEATHER, named), one)
-    assert not accepts(tokenizer, constraint(tokenizer, "pythonic", WEATHER, named), two)
-    assert not accepts(tokenizer, constraint(tokenizer, "pythonic", WEATHER, parallel=False), two)
+    assert accepts(tokenizer, matcher(tokenizer, "pythonic", named, WEATHER), one)
+    assert not accepts(tokenizer, matcher(tokenizer, "pythonic", named, WEATHER), two)
+    assert not accepts(
+        tokenizer, matcher(tokenizer, "pythonic", tools=WEATHER, parallel=False), two
+    )
 
 
 def test_unexpressible_string_bounds_are_refused(tokenizer):
@@ -164,7 +146,7 @@ def test_unexpressible_string_bounds_are_refused(tokenizer):
     ]
     for family in ("pythonic", "gemma4"):
         with pytest.raises(ConstraintError, match="pattern"):
-            constraint(tokenizer, family, tools)
+            matcher(tokenizer, family, tools=tools)
 
 
 def test_tool_choice_none_bans_a_single_token_call_opener(tokenizer):

@@ -7,12 +7,10 @@ from __future__ import annotations
 import json
 import re
 
-import mlx.core as mx
 import pytest
-from mlx_lm.generate import generate_step
-from mlx_lm.sample_utils import make_sampler
 from tiny_models import build_tiny_model, build_tiny_tokenizer
 
+from constrained.forcing import accepts, sample_ids
 from vllm_mlx.constrained import (
     Constraint,
     ConstraintError,
@@ -47,17 +45,6 @@ def model(tokenizer):
     return build_tiny_model(tokenizer, seed=1)
 
 
-def accepts(tokenizer, constraint, text: str) -> bool:
-    """Feed ``text`` token by token; True when every token is accepted and EOS then allowed."""
-    ids = tokenizer._tokenizer.encode(text, add_special_tokens=False)
-    for i in range(len(ids)):
-        mask = constraint.allowed_mask(ids[:i])
-        if mask is None or not mask[ids[i]]:
-            return False
-    final = constraint.allowed_mask(ids)
-    return final is not None and all(final[e] for e in tokenizer.eos_token_ids)
-
-
 @pytest.mark.parametrize(("kind", "spec", "good", "bad", "_"), CASES)
 def test_kind_accepts_matches_and_rejects_the_rest(tokenizer, kind, spec, good, bad, _):
     for text in good:
@@ -66,28 +53,12 @@ def test_kind_accepts_matches_and_rejects_the_rest(tokenizer, kind, spec, good, 
         assert not accepts(tokenizer, content_constraint(tokenizer, Constraint(kind, spec)), text)
 
 
-def generate(model, tokenizer, prompt, processors, seed, max_tokens=120) -> str:
-    mx.random.seed(seed)
-    out = []
-    for token, _ in generate_step(
-        mx.array(prompt),
-        model,
-        max_tokens=max_tokens,
-        sampler=make_sampler(temp=1.0),
-        logits_processors=processors,
-    ):
-        if token in tokenizer.eos_token_ids:
-            return tokenizer.decode(out)
-        out.append(token)
-    pytest.fail(f"no EOS within {max_tokens} tokens: {tokenizer.decode(out)!r}")
-
-
 @pytest.mark.parametrize(("kind", "spec", "_", "__", "pattern"), CASES)
 def test_random_weights_answer_in_the_language(model, tokenizer, kind, spec, _, __, pattern):
     prompt = tokenizer.encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
     for seed in range(3):
         processors = build_logits_processors(tokenizer, constraint=Constraint(kind, spec))
-        text = generate(model, tokenizer, prompt, processors, seed)
+        text = tokenizer.decode(sample_ids(model, tokenizer, prompt, processors, seed, 120))
         assert pattern.fullmatch(text), text
         assert processors[0].gave_up is None
 
@@ -104,7 +75,7 @@ def test_reasoning_stays_free_and_the_answer_matches(model, tokenizer, kind, spe
             prompt_tail=tail,
             thinking_budget=6,
         )
-        text = generate(model, tokenizer, prompt, [processor], seed)
+        text = tokenizer.decode(sample_ids(model, tokenizer, prompt, [processor], seed, 120))
         reasoning, _, answer = text.partition("</think>")
         assert reasoning  # unconstrained: random text, not in the answer's language
         assert pattern.fullmatch(answer), text

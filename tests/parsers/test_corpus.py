@@ -1,7 +1,7 @@
 """The conformance corpus, in-process: every case parsed whole and in 1/3/7-character chunks.
 
 `run_corpus.py` runs the same cases through the `vllm-mlx parse --jsonl` CLI and prints
-per-family counts; this test drives the same parsers directly (`chat.parse_cli.run_parsers`)
+per-family counts; this test calls what that CLI runs per line (`chat.parse_cli.parse_case`)
 so the corpus is part of the suite. A case passes when every mode gives the expected message
 (`run_corpus.compare`) and every streamed result equals the whole one.
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 from run_corpus import CORPUS, _shape, compare, load_cases
 
-from vllm_mlx.chat.parse_cli import run_parsers
+from vllm_mlx.chat.parse_cli import parse_case
 
 CHUNKS = (None, 1, 3, 7)
 
@@ -148,21 +148,9 @@ def _cases() -> list:
     return params
 
 
-def _parse(case: dict, chunk_size: int | None) -> dict:
-    message = run_parsers(
-        case["text"],
-        tool_call_parser=case.get("tool_call_parser"),
-        reasoning_parser=case.get("reasoning_parser"),
-        tools=case.get("tools"),
-        prompt_tail=case.get("prompt_tail") or "",
-        chunk_size=chunk_size,
-    )
-    return message.to_openai()
-
-
 @pytest.mark.parametrize("case", _cases())
 def test_corpus_case(case: dict) -> None:
-    results = {size: _parse(case, size) for size in CHUNKS}
+    results = {size: parse_case(case, size) for size in CHUNKS}
     whole = results[None]
     for size, got in results.items():
         assert _shape(got) == _shape(whole), f"chunks of {size} differ from the whole parse"

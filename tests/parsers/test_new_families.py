@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from parser_cases import WEATHER_TOOLS, assert_same_in_every_mode, calls_of, parse, shape
 
-from vllm_mlx.chat.parse_cli import _one_case
+from vllm_mlx.chat.parse_cli import parse_case
 from vllm_mlx.families.catalog import TOOL_CALL_FORMATS
 from vllm_mlx.reasoning import ReasoningParserManager
 from vllm_mlx.tool_parsers import ToolParserManager
@@ -449,6 +449,6 @@ CORPUS_CASES = [
 def test_corpus_case(case):
     if case["id"] in KNOWN:
         pytest.xfail(KNOWN[case["id"]])
-    results = [_one_case(case, size) for size in (None, 1, 3, 7)]
+    results = [parse_case(case, size) for size in (None, 1, 3, 7)]
     for got in results:
         assert compare(case["expected"], got) is None, (case["id"], json.dumps(got)[:300])

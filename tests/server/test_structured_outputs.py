@@ -1,7 +1,8 @@
 """Every constraint field on every surface, over real HTTP with the official SDKs, on a tiny
 random-weight model that thinks (deepseek_r1: generation starts inside the reasoning block):
 the reasoning stays free, the answer matches, streamed and not; malformed or doubled
-constraints are 400s naming the field. The embedded model: tests/constrained/test_structured_real.py."""
+constraints are 400s naming the field. The embedded model:
+tests/constrained/test_structured_real.py."""
 
 from __future__ import annotations
 

@@ -57,7 +57,8 @@ def join_deltas(deltas: list[MessageDelta]) -> ParsedMessage:
     return ParsedMessage(reasoning or None, content or None, calls)
 
 
-def _one_case(case: dict, chunk_size: int | None) -> dict:
+def parse_case(case: dict, chunk_size: int | None) -> dict:
+    """One ``--jsonl`` line (text, parser names, tools, prompt tail) as an OpenAI message."""
     if not isinstance(case, dict) or not isinstance(case.get("text"), str):
         raise ValueError('each line must be an object with a "text" string')
     message = run_parsers(
@@ -105,7 +106,7 @@ def parse(
             if not line.strip():
                 continue
             try:
-                result = _one_case(json.loads(line), chunk_size)
+                result = parse_case(json.loads(line), chunk_size)
             except (ValueError, TypeError, KeyError, AttributeError) as exc:
                 result = {"error": str(exc)}
             click.echo(json.dumps(result, ensure_ascii=False))

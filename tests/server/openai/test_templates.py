@@ -14,34 +14,9 @@ from pathlib import Path
 import openai
 import pytest
 from servers import echo_server, replay_server
+from shared import CITY_TOOLS, tool_history
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Current weather for a city",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-        },
-    }
-]
-
-
-def history(call_id: str = "call_1") -> list[dict]:
-    """What an OpenAI client sends after a tool call: content null, its own id."""
-    call = {
-        "id": call_id,
-        "type": "function",
-        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
-    }
-    return [
-        {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": None, "tool_calls": [call]},
-        {"role": "tool", "tool_call_id": call_id, "content": "18C, sunny"},
-        {"role": "user", "content": "And tomorrow?"},
-    ]
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +29,7 @@ def echoed(client, name: str, messages=None, **kwargs) -> str:
     """The rendered prompt (content plus any calls the parser read out of it)."""
     reply = client.chat.completions.create(
         model="echo",
-        messages=messages or history(),
+        messages=messages or tool_history(),
         max_tokens=1500,
         extra_body={"chat_template_kwargs": {"chat_template": (TEMPLATES / name).read_text()}},
         **kwargs,
@@ -68,7 +43,7 @@ def echoed(client, name: str, messages=None, **kwargs) -> str:
     "name", ["content_null_split.jinja", "content_null_concat.jinja", "content_null_tojson.jinja"]
 )
 def test_history_with_null_content_renders(client, name):
-    text = echoed(client, name, tools=TOOLS)
+    text = echoed(client, name, tools=CITY_TOOLS)
     assert "18C, sunny" in text and "And tomorrow?" in text
 
 
@@ -76,7 +51,7 @@ def test_client_ids_map_to_the_same_nine_characters_every_turn(client):
     first = echoed(client, "mistral_id9.jinja", tool_choice="none")
     ids = re.findall(r'"(?:id|call_id)": "([A-Za-z0-9]{9})"', first)
     assert len(ids) == 2 and ids[0] == ids[1]
-    later = [*history(), {"role": "assistant", "content": "Also sunny."}]
+    later = [*tool_history(), {"role": "assistant", "content": "Also sunny."}]
     assert ids[0] in echoed(client, "mistral_id9.jinja", later, tool_choice="none")
 
 
@@ -86,17 +61,19 @@ def test_a_template_without_system_role_gets_the_system_text_in_the_user_turn(cl
 
 
 def test_the_slash_switch_turns_thinking_off(client):
-    text = echoed(client, "think_slash_switch.jinja", history()[:2], reasoning_effort="none")
+    text = echoed(client, "think_slash_switch.jinja", tool_history()[:2], reasoning_effort="none")
     assert text.endswith("<think></think>") and "/no_think" not in text
 
 
 def test_the_budget_switch_gets_zero_when_thinking_is_off(client):
-    text = echoed(client, "think_budget.jinja", history()[:2], reasoning_effort="none")
+    text = echoed(client, "think_budget.jinja", tool_history()[:2], reasoning_effort="none")
     assert "Your thinking budget is 0 tokens." in text
 
 
 def test_the_effort_switch_gets_the_requests_effort(client):
-    text = echoed(client, "think_reasoning_effort.jinja", history()[:2], reasoning_effort="high")
+    text = echoed(
+        client, "think_reasoning_effort.jinja", tool_history()[:2], reasoning_effort="high"
+    )
     assert "Reasoning: high" in text
 
 
@@ -105,7 +82,7 @@ def test_injected_tools_teach_the_syntax_the_parser_reads():
     syntax, and the echoed prompt's example comes back as a parsed call."""
     with echo_server(allow_request_templates=True, tool_parser="deepseek_v31") as (base, _):
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
-        text = echoed(client, "args_string_concat.jinja", history()[:2], tools=TOOLS)
+        text = echoed(client, "args_string_concat.jinja", tool_history()[:2], tools=CITY_TOOLS)
     assert "<tool_call>" not in text
     assert '<get_weather {"city": "value"}>' in text
 
@@ -114,7 +91,7 @@ def test_generated_ids_have_the_familys_shape():
     output = '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]'
     with replay_server(output, tool_parser="mistral") as (base, _):
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
-        kwargs = dict(model="replay", messages=history()[:2], tools=TOOLS)
+        kwargs = dict(model="replay", messages=tool_history()[:2], tools=CITY_TOOLS)
         whole = client.chat.completions.create(**kwargs)
         chunks = list(client.chat.completions.create(stream=True, **kwargs))
     ids = [whole.choices[0].message.tool_calls[0].id]
