@@ -23,7 +23,7 @@ import threading
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import mlx.core as mx
 import numpy as np
@@ -41,10 +41,16 @@ _CLASSES = {c.__name__: c for c in (KVCache, QuantizedKV, ArraysCache)}
 _MAX_PENDING = 4  # writes waiting; beyond it new entries are not persisted
 
 
+def _leaves(tree: Any) -> list[tuple[str, Any]]:
+    """``tree_flatten``'s (path, leaf) pairs, typed as such (it returns a dict only when
+    given a ``destination`` dict)."""
+    return cast(list[tuple[str, Any]], tree_flatten(tree))
+
+
 def cache_namespace(model: Any, tokenizer: Any, **settings: Any) -> str:
     """A hash of what a cached KV depends on: weights, tokenizer, KV settings."""
     digest = hashlib.sha256(json.dumps([FORMAT, settings], sort_keys=True).encode())
-    for name, value in tree_flatten(model.parameters()):
+    for name, value in _leaves(model.parameters()):
         digest.update(f"{name}{value.shape}{value.dtype}".encode())
         digest.update(_host(value.reshape(-1)[:64]).tobytes())
     vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
@@ -130,7 +136,7 @@ class DiskCache:
         tensors, layers = {}, []
         for i, layer in enumerate(cache):
             scalars, dtypes = {}, {}
-            for key, value in tree_flatten(layer.state):
+            for key, value in _leaves(layer.state):
                 if isinstance(value, mx.array):
                     tensors[f"{i}.{key}"] = _host(value)
                     dtypes[key] = str(value.dtype).removeprefix("mlx.core.")

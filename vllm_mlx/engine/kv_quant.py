@@ -29,11 +29,16 @@ Triple = tuple[mx.array, mx.array, mx.array]
 
 
 def _cat(a: Triple, b: Triple, axis: int) -> Triple:
-    return tuple(mx.concatenate([x, y], axis=axis) for x, y in zip(a, b, strict=True))
+    w, s, z = (mx.concatenate([x, y], axis=axis) for x, y in zip(a, b, strict=True))
+    return w, s, z
 
 
 class QuantizedKV(QuantizedKVCache):
     """One sequence's quantized cache, mergeable into a batch."""
+
+    # a Triple once filled (mlx-lm's classes declare them as None)
+    keys: Any
+    values: Any
 
     def size(self) -> int:
         return self.offset
@@ -44,6 +49,9 @@ class QuantizedKV(QuantizedKVCache):
 
 class BatchQuantizedKVCache(BatchKVCache):
     """``BatchKVCache``'s layout (one left-padded row per sequence) with quantized storage."""
+
+    keys: Any  # a Triple once filled, as in QuantizedKV
+    values: Any
 
     def __init__(self, left_padding: list[int], *, group_size: int, bits: int):
         super().__init__(left_padding)
@@ -59,7 +67,8 @@ class BatchQuantizedKVCache(BatchKVCache):
         return self.kv_bits
 
     def _quantize(self, x: mx.array) -> Triple:
-        return tuple(mx.quantize(x, group_size=self.group_size, bits=self.kv_bits))
+        w, scales, biases = mx.quantize(x, group_size=self.group_size, bits=self.kv_bits)
+        return w, scales, biases
 
     def _dequantize(self, x: Triple) -> mx.array:
         return mx.dequantize(*x, group_size=self.group_size, bits=self.kv_bits)
@@ -94,10 +103,10 @@ class BatchQuantizedKVCache(BatchKVCache):
             for part, fresh in zip(stored, new, strict=True):
                 part[..., prev : self._idx, :] = fresh
         self._dequantized = steps > 1
-        keys, values = self.keys_and_values()
+        stored_keys, stored_values = self.keys_and_values()
         if self._dequantized:
-            return self._dequantize(keys), self._dequantize(values)
-        return keys, values
+            return self._dequantize(stored_keys), self._dequantize(stored_values)
+        return stored_keys, stored_values
 
     def keys_and_values(self) -> tuple[Triple, Triple]:
         return tree_map(lambda x: x[..., : self._idx, :], (self.keys, self.values))
@@ -116,7 +125,7 @@ class BatchQuantizedKVCache(BatchKVCache):
             self.keys, self.values = tree_map(lambda x: x[batch_indices], (self.keys, self.values))
         self.offset = self.offset[batch_indices]
         self.left_padding = self.left_padding[batch_indices]
-        min_left_pad = min(self.left_padding.tolist())
+        min_left_pad = int(mx.min(self.left_padding))
         if min_left_pad > 0:
             if self.keys is not None:
                 self.keys, self.values = tree_map(
@@ -161,7 +170,7 @@ class BatchQuantizedKVCache(BatchKVCache):
 
     def extract(self, idx: int) -> QuantizedKV:
         cache = QuantizedKV(group_size=self.group_size, bits=self.kv_bits)
-        padding = self.left_padding.tolist()[idx]
+        padding = int(self.left_padding[idx])
         row = lambda x: mx.contiguous(x[idx : idx + 1, :, padding : self._idx])  # noqa: E731
         cache.keys, cache.values = tree_map(row, (self.keys, self.values))
         cache.offset = cache.keys[0].shape[2]
@@ -186,7 +195,8 @@ class BatchQuantizedKVCache(BatchKVCache):
                     if c.keys is not None:
                         full[i : i + 1, :, p : p + c.offset] = pick(c)[j][..., : c.offset, :]
                 out.append(full)
-            return tuple(out)
+            w, scales, biases = out
+            return w, scales, biases
 
         cache.keys = stacked(filled.keys, lambda c: c.keys)
         cache.values = stacked(filled.values, lambda c: c.values)

@@ -78,7 +78,7 @@ class PrefixCache:
         wanted = np.asarray(prompt, dtype=np.int32)
         best, served = self._best(wanted)
         if self.disk is not None:
-            best, served = self._from_disk(wanted, best, served)
+            best, served = self._from_disk(self.disk, wanted, best, served)
         if best is None:
             return None, 0
         best.used = next(self._clock)
@@ -99,16 +99,16 @@ class PrefixCache:
         """Prompt tokens memory would serve now (nothing fetched, nothing copied)."""
         return self._best(prompt)[1]
 
-    def _from_disk(self, wanted: np.ndarray, best: _Entry | None, served: int):
+    def _from_disk(self, disk: DiskCache, wanted: np.ndarray, best: _Entry | None, served: int):
         """A disk entry that serves more than memory can, loaded into memory."""
         ranked = sorted(
-            ((usable(e.tokens, e.trimmable, wanted), e) for e in self.disk.candidates()),
+            ((usable(e.tokens, e.trimmable, wanted), e) for e in disk.candidates()),
             key=lambda pair: -pair[0],
         )
         for n, entry in ranked:
             if n <= served:
                 break
-            cache = self.disk.load(entry)
+            cache = disk.load(entry)
             if cache is not None:
                 loaded = self._insert(entry.tokens, cache)
                 return (loaded, n) if loaded is not None else (best, served)

@@ -36,16 +36,16 @@ def resample(sampler: RequestSampler, logprobs: mx.array, proposal: int) -> tupl
     """(the token for this position, whether it is ``proposal``), distributed exactly as
     ``sampler(logprobs)`` would be; ``proposal`` < 0: none (the bonus position)."""
     if sampler.greedy:
-        token = int(mx.argmax(logprobs).item())
+        token = int(mx.argmax(logprobs))
         return token, token == proposal
     weights = sampler.logits(logprobs)
     if proposal < 0:
-        return int(mx.random.categorical(weights, key=sampler.next_key()).item()), False
+        return int(mx.random.categorical(weights, key=sampler.next_key())), False
     p = mx.softmax(weights, axis=-1)
-    if mx.random.uniform(key=sampler.next_key()).item() < p[proposal].item():
+    if float(mx.random.uniform(key=sampler.next_key())) < float(p[proposal]):
         return proposal, True
     without = mx.where(mx.arange(weights.shape[-1]) == proposal, -mx.inf, weights)
-    return int(mx.random.categorical(without, key=sampler.next_key()).item()), False
+    return int(mx.random.categorical(without, key=sampler.next_key())), False
 
 
 @dataclass
@@ -125,7 +125,7 @@ class SoloSpeculator:
         feed = self.draft_pending
         for _ in range(k):
             logits = self.draft(mx.array([feed]), cache=self.draft_cache)[0, -1]
-            proposals.append(int(mx.argmax(logits).item()))
+            proposals.append(int(mx.argmax(logits)))
             feed = proposals[-1:]
         return proposals
 
