@@ -5,9 +5,9 @@ per-family counts; this test calls what that CLI runs per line (`chat.parse_cli.
 so the corpus is part of the suite. A case passes when every mode gives the expected message
 (`run_corpus.compare`) and every streamed result equals the whole one.
 
-Cases of families that do not exist yet are skipped with the reason "family not implemented"
-(`NOT_IMPLEMENTED`); cases we could not fix are listed in `KNOWN_FAILURES` with the reason,
-as strict xfails, so fixing one fails the test until it is taken off the list.
+Every case runs here, of every family. Cases we could not fix (or a parser name we do not
+have) are listed in `KNOWN_FAILURES` with the reason, as strict xfails, so fixing one fails
+the test until it is taken off the list.
 """
 
 from __future__ import annotations
@@ -19,62 +19,8 @@ from vllm_mlx.chat.parse_cli import parse_case
 
 CHUNKS = (None, 1, 3, 7)
 
-# Parser names of the families added for issue 11: their cases run in
-# tests/parsers/test_new_families.py (with its own known-failures list), so they are skipped
-# here. Names of the older families are never here.
-NOT_IMPLEMENTED = {
-    # tool-call
-    "apertus",
-    "apriel",
-    "cohere",
-    "cohere_command3",
-    "command_r",
-    "command_r_plus",
-    "deepseek32",
-    "deepseek_v32",
-    "deepseek_v4",
-    "functionary",
-    "functionary_v3",
-    "functionary_v31",
-    "json",
-    "kimi_k3",
-    "lfm2",
-    "meetkai",
-    "minimax_m3",
-    "nemotron_json",
-    "phi4_mini",
-    "phi4_mini_json",
-    "poolside_v1",
-    "seed_oss",
-    "step3",
-    "xlam",
-    # reasoning
-    "cohere_cmd",
-    "granite",
-}
-# Nemotron Nano v2's <TOOLCALL> cases: the corpus names them `nemotron`, which upstream
-# vllm-mlx (and we, as a drop-in alias) use for Nemotron 3's Qwen3-Coder XML; the <TOOLCALL>
-# family is not implemented yet.
-NOT_IMPLEMENTED_CASES = {
-    "nemotron-vllm-array",
-    "nemotron-vllm-single-object",
-    "nemotron-vllm-string-args",
-    "nemotron-vllm-malformed",
-    "nemotron-vllm-nested",
-    "nemotron-vllm-think-as-content",
-    "nemotron-vllm-think-reasoning",
-    "nemotron-vllm-two",
-    "nemotron-vllm-no-call",
-    "nemotron-lcpp-nano2-special",
-}
-# reasoning names that exist as tool-call names (or the other way round) are told apart
-NOT_IMPLEMENTED_REASONING = NOT_IMPLEMENTED - {"seed_oss"}
-NOT_IMPLEMENTED_TOOL = NOT_IMPLEMENTED - {"granite"}
-
 # Cases we could not fix, with the reason. Strict: a case that starts passing must leave.
 KNOWN_FAILURES: dict[str, str] = {
-    # SMG's `kimi` reasoning is ◁think▷ (we follow it); the names sample writes <think>
-    "names-reasoning-kimi": "kimi means ◁think▷ here (SMG), the sample writes <think>",
     # A malformed call before a good one in the same section: the failed call's text goes
     # back to content and is rescanned from the section opener, so the good sibling (whose
     # own opener is not a trigger) is not found. Needs a per-call resync inside sections.
@@ -117,35 +63,37 @@ KNOWN_FAILURES: dict[str, str] = {
     # Qwen3-Coder XML recovery: a parameter without its closing tag before </function> (one
     # before the next parameter is read)
     "qwen3_coder-smg-param-no-close": "xml: parameter without </parameter> before </function>",
-    # Gemma 4 reasoning: `<|channel>` without `thought`, the newline after `thought`, and a
-    # block after text
-    "names-reasoning-gemma4": "gemma4 reasoning: newline after thought kept",
-    "reasoning_gemma4-vllm-thought-prefix": "gemma4 reasoning: newline after thought kept",
-    "reasoning_gemma4-vllm-thought-only": "gemma4 reasoning: newline after thought kept",
-    "reasoning_gemma4-vllm-thought-multiline": "gemma4 reasoning: newline after thought kept",
-    "reasoning_gemma4-vllm-no-content": "gemma4 reasoning: <|channel> without thought",
-    "reasoning_gemma4-vllm-reasoning": "gemma4 reasoning: <|channel> without thought",
-    "reasoning_gemma4-vllm-multiline": "gemma4 reasoning: <|channel> without thought",
-    "reasoning_gemma4-vllm-thousand": "gemma4 reasoning: <|channel> without thought",
+    # Gemma 4 reasoning: a block after text (recognised only at the start of the output)
     "reasoning_gemma4-vllm-text-before": "gemma4 reasoning: a block after text",
+    # Names that peers have and we do not (yet)
+    "kimi_k2-vllm-k3-message-close": "no kimi_k3 parser (Kimi K3 message close)",
+    "names-tool-json": "no generic `json` tool parser name",
+    # The families issue 11 added
+    "command_r-vllm-citations": "citation spans not reduced",
+    "deepseek_v32-smg-empty-name": "a malformed sibling invoke is not skipped",
+    "deepseek_v32-vllm-arguments-wrapper": "lone 'arguments' wrapper not unwrapped",
+    "lfm2-vllm-nested-quote": "unescaped quotes inside a string: repair declined",
+    "lfm2-vllm-leading-zero": "zero-padded ints (invalid Python): repair declined",
+    "lfm2-vllm-bad-sibling": "an unconvertible sibling call is cut off, not dropped",
+    "nemotron-vllm-malformed": "cut-off call keeps what streamed (shared)",
+    "step3-smg-text-after": "text around calls glued (shared)",
+    "xlam-vllm-think-tag": "a bare list after other text is not a call",
+    "minimax_m3-vllm-partial-start": "cut-off nested-XML header (merge interaction, open)",
+    "minimax_m3-vllm-parse-error": "cut-off nested-XML header (merge interaction, open)",
 }
 
 
 def _cases() -> list:
-    params = []
-    for case in load_cases(CORPUS, None):
-        marks = []
-        tool, reasoning = case.get("tool_call_parser"), case.get("reasoning_parser")
-        if (
-            tool in NOT_IMPLEMENTED_TOOL
-            or reasoning in NOT_IMPLEMENTED_REASONING
-            or case["id"] in NOT_IMPLEMENTED_CASES
-        ):
-            marks.append(pytest.mark.skip(reason="new family: tests/parsers/test_new_families.py"))
-        elif case["id"] in KNOWN_FAILURES:
-            marks.append(pytest.mark.xfail(reason=KNOWN_FAILURES[case["id"]], strict=True))
-        params.append(pytest.param(case, id=case["id"], marks=marks))
-    return params
+    return [
+        pytest.param(
+            case,
+            id=case["id"],
+            marks=[pytest.mark.xfail(reason=KNOWN_FAILURES[case["id"]], strict=True)]
+            if case["id"] in KNOWN_FAILURES
+            else [],
+        )
+        for case in load_cases(CORPUS, None)
+    ]
 
 
 @pytest.mark.parametrize("case", _cases())

@@ -14,13 +14,11 @@ from pathlib import Path
 import pytest
 from parser_cases import WEATHER_TOOLS, assert_same_in_every_mode, calls_of, parse, shape
 
-from vllm_mlx.chat.parse_cli import parse_case
 from vllm_mlx.families.catalog import TOOL_CALL_FORMATS
 from vllm_mlx.reasoning import ReasoningParserManager
 from vllm_mlx.tool_parsers import ToolParserManager
 
 sys.path.insert(0, str(Path(__file__).parent))
-from run_corpus import CORPUS, compare, load_cases  # noqa: E402
 
 # The families issue 11 added
 NEW_TOOL_FAMILIES = [
@@ -409,46 +407,3 @@ def test_random_weights_make_calls_the_parser_reads_back(tokenizer, family):
         assert message.tool_calls and not message.content, text
         for call in message.tool_calls:
             jsonschema.validate(json.loads(call.arguments), SCHEMAS[call.name])
-
-
-# -- the corpus cases of the new families --------------------------------------------------
-
-NEW_CORPUS = {
-    "apertus", "apriel", "command_r", "deepseek_v32", "functionary_v3", "lfm2", "minimax_m3",
-    "nemotron", "phi4_mini", "poolside_v1", "reasoning_granite", "seed_oss", "step3", "xlam",
-}  # fmt: skip
-# Failing today, and why (shared parser behaviour being fixed elsewhere, or a repair declined).
-KNOWN = {
-    "command_r-smg-text-around": "text around calls glued (shared)",
-    "command_r-smg-real-world": "text around calls glued (shared)",
-    "command_r-smg-two-blocks": "text around calls glued (shared)",
-    "command_r-vllm-citations": "citation spans not reduced",
-    "deepseek_v32-smg-empty-name": "a malformed sibling invoke is not skipped",
-    "deepseek_v32-vllm-arguments-wrapper": "lone 'arguments' wrapper not unwrapped",
-    "lfm2-vllm-nested-quote": "unescaped quotes inside a string: repair declined",
-    "lfm2-vllm-leading-zero": "zero-padded ints (invalid Python): repair declined",
-    "lfm2-vllm-bad-sibling": "an unconvertible sibling call is cut off, not dropped",
-    "nemotron-vllm-string-args": "arguments as a JSON string (shared json_named)",
-    "nemotron-vllm-malformed": "cut-off call keeps what streamed (shared)",
-    "phi4_mini-vllm-surrounding": "text around calls glued (shared)",
-    "phi4_mini-vllm-malformed-open": "cut-off call keeps what streamed (shared)",
-    "step3-smg-complete": "text around calls glued (shared)",
-    "step3-smg-types": "null for a typed XML parameter (shared)",
-    "step3-smg-python-literals": "None for a typed XML parameter (shared)",
-    "step3-smg-text-after": "text around calls glued (shared)",
-    "xlam-vllm-think-tag": "a bare list after other text is not a call",
-    "minimax_m3-vllm-partial-start": "cut-off nested-XML header (merge interaction, open)",
-    "minimax_m3-vllm-parse-error": "cut-off nested-XML header (merge interaction, open)",
-}
-CORPUS_CASES = [
-    c for c in load_cases(CORPUS, NEW_CORPUS) if not c["tool_call_parser"] == "qwen3_coder"
-]
-
-
-@pytest.mark.parametrize("case", CORPUS_CASES, ids=[c["id"] for c in CORPUS_CASES])
-def test_corpus_case(case):
-    if case["id"] in KNOWN:
-        pytest.xfail(KNOWN[case["id"]])
-    results = [parse_case(case, size) for size in (None, 1, 3, 7)]
-    for got in results:
-        assert compare(case["expected"], got) is None, (case["id"], json.dumps(got)[:300])

@@ -23,7 +23,7 @@ from vllm_mlx.families.message import (
     ToolCallDelta,
 )
 from vllm_mlx.reasoning import DelimitedReasoningParser
-from vllm_mlx.tool_parsers import HarmonyParser, marked_parser
+from vllm_mlx.tool_parsers import HarmonyParser, content_parser, marked_parser
 from vllm_mlx.tool_parsers.base import DeltaBuilder, ToolParser
 
 log = logging.getLogger(__name__)
@@ -215,7 +215,12 @@ def make_output_stream(
             prompt_tail=prompt_tail,
         )
         return OutputStream(whole=whole, id_style=id_style)
-    tool_parser = marked_parser(tool_format, tools) if tool_format else None
+    answer_wrappers = reasoning_format.dropped if reasoning_format else ()
+    tool_parser = (
+        marked_parser(tool_format, tools, answer_wrappers)
+        if tool_format
+        else content_parser(answer_wrappers)
+    )
     calls = tool_parser.triggers if tool_parser else ()  # a call may end an unclosed block
     return OutputStream(
         reasoning=DelimitedReasoningParser(reasoning_format, prompt_tail, calls)

@@ -87,6 +87,15 @@ class ReasoningFormat:
     # reasoning (used when no tool-call format says which; see `reasoning.delimited`)
     call_markers: tuple[str, ...] = ()
     channels: Channels | None = None  # Harmony: reasoning is a channel of its message stream
+    # a word written right after ``start`` that names the block, not reasoning (Gemma 4's
+    # ``<|channel>thought``); removed with the whitespace after it
+    label: str = ""
+    # other (start, end) pairs of the same family, recognised when the output opens with
+    # them (Granite 3.2 writes "Here is my thought process:", Granite 3.3 ``<think>``)
+    alternatives: tuple[tuple[str, str], ...] = ()
+    # markers around the answer that are never content (Command-R's ``<|START_RESPONSE|>``,
+    # Granite 3.3's ``<response>``)
+    dropped: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,9 @@ qwen3, deepseek_r1, glm45, mistral, gemma4 and seed_oss all write
 ``START reasoning END content``; they differ only in the delimiters and in whether the block
 is already open when generation begins (the template opened it, or the prompt tail shows it).
 The block is recognised only at the start of the output (after whitespace), so text that merely
-mentions a tag later is content, identically in streaming and non-streaming mode.
+mentions a tag later is content, identically in streaming and non-streaming mode. A family may
+open it with other delimiters too (`ReasoningFormat.alternatives`) and name it with a label
+word after the opening (`ReasoningFormat.label`), which is not reasoning.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ Pieces = list[tuple[bool, str]]  # (is_reasoning, text) in output order
 class _Phase(Enum):
     BEFORE = "before"  # nothing but whitespace so far; a START may still come
     OPENING = "opening"  # inside the block; a redundant START may still be written
+    LABEL = "label"  # START seen; the family's label word may follow
+    LEADING = "leading"  # after the label: whitespace dropped, then reasoning
     REASONING = "reasoning"
     CALL = "call"  # a tool call opened inside the block: held until the block ends or not
     AFTER = "after"  # block closed: content, leading whitespace dropped
@@ -29,13 +33,18 @@ class _Phase(Enum):
 
 def opened_by_prompt(fmt: ReasoningFormat, prompt_tail: str) -> bool:
     """Does generation begin inside the reasoning block?"""
-    start_at = prompt_tail.rfind(fmt.start)
-    end_at = prompt_tail.rfind(fmt.end)
-    if start_at > end_at:
-        return True
+    for start, end in delimiters(fmt):
+        if prompt_tail.rfind(start) > prompt_tail.rfind(end):
+            return True
+    end_at = max(prompt_tail.rfind(end) for _, end in delimiters(fmt))
     if fmt.starts_in_reasoning:
         return end_at < 0
     return False
+
+
+def delimiters(fmt: ReasoningFormat) -> list[tuple[str, str]]:
+    """Every (start, end) pair the family writes, its own first."""
+    return [(fmt.start, fmt.end), *fmt.alternatives]
 
 
 class DelimitedReasoningParser:
@@ -50,9 +59,20 @@ class DelimitedReasoningParser:
         self._phase = _Phase.OPENING if opened_by_prompt(fmt, prompt_tail) else _Phase.BEFORE
         self._held = ""
         self._calls = tuple(call_markers or fmt.call_markers)
-        self._watch = (fmt.end, *self._calls)
-        self._firsts = "".join({m[0] for m in self._watch})
+        self._pairs = delimiters(fmt)
+        # the end to watch for: the one of the pair the prompt opened, else the family's own
+        self._close(
+            next(
+                (e for s, e in self._pairs if prompt_tail.rfind(s) > prompt_tail.rfind(e)), fmt.end
+            )
+        )
         self._searched = 0  # how much of a held call was searched for the end marker
+
+    def _close(self, end: str) -> None:
+        """Watch for ``end``: the end marker of the block that was opened."""
+        self._end = end
+        self._watch = (end, *self._calls)
+        self._firsts = "".join({m[0] for m in self._watch})
 
     @property
     def done(self) -> bool:
@@ -86,29 +106,46 @@ class DelimitedReasoningParser:
                 continue
             if self._phase in (_Phase.BEFORE, _Phase.OPENING):
                 stripped = buf.lstrip()
-                if stripped.startswith(self.fmt.start):
-                    self._phase = _Phase.REASONING
-                    buf = stripped[len(self.fmt.start) :]
-                elif self.fmt.start.startswith(stripped):
+                opened = next(((s, e) for s, e in self._pairs if stripped.startswith(s)), None)
+                if opened is not None:
+                    self._close(opened[1])
+                    self._phase = _Phase.LABEL if self.fmt.label else _Phase.REASONING
+                    buf = stripped[len(opened[0]) :]
+                elif any(s.startswith(stripped) for s, _ in self._pairs):
                     self._held = buf  # whitespace or a partial START: undecided
                     break
                 else:
                     opening = self._phase is _Phase.OPENING
                     self._phase = _Phase.REASONING if opening else _Phase.CONTENT
                 continue
+            if self._phase is _Phase.LABEL:
+                label = self.fmt.label
+                rest = buf[len(label) :] if buf.startswith(label) else None
+                if (rest == "") or (rest is None and label.startswith(buf)):
+                    self._held = buf  # the label may still be a longer word
+                    break
+                labelled = rest is not None and (rest[0].isspace() or rest.startswith(self._end))
+                self._phase = _Phase.LEADING if labelled else _Phase.REASONING
+                buf = rest if labelled and rest is not None else buf
+                continue
+            if self._phase is _Phase.LEADING:
+                buf = buf.lstrip()
+                if buf:
+                    self._phase = _Phase.REASONING
+                continue
             if self._phase is _Phase.CALL:
-                at = buf.find(self.fmt.end, max(0, self._searched - len(self.fmt.end) + 1))
+                at = buf.find(self._end, max(0, self._searched - len(self._end) + 1))
                 if at < 0:  # still undecided: the whole call stays held
                     self._held, self._searched = buf, len(buf)
                     break
                 out.append((True, buf[:at]))  # the block closed: it was reasoning
                 self._phase, self._searched = _Phase.AFTER, 0
-                buf = buf[at + len(self.fmt.end) :]
+                buf = buf[at + len(self._end) :]
                 continue
             before, marker, after = _split_first(buf, self._watch)
             if before:
                 out.append((True, before))
-            if marker == self.fmt.end:
+            if marker == self._end:
                 self._phase = _Phase.AFTER
                 buf = after
             elif marker:
@@ -125,6 +162,8 @@ class DelimitedReasoningParser:
             return []
         if self._phase is _Phase.CALL:  # the block never closed: the call is a call
             return [(False, held)]
+        if self._phase is _Phase.LABEL:  # the output ended inside the label word
+            return [] if held == self.fmt.label else [(True, held)]
         if self._phase in (_Phase.REASONING, _Phase.OPENING):
             return [(True, held)]
         if self._phase is _Phase.AFTER:

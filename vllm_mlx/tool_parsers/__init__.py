@@ -20,7 +20,7 @@ from vllm_mlx.families.catalog import (
 )
 from vllm_mlx.families.formats import ToolCallFormat
 from vllm_mlx.families.registry import ParserRegistry, UnknownParserError
-from vllm_mlx.tool_parsers.base import ToolParser
+from vllm_mlx.tool_parsers.base import PlainContent, ToolParser
 from vllm_mlx.tool_parsers.continued import ContinuedToolParser
 from vllm_mlx.tool_parsers.dropping import DroppingToolParser
 from vllm_mlx.tool_parsers.harmony import HarmonyParser
@@ -32,16 +32,25 @@ __all__ = [
     "ToolParser",
     "ToolParserManager",
     "UnknownParserError",
+    "content_parser",
     "marked_parser",
 ]
 
 
-def marked_parser(fmt: ToolCallFormat, tools: list[dict] | None = None) -> ToolParser:
-    """The parser for a family written between markers (its control markers removed)."""
+def marked_parser(
+    fmt: ToolCallFormat, tools: list[dict] | None = None, dropped: tuple[str, ...] = ()
+) -> ToolParser:
+    """The parser for a family written between markers; its control markers and
+    ``dropped`` (the reasoning format's answer wrappers) are removed from content."""
     parser: ToolParser = MarkedToolParser(fmt, tools)
-    if fmt.dropped:
-        parser = DroppingToolParser(parser, fmt.dropped)
+    if fmt.dropped or dropped:
+        parser = DroppingToolParser(parser, (*fmt.dropped, *dropped))
     return ContinuedToolParser(parser, fmt.prompt_opens) if fmt.prompt_opens else parser
+
+
+def content_parser(dropped: tuple[str, ...]) -> ToolParser | None:
+    """Without a tool-call format: a parser that only removes ``dropped``, if any."""
+    return DroppingToolParser(PlainContent(), dropped) if dropped else None
 
 
 class _ToolParsers(ParserRegistry[ToolCallFormat]):

@@ -16,7 +16,7 @@ import os
 import random
 from abc import ABC, abstractmethod
 
-from vllm_mlx.families.message import MessageDelta, Quick, ToolCallDelta
+from vllm_mlx.families.message import CONTENT, MessageDelta, Quick, ToolCallDelta
 
 # Ids must be unique, not secret: one urandom-seeded generator (reseeded in forked children)
 # avoids a system call per tool call.
@@ -93,6 +93,20 @@ class ToolParser(ABC):
         """The texts that open a call anywhere in the output (one ends an unclosed
         reasoning block)."""
         return ()
+
+
+class PlainContent(ToolParser):
+    """No call syntax: all text is content (what a marker-removing wrapper wraps when a
+    family has answer wrappers but no tool-call format)."""
+
+    def feed(self, text: str, out: DeltaBuilder) -> None:
+        out.content(text)
+
+    def finish(self, out: DeltaBuilder) -> None:
+        pass
+
+    def quick(self, text: str) -> Quick:
+        return CONTENT, text
 
 
 def parameter_schemas(tools: list[dict]) -> dict[str, dict]:

@@ -29,7 +29,9 @@ REASONING: tuple[ReasoningFormat, ...] = (
         "glm45", "<think>", "</think>", aliases=("glm4", "glm4_moe", "glm-4.5", "glm47")
     ),
     ReasoningFormat("mistral", "[THINK]", "[/THINK]", aliases=("magistral",)),
-    ReasoningFormat("gemma4", "<|channel>thought", "<channel|>", aliases=("gemma", "gemma-4")),
+    ReasoningFormat(
+        "gemma4", "<|channel>", "<channel|>", label="thought", aliases=("gemma", "gemma-4")
+    ),
     ReasoningFormat(
         "harmony",
         HARMONY.channel + HARMONY.reasoning_channel + HARMONY.message,
@@ -46,7 +48,9 @@ REASONING: tuple[ReasoningFormat, ...] = (
         "nemotron_v3", "<think>", "</think>", aliases=("nano_v3", "nemotron3", "nemotron")
     ),
     ReasoningFormat("kimi_k25", "<think>", "</think>", aliases=("kimi_k2", "kimi_thinking")),
-    ReasoningFormat("kimi", "◁think▷", "◁/think▷", aliases=("kimi_vl",)),
+    ReasoningFormat(  # Kimi-VL; Kimi K2's thinking models write <think>
+        "kimi", "◁think▷", "◁/think▷", aliases=("kimi_vl",), alternatives=(("<think>", "</think>"),)
+    ),
     ReasoningFormat(  # the template opened the block (vLLM's "append think")
         "minimax_m2_append_think", "<think>", "</think>", starts_in_reasoning=True
     ),
@@ -62,6 +66,7 @@ REASONING: tuple[ReasoningFormat, ...] = (
         "<|START_THINKING|>",
         "<|END_THINKING|>",
         aliases=("cohere", "cohere_cmd", "cohere_command3", "cohere_command4", "command_a"),
+        dropped=("<|START_RESPONSE|>", "<|END_RESPONSE|>"),
     ),
     ReasoningFormat(
         "apriel",
@@ -74,6 +79,8 @@ REASONING: tuple[ReasoningFormat, ...] = (
         "granite",
         "Here is my thought process:",
         "Here is my response:",
-        aliases=("granite3.2", "granite-3.2"),
+        aliases=("granite3.2", "granite-3.2", "granite3.3", "granite-3.3"),
+        alternatives=(("<think>", "</think>"),),  # Granite 3.3
+        dropped=("<response>", "</response>"),
     ),
 )
