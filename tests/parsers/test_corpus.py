@@ -41,12 +41,6 @@ KNOWN_FAILURES: dict[str, str] = {
     "minimax_m2-smg-no-schema": "choice: undeclared XML values stay strings",
     # JSON reader: a lone `{` before the cut is not yet a value, so nothing is reported
     "granite-vllm-truncated": "a call cut off right after `{` is not reported",
-    # Harmony: an unfinished header at the end of the stream, `\n` between messages
-    "harmony-issue-unfinished-header": "harmony: unfinished header leaks",
-    "harmony-issue-unfinished-header-only": "harmony: unfinished header leaks",
-    "harmony-vllm-final-prefix-only": "harmony: unfinished header leaks",
-    "harmony-lcpp-analysis-final": "harmony: newline between messages kept",
-    "harmony-lcpp-analysis-then-call": "harmony: newline between messages kept",
     # Kimi: calls without the functions. prefix / section markers, ids that are bare counters
     "kimi_k2-smg-whitespace": "kimi: whitespace inside the id (`functions.test :0`)",
     "kimi_k2-vllm-bare-counter": "kimi: bare counter id `0` (name from the tools)",

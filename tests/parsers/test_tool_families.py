@@ -350,3 +350,23 @@ def test_literal_arguments_stream_member_by_member(name, text, comma, close):
 def test_literal_call_failing_after_its_first_member_is_cut_off_there(name, text, rest):
     msg = assert_same_in_every_mode(text, name)
     assert len(msg.tool_calls) == 1 and msg.content == rest  # nothing dropped
+
+
+@pytest.mark.parametrize(
+    ("text", "content"),
+    [
+        # the model stopped inside the next message's header: nothing of it is content
+        ("<|channel|>final<|message|>Done.<|end|><|start|>assistant<|channel|>", "Done."),
+        ("<|channel|>final<|message|>Done.<|end|><|start|>assistant to=functions.f", "Done."),
+        # whitespace between messages is layout
+        ("<|channel|>final<|message|>Done.<|end|>\n\n", "Done."),
+        # an opening marker followed by prose is not a header: the prose stays
+        (
+            "<|channel|>final<|message|>Done.<|end|>See <|channel|> docs for more",
+            "Done.See <|channel|> docs for more",
+        ),
+    ],
+)
+def test_harmony_unfinished_headers_and_layout(text, content):
+    msg = assert_same_in_every_mode(text, "harmony", "harmony")
+    assert msg.content == content

@@ -55,6 +55,14 @@ class HarmonyParser(ToolParser):
         self._openings = [channels.start, channels.channel]
         self._channel = re.compile(re.escape(channels.channel) + r"\s*(\w+)")
         self._recipient = re.compile(r"\b" + re.escape(channels.recipient) + r"([^\s<]+)")
+        # what an unfinished header at the end of the output may hold: a role, a channel, a
+        # recipient, a constraint (the model stopped before its message began)
+        to, channel, constrain = (
+            re.escape(m) for m in (channels.recipient, channels.channel, channels.constrain)
+        )
+        self._bare_header = re.compile(
+            rf"\s*\w*(?:\s*(?:{to}\S*|{channel}\s*\w*|{constrain}\s*\w*))*\s*"
+        )
         self._reasoning = reasoning
         self._tool_calls = tool_calls
         self._state = _State.OUTSIDE
@@ -65,6 +73,7 @@ class HarmonyParser(ToolParser):
         self._args: JsonArguments | None = None
         self._index = 0
         self._skip_ws = False  # after a call whose message did not end: whitespace is layout
+        self._between = False  # a message ended: whitespace before the next one is layout
         at = prompt_tail.rfind(self._start)
         if at >= 0 and not any(e in prompt_tail[at:] for e in self._ends):
             self._state, self._buf = _State.HEADER, prompt_tail[at + len(self._start) :]
@@ -75,7 +84,9 @@ class HarmonyParser(ToolParser):
     def quick(self, text: str) -> Quick:
         """Text with no ``<`` outside a header cannot hold a marker: it extends the current
         route (or argument text a JSON string passes through)."""
-        if self._buf or self._skip_ws or self._state is _State.HEADER or "<" in text:
+        if self._buf or self._skip_ws or self._between or self._state is _State.HEADER:
+            return None
+        if "<" in text:
             return None
         if self._state is _State.OUTSIDE or self._route is _Route.CONTENT:
             return CONTENT, text
@@ -93,7 +104,9 @@ class HarmonyParser(ToolParser):
     def finish(self, out: DeltaBuilder) -> None:
         self._run(out, final=True)
         if self._state is _State.HEADER:
-            out.content(self._header[self._silent :] + self._buf)
+            header = self._header[self._silent :] + self._buf
+            if not self._bare_header.fullmatch(header):  # not a header after all: text
+                out.content(header)
         elif self._buf:
             self._emit(self._buf, out)
         self._buf = self._header = ""
@@ -118,6 +131,11 @@ class HarmonyParser(ToolParser):
                 return  # maybe the end marker, still arriving
             end = next((e for e in self._ends if stripped.startswith(e)), "")
             self._buf, self._skip_ws = stripped[len(end) :], not stripped
+        if self._between:
+            self._buf = self._buf.lstrip()
+            if not self._buf:
+                return
+            self._between = False
         hits = [(self._buf.find(m), m) for m in self._openings]
         found = [(at, m) for at, m in hits if at >= 0]
         if not found:
@@ -206,3 +224,4 @@ class HarmonyParser(ToolParser):
         if self._args is not None:  # the call ended before its JSON closed
             self._index += 1
         self._args, self._call_name, self._route = None, None, _Route.CONTENT
+        self._between = True
