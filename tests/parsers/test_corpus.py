@@ -29,11 +29,7 @@ KNOWN_FAILURES: dict[str, str] = {
     "kimi_k2-vllm-invalid-json-sibling": "malformed sibling: the bad call is ended validly "
     "(its streamed part kept) instead of dropped, the good one is lost",
     "kimi_k2-vllm-invalid-id": "an id without the functions. prefix is not rejected",
-    # Gemma 4's literal dialect: quoted keys, `108.` numbers and a cut-off string value
-    "gemma4-vllm-quoted-key": "gemma4 dialect: quoted keys not read",
-    "gemma4-vllm-nested-quoted-key": "gemma4 dialect: quoted keys not read",
-    "gemma4-vllm-trailing-dot": "gemma4 dialect: numbers like 108. not read",
-    "gemma4-issue-trailing-dot": "gemma4 dialect: numbers like 108. not read",
+    # Gemma 4's literal dialect: a cut-off string value
     "gemma4-vllm-incomplete": "gemma4 dialect: a cut-off string value loses the call",
     # Peers disagree: SMG infers types for schema-less XML values; we keep undeclared values
     # verbatim (a string the tool did not type stays the string the model wrote).

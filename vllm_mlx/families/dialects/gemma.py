@@ -137,9 +137,12 @@ class GemmaArguments(MemberStream):
         return value if isinstance(value, dict) else None
 
 
+# Keys are bare or quoted (``{<|"|>3<|"|>:…}`` for a key that is not a name); numbers may end
+# in a bare dot (``108.``), as Gemma 4 writes them.
 _GEMMA_TOKEN = re.compile(
-    r'\s*(?:(?P<str><\|"\|>(?P<body>.*?)<\|"\|>)|(?P<key>[A-Za-z_][\w\-.]*)\s*:'
-    r"|(?P<lit>true|false|null|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)|(?P<punct>[{}\[\],]))",
+    r'\s*(?:<\|"\|>(?P<qkey>(?:(?!<\|"\|>).)*)<\|"\|>\s*:|(?P<str><\|"\|>(?P<body>.*?)<\|"\|>)'
+    r"|(?P<key>[A-Za-z_][\w\-.]*)\s*:"
+    r"|(?P<lit>true|false|null|-?\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)|(?P<punct>[{}\[\],]))",
     re.DOTALL,
 )
 
@@ -154,12 +157,19 @@ def gemma_to_python(source: str) -> object:
         if m is None:
             return None
         pos = m.end()
-        if m["str"] is not None:
+        if m["qkey"] is not None:
+            parts.append(json.dumps(m["qkey"], ensure_ascii=False) + ":")
+        elif m["str"] is not None:
             parts.append(json.dumps(m["body"], ensure_ascii=False))
         elif m["key"] is not None:
             parts.append(json.dumps(m["key"]) + ":")
+        elif m["lit"] is not None:
+            lit = m["lit"]
+            parts.append(
+                lit.replace(".", ".0") if lit.endswith(".") or ".e" in lit.lower() else lit
+            )
         else:
-            parts.append(m["lit"] or m["punct"])
+            parts.append(m["punct"])
     try:
         return json.loads("".join(parts))
     except ValueError:
