@@ -42,8 +42,6 @@ KNOWN_FAILURES: dict[str, str] = {
     "kimi_k2-vllm-bare-counter": "kimi: bare counter id `0` (name from the tools)",
     "kimi_k2-vllm-bare-counter-infer": "kimi: bare counter id `0` (name from the tools)",
     "kimi_k2-vllm-bare-counter-ambiguous": "kimi: bare counter id `0` is taken as the name",
-    "kimi_k2-lcpp-kt-call-in-think-bare": "kimi: calls without section markers in think",
-    "kimi_k2-lcpp-kt-bare-real": "kimi: calls without section markers",
     # Llama 3 JSON: a bare object at the start followed by prose is a call here (SMG: text)
     "llama3_json-smg-trailing-text": "bare JSON then prose: we report the call",
     # Mistral: the marker before prose is kept (dropping it needs the rest held back); Nemo's

@@ -122,6 +122,17 @@ JSON_CALLS: tuple[ToolCallFormat, ...] = (
         call_end="<|tool_call_end|>",
         aliases=("kimi", "kimi-k2", "kimik2", "moonshot"),
         id_style="kimi",
+        variants=(
+            # calls written without the section markers (seen in real Kimi K2 outputs)
+            ToolCallFormat(
+                "kimi_k2",
+                JSON,
+                call_start="<|tool_call_begin|>",
+                name_prefix="functions.",
+                name_end="<|tool_call_argument_begin|>",
+                call_end="<|tool_call_end|>",
+            ),
+        ),
     ),
     ToolCallFormat(
         "harmony",
