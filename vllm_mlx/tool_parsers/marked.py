@@ -408,9 +408,11 @@ class MarkedToolParser(ToolParser):
         self._state = _State.TEXT
 
     def _release(self, text: str, out: DeltaBuilder) -> None:
-        """A call that never completed: its text goes back to content, rescanned."""
+        """A call that never completed: its text goes back to content, rescanned; the end
+        markers that follow stay with it, however the text was chunked."""
         self._buf, self._state, self._verbatim = text, _State.TEXT, len(text)
         self._abandon(out)
+        self._markup = True
         self._run(out, final=True)
 
     def _content(self, text: str, out: DeltaBuilder) -> None:
