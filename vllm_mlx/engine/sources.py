@@ -190,6 +190,7 @@ class ModelBatchSource:
         if not self._prefilling:
             return False
         wanted = np.asarray(prompt, dtype=np.int32)
+        assert self.prefix_cache is not None  # prefills are tracked only with a cache
         have = self.prefix_cache.served(wanted)
         for uid, other in self._prefilling.items():
             if min(common_prefix(other, wanted), len(wanted) - 1) - have >= SHARED_PREFILL_MIN:
@@ -202,7 +203,7 @@ class ModelBatchSource:
         for r in prompt_responses:
             if not r.end_of_prompt or self._prefilling.pop(r.uid, None) is None:
                 continue
-            if r.uid in self._awaited:
+            if r.uid in self._awaited and self.prefix_cache is not None:
                 self._awaited.discard(r.uid)
                 cache, tokens = self._gen.extract_cache([r.uid])[r.uid]
                 self.prefix_cache.store(list(tokens), cache)
@@ -226,6 +227,7 @@ class ModelBatchSource:
     def _hand_over(self) -> None:
         """Move the solo sequence into the batch: its cache, tokens and pending token."""
         solo, self._solo = self._solo, None
+        assert solo is not None
         cache, tokens = solo.held()
         (uid,) = self._gen.insert_segments(
             [[[solo.pending]]],
@@ -242,12 +244,13 @@ class ModelBatchSource:
 
     def _end_solo(self) -> None:
         solo, self._solo = self._solo, None
-        if self.prefix_cache is not None:
+        if solo is not None and self.prefix_cache is not None:
             cache, tokens = solo.held()
             self.prefix_cache.store(tokens, cache)
 
     def _solo_step(self) -> list[Step]:
         solo = self._solo
+        assert solo is not None
         drafted, accepted = solo.drafted, solo.accepted
         decided = solo.step()
         self._drafted += solo.drafted - drafted
@@ -267,9 +270,10 @@ class ModelBatchSource:
             self._end_solo()
             return
         if uid < 0:
-            uid = next((g for g, solo in self._alias.items() if solo == uid), None)
-            if uid is None:
+            batch_uid = next((g for g, solo in self._alias.items() if solo == uid), None)
+            if batch_uid is None:
                 return
+            uid = batch_uid
         self._alias.pop(uid, None)
         self._in_batch.discard(uid)
         self._prefilling.pop(uid, None)
@@ -285,7 +289,7 @@ class ModelBatchSource:
             if r.end_of_segment and not r.end_of_prompt and r.uid in self._checkpoints:
                 tokens = self._checkpoints.pop(r.uid)
                 cache, held = self._gen.extract_cache([r.uid])[r.uid]
-                if list(held) == tokens:
+                if list(held) == tokens and self.prefix_cache is not None:
                     self.prefix_cache.store(tokens, cache)
 
     def step(self) -> tuple[list[Step], list[int]]:
