@@ -49,9 +49,6 @@ KNOWN_FAILURES: dict[str, str] = {
     # id comes after the streamed arguments, when the call was already reported with ours
     "mistral-vllm-pre11-not-json": "[TOOL_CALLS] before prose is kept as content",
     "mistral-lcpp-nemo-id": "Nemo's id after the arguments is not the call id",
-    # Qwen3-Coder XML recovery: a parameter without its closing tag before </function> (one
-    # before the next parameter is read)
-    "qwen3_coder-smg-param-no-close": "xml: parameter without </parameter> before </function>",
     # Gemma 4 reasoning: a block after text (recognised only at the start of the output)
     "reasoning_gemma4-vllm-text-before": "gemma4 reasoning: a block after text",
     # Names that peers have and we do not (yet)

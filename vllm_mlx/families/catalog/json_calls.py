@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..dialects import JSON, JSON_NAMED, RECIPIENT, JsonKeyed, JsonNamed, Xml
+from ..dialects import JSON, JSON_NAMED, QWEN_XML, RECIPIENT, JsonKeyed, JsonNamed
 from ..formats import HARMONY, ToolCallFormat
 
 DEEPSEEK_CALLS_BEGIN = "<｜tool▁calls▁begin｜>"
@@ -180,7 +180,7 @@ JSON_CALLS: tuple[ToolCallFormat, ...] = (
             # Nemotron 3 Nano writes Qwen3-Coder XML calls
             ToolCallFormat(
                 "nemotron",
-                Xml("<parameter=", ">\n", "\n</parameter>"),
+                QWEN_XML,
                 call_start="<tool_call>\n<function=",
                 name_end=">\n",
                 args_end="</function>",

@@ -5,7 +5,7 @@ docs/parsers.md."""
 
 from __future__ import annotations
 
-from ..dialects import FORCED_PYTHON, GEMMA, PYTHON, Dsml, NestedXml, SpacedNameXml, Xml
+from ..dialects import FORCED_PYTHON, GEMMA, PYTHON, QWEN_XML, Dsml, NestedXml, SpacedNameXml, Xml
 from ..formats import ToolCallFormat
 
 DSML = "｜DSML｜"
@@ -15,7 +15,7 @@ MINIMAX_NS = "]<]minimax[>["
 MARKUP_CALLS: tuple[ToolCallFormat, ...] = (
     ToolCallFormat(
         "qwen3_coder",
-        Xml("<parameter=", ">\n", "\n</parameter>"),
+        QWEN_XML,
         call_start="<tool_call>\n<function=",
         name_end=">\n",
         args_end="</function>",
@@ -28,7 +28,7 @@ MARKUP_CALLS: tuple[ToolCallFormat, ...] = (
         variants=(
             ToolCallFormat(
                 "qwen3_coder",
-                Xml("<parameter=", ">\n", "\n</parameter>"),
+                QWEN_XML,
                 call_start="<function=",
                 name_end=">\n",
                 args_end="</function>",
@@ -84,7 +84,7 @@ MARKUP_CALLS: tuple[ToolCallFormat, ...] = (
     ),
     ToolCallFormat(
         "seed_oss",
-        Xml("<parameter=", ">\n", "\n</parameter>"),
+        QWEN_XML,
         call_start="<seed:tool_call>\n<function=",
         name_end=">\n",
         args_end="</function>",
@@ -106,7 +106,7 @@ MARKUP_CALLS: tuple[ToolCallFormat, ...] = (
     ),
     ToolCallFormat(
         "step3p5",
-        Xml("<parameter=", ">\n", "\n</parameter>"),
+        QWEN_XML,
         call_start="<tool_call>\n<function=",
         name_end=">\n",
         args_end="</function>",

@@ -18,7 +18,7 @@ from .python import PYTHON, PythonDialect
 from .python_forced import FORCED_PYTHON, ForcedPythonDialect
 from .recipient import RECIPIENT, RecipientDialect
 from .spaced import SpacedNameXml
-from .xml import Xml
+from .xml import QWEN_XML, Xml
 
 # Every dialect, by name, in the order error messages list them.
 DIALECTS: dict[str, type[Dialect]] = {
@@ -54,5 +54,6 @@ __all__ = [
     "Layout",
     "SpacedNameXml",
     "Status",
+    "QWEN_XML",
     "Xml",
 ]

@@ -41,6 +41,9 @@ class Xml(Dialect):
     key_end: str
     value_end: str
     value_start: str = ""
+    # the end of the element the parameters sit in (Qwen3-Coder's ``</function>``): a
+    # parameter left without its end tag ends there too
+    enclosing_end: str = ""
 
     name: ClassVar[str] = "xml"
 
@@ -153,6 +156,11 @@ class Xml(Dialect):
         return [*lead, g.lexeme(f"{low}:{high}:{end}", value)]
 
 
+# Qwen3-Coder's parameters (and those of the families that write its XML: Seed-OSS, Step 3.5,
+# Nemotron 3), inside ``<function=NAME>`` … ``</function>``
+QWEN_XML = Xml("<parameter=", ">\n", "\n</parameter>", enclosing_end="\n</function>")
+
+
 def xml_value_text(value: object) -> str:
     """How the XML dialect writes a value: strings verbatim, everything else as JSON."""
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
@@ -192,7 +200,10 @@ class XmlArguments:
         self._trail_newline = params.trail_newline
         # a parameter without its end tag ends where the next one opens
         self._next_key = "\n" + params.key_start if params.trail_newline else params.key_start
-        self._stops = [self._value_end, self._next_key]
+        self._unclosed_ends = [self._next_key]
+        if params.enclosing_end:
+            self._unclosed_ends.append(params.enclosing_end)
+        self._stops = [self._value_end, *self._unclosed_ends]
         # the characters that can complete held markup (see `MarkedToolParser._may_decide`)
         literals = (params.key_start, params.key_end + params.value_start, params.value_end)
         self.settles = "".join({lit.rstrip()[-1] for lit in literals})
@@ -253,11 +264,12 @@ class XmlArguments:
 
     def _value_stop(self, text: str, pos: int) -> tuple[int, int]:
         """Where the value ends and how much markup to skip there: its end tag, or (a
-        parameter left unclosed) the next parameter's opening, which is kept."""
+        parameter left unclosed) the next parameter's opening or the enclosing element's
+        end, which are kept."""
         at = text.find(self._value_end, pos)
-        nxt = text.find(self._next_key, pos)
-        if nxt >= 0 and (at < 0 or nxt < at):
-            return nxt, 0
+        found = [n for n in (text.find(s, pos) for s in self._unclosed_ends) if n >= 0]
+        if found and (at < 0 or min(found) < at):
+            return min(found), 0
         return at, len(self._value_end)
 
     def close(self) -> str:
