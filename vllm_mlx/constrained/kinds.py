@@ -21,6 +21,7 @@ from .llguidance_backend import LLGuidanceConstraint
 from .lmfe_backend import LMFEConstraint
 from .schema_check import ANY_JSON_OBJECT, check_schema
 from .spec import Constraint
+from .tokenizer_cache import hf_tokenizer
 
 # vLLM's structural_tag: {"type": "structural_tag", "structures": [...], "triggers": [...]}
 _TAG_KEYS = frozenset({"type", "structures", "triggers"})
@@ -62,6 +63,13 @@ def grammar_constraint(
     if syntax not in kinds:
         raise ConstraintError(f"unsupported grammar syntax {syntax!r}; valid: lark, regex", field)
     return content_constraint(tokenizer, Constraint(kinds[syntax], definition, field))  # type: ignore[arg-type]
+
+
+def text_mismatch(tokenizer: Any, constraint: Constraint, text: str) -> str | None:
+    """Why ``text`` is not a complete match of ``constraint`` (None: it is one): a check
+    after generation, for output that was not constrained (a custom tool under ``auto``)."""
+    ids = hf_tokenizer(tokenizer).encode(text, add_special_tokens=False)
+    return content_constraint(tokenizer, constraint).mismatch(ids)
 
 
 def json_schema_constraint(tokenizer: Any, schema: dict, backend: str) -> ContentConstraint:
