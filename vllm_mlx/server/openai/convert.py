@@ -94,7 +94,7 @@ def chat_tools(body: ChatCompletionRequest) -> tuple[list[dict] | None, list[Cus
     return tools, custom
 
 
-def _tool_choice(choice: object, custom: set[str]) -> object:
+def _tool_choice(choice: str | dict | None, custom: set[str]) -> str | dict | None:
     """``{"type": "custom", "custom": {"name": ...}}`` as the named function it is here."""
     if not isinstance(choice, dict) or choice.get("type") != "custom":
         return choice
