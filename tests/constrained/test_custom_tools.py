@@ -50,6 +50,8 @@ def test_format_shapes_of_both_apis_and_their_errors():
     assert from_format("t", {"type": "text"}, "f").grammar is None
     flat = from_format("t", {"type": "grammar", "syntax": "lark", "definition": LARK}, "f")
     assert flat == CustomTool("t", "lark", LARK, "f.definition")
+    shown = function_form(flat, "Pick.")["function"]
+    assert shown["parameters"]["required"] == ["input"] and LARK in shown["description"]
     nested = {"type": "grammar", "grammar": {"syntax": "regex", "definition": REGEX}}
     assert from_format("t", nested, "f").field == "f.grammar.definition"
     bad = [
@@ -76,7 +78,7 @@ def test_invalid_grammars_name_their_field(tokenizer):
 
 def test_which_forced_call_is_the_raw_input():
     grammar, text = CustomTool("g", "regex", REGEX), CustomTool("t")
-    tools = [function_form("g", None), function_form("t", None)]
+    tools = [function_form(grammar, None), function_form(text, None)]
     named = {"type": "function", "function": {"name": "g"}}
     assert forced_raw(named, tools, [grammar, text]) is grammar
     assert (
@@ -172,7 +174,7 @@ def test_forced_call_of_a_random_model_matches_the_grammar(
         messages=[{"role": "user", "content": "Hello"}],
         sampling=Sampling(temperature=1.0, seed=seed),
         max_tokens=60,
-        tools=[function_form("pick", "Pick one.")],
+        tools=[function_form(tool, "Pick one.")],
         custom_tools=[tool],
         tool_choice={"type": "function", "function": {"name": "pick"}},
     )
@@ -186,7 +188,7 @@ def test_forced_call_of_a_random_model_matches_the_grammar(
 def test_forced_grammar_call_with_another_constraint_is_refused(pipeline):
     request = ChatRequest(
         messages=[{"role": "user", "content": "Hello"}],
-        tools=[function_form("pick", None)],
+        tools=[function_form(CustomTool("pick"), None)],
         custom_tools=[CustomTool("pick", "regex", REGEX)],
         tool_choice="required",
         constraint=Constraint("regex", "a+", "guided_regex"),

@@ -86,16 +86,15 @@ def from_format(name: str, fmt: Any, param: str) -> CustomTool:
     return CustomTool(name, syntax, definition, f"{where}.definition")
 
 
-def function_form(name: str, description: str | None) -> dict:
-    """The chat-form function the model sees for a custom tool."""
-    about = (description or "").strip()
+def function_form(tool: CustomTool, description: str | None) -> dict:
+    """The chat-form function the model sees for a custom tool; a grammar is shown in the
+    description, so an unforced call can follow it too."""
+    about = f"{(description or '').strip()} Its one argument, input, is the raw text it takes."
+    if tool.grammar is not None:
+        about += f" The input must match this {tool.syntax} grammar:\n{tool.definition}"
     return {
         "type": "function",
-        "function": {
-            "name": name,
-            "description": f"{about} Its one argument, input, is the raw text it takes.".strip(),
-            "parameters": PARAMETERS,
-        },
+        "function": {"name": tool.name, "description": about.strip(), "parameters": PARAMETERS},
     }
 
 

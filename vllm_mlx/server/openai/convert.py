@@ -75,12 +75,12 @@ def chat_tools(body: ChatCompletionRequest) -> tuple[list[dict] | None, list[Cus
     kinds: dict[str, str] = {}
     for i, tool in enumerate(body.tools):
         if tool.custom is not None and tool.type == "custom":
-            name, description = tool.custom.name, tool.custom.description
+            name = tool.custom.name
             try:
                 custom.append(from_format(name, tool.custom.format, f"tools.{i}.custom.format"))
             except ConstraintError as exc:
                 raise APIError(400, str(exc), param=exc.param) from None
-            tools.append(function_form(name, description))
+            tools.append(function_form(custom[-1], tool.custom.description))
         else:
             assert tool.function is not None
             name = tool.function.name

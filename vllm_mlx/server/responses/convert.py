@@ -196,14 +196,18 @@ def custom_tool_names(body: ResponsesRequest) -> frozenset[str]:
 
 def custom_tools(tools: list[dict]) -> list[CustomTool]:
     """What each custom tool's input must match (its ``format``), for the pipeline."""
-    out = []
-    for i, tool in enumerate(tools):
-        if tool.get("type") == "custom" and isinstance(tool.get("name"), str):
-            try:
-                out.append(from_format(tool["name"], tool.get("format"), f"tools.{i}.format"))
-            except ConstraintError as exc:
-                raise APIError(400, str(exc), param=exc.param) from None
-    return out
+    return [
+        _custom_tool(tool, i)
+        for i, tool in enumerate(tools)
+        if tool.get("type") == "custom" and isinstance(tool.get("name"), str)
+    ]
+
+
+def _custom_tool(tool: dict, i: int) -> CustomTool:
+    try:
+        return from_format(tool["name"], tool.get("format"), f"tools.{i}.format")
+    except ConstraintError as exc:
+        raise APIError(400, str(exc), param=exc.param) from None
 
 
 def wants_encrypted_reasoning(body: ResponsesRequest) -> bool:
@@ -233,7 +237,7 @@ def function_tools(tools: list[dict] | None) -> list[dict] | None:
             raise APIError(400, f"two tools are named {tool['name']!r}", param=f"tools.{i}.name")
         names[tool["name"]] = kind
         if kind == "custom":
-            out.append(function_form(tool["name"], description))
+            out.append(function_form(_custom_tool(tool, i), description))
             continue
         parameters = tool.get("parameters") or {"type": "object", "properties": {}}
         if not isinstance(parameters, dict):
