@@ -14,7 +14,7 @@ from tiny_models import build_tiny_model, build_tiny_tokenizer
 
 from vllm_mlx.chat.custom_tools import RawCallStream
 from vllm_mlx.chat.stream import make_output_stream
-from vllm_mlx.constrained import Constraint, ConstraintError, text_mismatch
+from vllm_mlx.constrained import Constraint, ConstraintError, content_constraint, text_mismatch
 from vllm_mlx.constrained.custom_tools import (
     CustomTool,
     InputDeltas,
@@ -37,6 +37,28 @@ from vllm_mlx.tool_parsers import ToolParserManager
 LARK = 'start: "(" /[a-c]/ ("," /[a-c]/)? ")"'
 PAREN = re.compile(r"\([a-c](,[a-c])?\)")
 REGEX = r"(yes|no)-[0-9]{1,3}"
+# Codex's apply_patch grammar, as Codex sends it (source: openai/codex,
+# core/src/tools/handlers/apply_patch.lark)
+APPLY_PATCH = """start: begin_patch hunk+ end_patch
+begin_patch: "*** Begin Patch" LF
+end_patch: "*** End Patch" LF?
+
+hunk: add_hunk | delete_hunk | update_hunk
+add_hunk: "*** Add File: " filename LF add_line+
+delete_hunk: "*** Delete File: " filename LF
+update_hunk: "*** Update File: " filename LF change_move? change?
+
+filename: /(.+)/
+add_line: "+" /(.*)/ LF -> line
+
+change_move: "*** Move to: " filename LF
+change: (change_context | change_line)+ eof_line?
+change_context: ("@@" | "@@ " /(.+)/) LF
+change_line: ("+" | "-" | " ") /(.*)/ LF
+eof_line: "*** End of File" LF
+
+%import common.LF
+"""
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +138,11 @@ def test_grammar_check_after_generation(tokenizer):
     assert text_mismatch(tokenizer, CustomTool("t", "lark", LARK).grammar, "(a,b)") is None
     assert "ends before" in text_mismatch(tokenizer, CustomTool("t", "lark", LARK).grammar, "(a")
     assert text_mismatch(tokenizer, CustomTool("t", "regex", REGEX).grammar, "maybe") is not None
+    patch = CustomTool("apply_patch", "lark", APPLY_PATCH).grammar
+    update = "*** Begin Patch\n*** Update File: a.py\n@@ def f():\n-    return 1\n+    return 2\n"
+    assert text_mismatch(tokenizer, patch, update + "*** End Patch\n") is None
+    why = text_mismatch(tokenizer, patch, "*** Begin Patch\n*** Add File: a.py\nprint(1)\n")
+    assert why is not None and "\n" not in why  # one line: it travels in the response body
     tools = [CustomTool("pick", "regex", REGEX, "tools.0.format.definition"), CustomTool("free")]
     good = ParsedMessage(tool_calls=[ToolCall("c1", "pick", arguments_of("no-12"))])
     free = ParsedMessage(tool_calls=[ToolCall("c1", "free", arguments_of("anything"))])
@@ -183,6 +210,29 @@ def test_forced_call_of_a_random_model_matches_the_grammar(
     (call,) = result.message.tool_calls
     assert pattern.fullmatch(input_of(call.arguments)), call.arguments
     assert result.finish_reason == "tool_calls" and result.constraint_gave_up is None
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_forced_apply_patch_of_a_random_model_is_a_patch(pipeline, tokenizer, seed):
+    """Codex's own grammar: every token of the input is accepted by it (a random model
+    may not reach the end within the limit: then the input is a valid prefix)."""
+    tool = CustomTool("apply_patch", "lark", APPLY_PATCH, "tools.0.format.definition")
+    request = ChatRequest(
+        messages=[{"role": "user", "content": "Add a file."}],
+        sampling=Sampling(temperature=1.0, seed=seed),
+        max_tokens=120,
+        tools=[function_form(tool, "Edit files.")],
+        custom_tools=[tool],
+        tool_choice="required",
+    )
+    result = pipeline.complete_sync(pipeline.prepare_chat(request))
+    (call,) = result.message.tool_calls
+    text = input_of(call.arguments)
+    assert text.startswith("*** Begin Patch\n*** ")
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    assert content_constraint(tokenizer, tool.grammar).sync(ids), text
+    if result.finish_reason == "tool_calls":
+        assert text_mismatch(tokenizer, tool.grammar, text) is None
 
 
 def test_forced_grammar_call_with_another_constraint_is_refused(pipeline):

@@ -80,8 +80,8 @@ class ContentConstraint(abc.ABC):
         None when it is one. A check of finished text: it neither logs nor gives up."""
         for position, token in enumerate(content):
             rejection = self._consume(token)
-            if rejection is not None:
-                return f"token {token} at position {position}: {rejection}"
+            if rejection is not None:  # the matcher's first line (its state dump follows)
+                return f"token {token} at position {position}: {rejection.splitlines()[0]}"
         return None if self.is_complete() else "the text ends before the grammar does"
 
     def sync(self, content: Sequence[int]) -> bool:
