@@ -9,6 +9,7 @@ disagree.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
@@ -361,6 +362,8 @@ class Pipeline:
                     spent.completion_tokens += len(chunk.token_ids)
                     finished = chunk.finish_reason is not None
                     for event in _events(prepared, chunk, self._count_tokens):
+                        if event.finish_reason is not None and prepared.check is not None:
+                            await asyncio.to_thread(_check, prepared, event)  # a long input
                         yield event
         finally:
             if not finished and self.on_cancelled is not None:
@@ -368,7 +371,10 @@ class Pipeline:
 
     def stream_sync(self, prepared: Prepared) -> Iterator[ChatEvent]:
         for chunk in self.engine.generate_sync(prepared.generation):
-            yield from _events(prepared, chunk, self._count_tokens)
+            for event in _events(prepared, chunk, self._count_tokens):
+                if event.finish_reason is not None:
+                    _check(prepared, event)
+                yield event
 
     async def complete(self, prepared: Prepared) -> ChatResult:
         events = [event async for event in self.stream(prepared)]
@@ -389,6 +395,16 @@ class Pipeline:
             error=last.error,
             constraint_gave_up=last.constraint_gave_up,
         )
+
+
+def _check(prepared: Prepared, event: ChatEvent) -> None:
+    """The finished message's check (custom-tool inputs against their grammars), reported
+    on the terminal event as a constraint's give-up is (docs/constrained.md)."""
+    if prepared.check is None or event.constraint_gave_up is not None:
+        return
+    event.constraint_gave_up = prepared.check(prepared.output.message)
+    if event.constraint_gave_up is not None:
+        log.warning("generation %s: %s", prepared.generation.request_id, event.constraint_gave_up)
 
 
 def _events(
@@ -422,9 +438,5 @@ def _events(
             prepared.generation.request_id,
             gave_up,
         )
-    elif prepared.check is not None:
-        gave_up = prepared.check(output.message)
-        if gave_up is not None:
-            log.warning("generation %s: %s", prepared.generation.request_id, gave_up)
     events.append(ChatEvent(rest, logprobs, reason, chunk.stop_reason, chunk.error, usage, gave_up))
     return events

@@ -17,11 +17,10 @@ from llguidance.gbnf_to_lark import any_to_lark
 from .content_constraint import ContentConstraint
 from .errors import ConstraintError
 from .json_guard import JsonLexicalGuard
-from .llguidance_backend import LLGuidanceConstraint
+from .llguidance_backend import LLGuidanceConstraint, llguidance_tokenizer
 from .lmfe_backend import LMFEConstraint
 from .schema_check import ANY_JSON_OBJECT, check_schema
 from .spec import Constraint
-from .tokenizer_cache import hf_tokenizer
 
 # vLLM's structural_tag: {"type": "structural_tag", "structures": [...], "triggers": [...]}
 _TAG_KEYS = frozenset({"type", "structures", "triggers"})
@@ -68,7 +67,7 @@ def grammar_constraint(
 def text_mismatch(tokenizer: Any, constraint: Constraint, text: str) -> str | None:
     """Why ``text`` is not a complete match of ``constraint`` (None: it is one): a check
     after generation, for output that was not constrained (a custom tool under ``auto``)."""
-    ids = hf_tokenizer(tokenizer).encode(text, add_special_tokens=False)
+    ids = llguidance_tokenizer(tokenizer).tokenize_str(text)  # any spelling does: bytes count
     return content_constraint(tokenizer, constraint).mismatch(ids)
 
 

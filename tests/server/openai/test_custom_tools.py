@@ -105,12 +105,13 @@ def test_forced_custom_call_writes_its_grammar(client, syntax, choice, stream):
 @pytest.mark.parametrize("stream", [False, True])
 def test_forced_text_tool_among_others_is_a_family_call(client, stream):
     """Without a grammar the call is forced in the family's syntax (hermes here), its input
-    a free string; the grammar tool beside it is offered, not chosen."""
+    a free string (which a random model may not close within the limit); the grammar tool
+    beside it is offered, not chosen."""
     tools = [custom_tool("note"), custom_tool("pick", "regex")]
     _, calls, finish, _ = call(client, tools, named("note"), stream)
     ((kind, name, text),) = calls
     assert (kind, name) == ("custom", "note") and isinstance(text, str)
-    assert finish == "tool_calls"
+    assert finish in ("tool_calls", "length")
 
 
 def hermes(name: str, text: str) -> str:
