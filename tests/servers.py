@@ -196,6 +196,20 @@ def echo_server(**parsers):
 
 
 @contextmanager
+def tiny_echo_server():
+    """The real app in a thread whose every answer is the prompt the tiny tokenizer's
+    Qwen3-style template rendered (it writes tool calls and results); yields the base URL."""
+    tokenizer = build_tiny_tokenizer()
+    engine = Engine(EchoSource(set(tokenizer.eos_token_ids)), tokenizer)
+    pipeline = Pipeline(engine, context_length=4096, default_max_tokens=4096)
+    try:
+        with thread_server(create_app(ServerState(pipeline, "echo"))) as base:
+            yield base
+    finally:
+        engine.close()
+
+
+@contextmanager
 def tiny_model_server(
     reasoning_parser: str | None = "deepseek_r1",
     tool_parser="hermes",

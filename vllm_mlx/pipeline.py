@@ -9,12 +9,15 @@ disagree.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .chat.custom_tools import RawCallStream
 from .chat.stream import OutputStream, make_output_stream
 from .chat.template import (
     MAX_REQUEST_TEMPLATE_CHARS,
@@ -25,6 +28,7 @@ from .chat.template import (
 )
 from .chat.thinking_switch import ThinkingDecision, UnknownEffortError, decide_thinking
 from .constrained import Constraint, ConstraintError, build_logits_processors
+from .constrained.custom_tools import CustomTool, check_grammars, forced_raw, input_mismatch
 from .constrained.tokenizer_cache import token_count
 from .engine.boundaries import history_end
 from .engine.engine import Engine
@@ -103,6 +107,8 @@ class Prepared:
 
     generation: GenerationRequest
     output: OutputStream
+    # a check of the finished message (custom-tool inputs against their grammars)
+    check: Callable[[ParsedMessage], str | None] | None = None
 
     def constraint_gave_up(self) -> str | None:
         """Why a constraint stopped enforcing during generation (None: it held, or none)."""
@@ -227,15 +233,15 @@ class Pipeline:
             request.max_tokens, request.max_tokens_policy, len(prompt.token_ids)
         )
         params = request.sampling.resolve(self.sampling_defaults, max_tokens)
-        constraint = request.constraint
+        constraint, tool_choice, raw = self._custom_tools(request, tools)
         # A non-JSON constraint shapes the whole answer: no tool calls are read from it.
-        parse_tools = tools and (constraint is None or constraint.is_json)
+        parse_tools = tools and raw is None and (constraint is None or constraint.is_json)
         tool_format = self.tool_format if parse_tools else None
         try:
             processors = build_logits_processors(
                 self.tokenizer,
                 constraint=constraint,
-                tool_choice=request.tool_choice if request.tools else None,
+                tool_choice=tool_choice,
                 tools=tools,
                 tool_format=self.tool_format if request.tools else None,
                 reasoning_format=self.reasoning_format,
@@ -259,7 +265,35 @@ class Pipeline:
             processors,
             checkpoints=history_end(self.tokenizer, prompt.token_ids, prompt.tail),
         )
-        return Prepared(generation, output)
+        if raw is not None:
+            style = self.tool_format.id_style if self.tool_format else "openai"
+            return Prepared(generation, RawCallStream(output, raw.name, style))
+        check = None
+        if parse_tools and any(t.grammar is not None for t in request.custom_tools):
+            check = functools.partial(input_mismatch, self.tokenizer, custom=request.custom_tools)
+        return Prepared(generation, output, check)
+
+    def _custom_tools(
+        self, request: ChatRequest, tools: list[dict] | None
+    ) -> tuple[Constraint | None, Any, CustomTool | None]:
+        """(the answer's constraint, the tool_choice to enforce, the custom tool whose raw
+        input is the answer) once every custom tool's grammar has compiled."""
+        tool_choice = request.tool_choice if request.tools else None
+        try:
+            check_grammars(self.tokenizer, request.custom_tools)
+        except ConstraintError as exc:
+            raise RequestError(str(exc), exc.param) from None
+        raw = forced_raw(tool_choice, tools, request.custom_tools)
+        if raw is None:
+            return request.constraint, tool_choice, None
+        if request.constraint is not None:
+            field = request.constraint.field
+            raise RequestError(
+                f"{field} cannot be combined with a forced call of a custom tool with a "
+                "grammar: give one or the other",
+                field,
+            )
+        return raw.grammar, None, raw
 
     def prepare_completion(
         self,
@@ -328,6 +362,8 @@ class Pipeline:
                     spent.completion_tokens += len(chunk.token_ids)
                     finished = chunk.finish_reason is not None
                     for event in _events(prepared, chunk, self._count_tokens):
+                        if event.finish_reason is not None and prepared.check is not None:
+                            await asyncio.to_thread(_check, prepared, event)  # a long input
                         yield event
         finally:
             if not finished and self.on_cancelled is not None:
@@ -335,7 +371,10 @@ class Pipeline:
 
     def stream_sync(self, prepared: Prepared) -> Iterator[ChatEvent]:
         for chunk in self.engine.generate_sync(prepared.generation):
-            yield from _events(prepared, chunk, self._count_tokens)
+            for event in _events(prepared, chunk, self._count_tokens):
+                if event.finish_reason is not None:
+                    _check(prepared, event)
+                yield event
 
     async def complete(self, prepared: Prepared) -> ChatResult:
         events = [event async for event in self.stream(prepared)]
@@ -356,6 +395,16 @@ class Pipeline:
             error=last.error,
             constraint_gave_up=last.constraint_gave_up,
         )
+
+
+def _check(prepared: Prepared, event: ChatEvent) -> None:
+    """The finished message's check (custom-tool inputs against their grammars), reported
+    on the terminal event as a constraint's give-up is (docs/constrained.md)."""
+    if prepared.check is None or event.constraint_gave_up is not None:
+        return
+    event.constraint_gave_up = prepared.check(prepared.output.message)
+    if event.constraint_gave_up is not None:
+        log.warning("generation %s: %s", prepared.generation.request_id, event.constraint_gave_up)
 
 
 def _events(

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .constrained import Constraint
+from .constrained.custom_tools import CustomTool
 from .engine.sampling import SamplingParams
 
 # exact: a limit that does not fit the context is a 400 (OpenAI).
@@ -164,6 +165,9 @@ class ChatRequest:
     thinking: Thinking = field(default_factory=Thinking)
     template_kwargs: dict = field(default_factory=dict)  # explicit, over every decision
     omitted_media: list[OmittedMedia] = field(default_factory=list)  # placeholders in messages
+    # custom (free-form) tools: in ``tools`` in function form; here, what their input
+    # must match (constrained/custom_tools.py)
+    custom_tools: list[CustomTool] = field(default_factory=list)
 
 
 def check_tool_choice(choice: object, tools: list[dict] | None) -> None:

@@ -4,7 +4,7 @@ thinking budgets token by token (see docs/constrained.md)."""
 
 from .builder import BACKENDS, DEFAULT_BACKEND, build_logits_processors
 from .errors import ConstraintError
-from .kinds import content_constraint, grammar_constraint
+from .kinds import content_constraint, grammar_constraint, text_mismatch
 from .spec import KINDS, Constraint, from_response_format
 from .thinking import Phase, ThinkingAwareLogitsProcessor
 
@@ -20,4 +20,5 @@ __all__ = [
     "content_constraint",
     "from_response_format",
     "grammar_constraint",
+    "text_mismatch",
 ]

@@ -75,6 +75,15 @@ class ContentConstraint(abc.ABC):
             self.gave_up = reason
             logger.warning("constraint %s gave up: %s", self.description, reason)
 
+    def mismatch(self, content: Sequence[int]) -> str | None:
+        """Why ``content`` (from the start, on a fresh constraint) is not a complete match;
+        None when it is one. A check of finished text: it neither logs nor gives up."""
+        for position, token in enumerate(content):
+            rejection = self._consume(token)
+            if rejection is not None:  # the matcher's first line (its state dump follows)
+                return f"token {token} at position {position}: {rejection.splitlines()[0]}"
+        return None if self.is_complete() else "the text ends before the grammar does"
+
     def sync(self, content: Sequence[int]) -> bool:
         """Bring the matcher to exactly ``content``; False when it had to give up."""
         if self.gave_up is not None:

@@ -17,7 +17,7 @@ from llguidance.gbnf_to_lark import any_to_lark
 from .content_constraint import ContentConstraint
 from .errors import ConstraintError
 from .json_guard import JsonLexicalGuard
-from .llguidance_backend import LLGuidanceConstraint
+from .llguidance_backend import LLGuidanceConstraint, llguidance_tokenizer
 from .lmfe_backend import LMFEConstraint
 from .schema_check import ANY_JSON_OBJECT, check_schema
 from .spec import Constraint
@@ -62,6 +62,13 @@ def grammar_constraint(
     if syntax not in kinds:
         raise ConstraintError(f"unsupported grammar syntax {syntax!r}; valid: lark, regex", field)
     return content_constraint(tokenizer, Constraint(kinds[syntax], definition, field))  # type: ignore[arg-type]
+
+
+def text_mismatch(tokenizer: Any, constraint: Constraint, text: str) -> str | None:
+    """Why ``text`` is not a complete match of ``constraint`` (None: it is one): a check
+    after generation, for output that was not constrained (a custom tool under ``auto``)."""
+    ids = llguidance_tokenizer(tokenizer).tokenize_str(text)  # any spelling does: bytes count
+    return content_constraint(tokenizer, constraint).mismatch(ids)
 
 
 def json_schema_constraint(tokenizer: Any, schema: dict, backend: str) -> ContentConstraint:

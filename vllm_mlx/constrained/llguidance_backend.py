@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import llguidance
@@ -108,6 +109,17 @@ class LLGuidanceConstraint(ContentConstraint):
         except ValueError as exc:
             raise ConstraintError(f"invalid grammar: {exc}") from exc
         return cls(tokenizer, grammar, description)
+
+    def mismatch(self, content: Sequence[int]) -> str | None:
+        """As the base class says, in two calls into the matcher rather than one a token."""
+        ids = list(content)
+        accepted = self._matcher.validate_tokens(ids)
+        if accepted == len(ids):
+            self._matcher.consume_tokens(ids)
+            return None if self.is_complete() else "the text ends before the grammar does"
+        self._matcher.consume_tokens(ids[:accepted])
+        why = (self._consume(ids[accepted]) or "token rejected").splitlines()[0]
+        return f"token {ids[accepted]} at position {accepted}: {why}"
 
     def _rollback(self, count: int) -> None:
         if not self._matcher.rollback(count):

@@ -16,6 +16,7 @@ from ..sse import sse_data, sse_response
 from ..state import server_state
 from ..streaming import generation_failed, unless_disconnected, whole_delta
 from .convert import (
+    CustomCalls,
     completion_body,
     context_error,
     delta_body,
@@ -31,6 +32,7 @@ async def chat_completions(request: Request) -> Response:
     state = server_state(request)
     body = await parse_body(request, ChatCompletionRequest)
     chat = await asyncio.to_thread(to_chat_request, body)
+    custom = CustomCalls({t.name for t in chat.custom_tools})  # calls of custom tools
     mcp = mcp_options((body.model_extra or {}).get("mcp"))
     if mcp is not None:
         chat = with_mcp_tools(chat, state.mcp, mcp)
@@ -79,7 +81,7 @@ async def chat_completions(request: Request) -> Response:
             async def result_frames() -> AsyncIterator[str]:
                 """The finished result as a stream: role, one whole delta, finish, usage."""
                 yield sse_data(chunk({"role": "assistant", "content": ""}))
-                yield sse_data(chunk(delta_body(whole_delta(result.message))))
+                yield sse_data(chunk(delta_body(whole_delta(result.message), custom)))
                 yield sse_data(
                     with_give_up(chunk({}, result.finish_reason), result.constraint_gave_up)
                 )
@@ -88,7 +90,7 @@ async def chat_completions(request: Request) -> Response:
                 yield DONE
 
             return sse_response(result_frames(), on_error)
-        out = completion_body(result, response_id, created, model, body.logprobs)
+        out = completion_body(result, response_id, created, model, body.logprobs, custom)
         assert run.loop is not None
         out["mcp_calls"] = mcp_calls(run.loop)
         return JSONResponse(out)
@@ -96,7 +98,10 @@ async def chat_completions(request: Request) -> Response:
     if body.stream:
 
         def event_chunk(event: ChatEvent) -> dict | None:
-            fields = delta_body(event.delta)
+            fields = delta_body(event.delta, custom)
+            rest = custom.rest() if event.finish_reason is not None else []
+            if rest:  # input a custom call has not streamed yet
+                fields["tool_calls"] = [*fields.get("tool_calls", []), *rest]
             if not fields and event.finish_reason is None and not event.logprobs:
                 return None
             logprobs = chat_logprobs(event.logprobs) if body.logprobs else None
@@ -120,4 +125,4 @@ async def chat_completions(request: Request) -> Response:
     result = await unless_disconnected(request, state.pipeline.complete(prepared))
     if result.finish_reason == "error":
         raise generation_failed(result.error)
-    return JSONResponse(completion_body(result, response_id, created, model, body.logprobs))
+    return JSONResponse(completion_body(result, response_id, created, model, body.logprobs, custom))

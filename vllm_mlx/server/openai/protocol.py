@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ...request import Sampling
 
@@ -24,10 +24,24 @@ class FunctionCall(_Lenient):
     arguments: str | dict = "{}"
 
 
+class CustomCall(_Lenient):
+    name: str
+    input: str = ""
+
+
 class ToolCallIn(_Lenient):
+    """A call in the assistant's history: a function's, or a custom tool's (its input)."""
+
     id: str | None = None
-    type: str = "function"
-    function: FunctionCall
+    type: Literal["function", "custom"] = "function"
+    function: FunctionCall | None = None
+    custom: CustomCall | None = None
+
+    @model_validator(mode="after")
+    def _has_its_body(self) -> ToolCallIn:
+        if getattr(self, self.type) is None:
+            raise ValueError(f"a {self.type} tool call needs its {self.type!r} object")
+        return self
 
 
 class ChatMessage(_Lenient):
@@ -45,9 +59,24 @@ class FunctionDef(_Lenient):
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
 
 
+class CustomDef(_Lenient):
+    """A custom tool: free-form text input, optionally shaped by ``format``."""
+
+    name: str = Field(min_length=1)
+    description: str | None = None
+    format: dict[str, Any] | None = None
+
+
 class Tool(_Lenient):
-    type: Literal["function"]
-    function: FunctionDef
+    type: Literal["function", "custom"]
+    function: FunctionDef | None = None
+    custom: CustomDef | None = None
+
+    @model_validator(mode="after")
+    def _has_its_body(self) -> Tool:
+        if getattr(self, self.type) is None:
+            raise ValueError(f"a {self.type} tool needs its {self.type!r} object")
+        return self
 
 
 class SamplingFields(_Lenient):

@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import logging
 import uuid
 
-from ...constrained import Constraint
+from ...constrained import Constraint, ConstraintError
+from ...constrained.custom_tools import (
+    CustomTool,
+    arguments_of,
+    from_format,
+    function_form,
+    input_of,
+)
 from ...families.message import ParsedMessage
 from ...pipeline import Usage
 from ...request import (
@@ -55,12 +61,14 @@ def to_chat_request(
     with collecting_media() as omitted:
         conversation = history + input_messages(body.input)
     system = [{"role": "system", "content": body.instructions}] if body.instructions else []
+    tools = request_tools(body)
     chat = ChatRequest(
         messages=system + conversation,
         sampling=Sampling(temperature=body.temperature, top_p=body.top_p),
         max_tokens=body.max_output_tokens,
         max_tokens_policy="exact",
-        tools=[*(function_tools(request_tools(body)) or []), *(server_tools or [])] or None,
+        tools=[*(function_tools(tools) or []), *(server_tools or [])] or None,
+        custom_tools=custom_tools(tools),
         tool_choice=_tool_choice(body.tool_choice),
         parallel_tool_calls=body.parallel_tool_calls is not False,
         constraint=_text_format(body),
@@ -114,7 +122,7 @@ def _add_to_assistant(message: dict, item, i: int) -> None:
             {"id": item.call_id, "type": "function", "function": call}
         )
     elif isinstance(item, CustomToolCallItem):
-        call = {"name": item.name, "arguments": json.dumps({CUSTOM_INPUT: item.input})}
+        call = {"name": item.name, "arguments": arguments_of(item.input)}
         message.setdefault("tool_calls", []).append(
             {"id": item.call_id, "type": "function", "function": call}
         )
@@ -166,16 +174,6 @@ def _text(content: str | list[dict], param: str) -> str:
     return "".join(texts)
 
 
-# A custom (free-form) tool is described to the model as a function of one text argument;
-# its calls come back as custom_tool_call items carrying that text as ``input``.
-CUSTOM_INPUT = "input"
-_CUSTOM_PARAMETERS = {
-    "type": "object",
-    "properties": {CUSTOM_INPUT: {"type": "string", "description": "the raw input text"}},
-    "required": [CUSTOM_INPUT],
-}
-
-
 def request_tools(body: ResponsesRequest) -> list[dict]:
     """The request's tools: ``tools`` and Codex's ``additional_tools`` input items, with
     ``namespace`` tools flattened into the tools they group."""
@@ -196,6 +194,22 @@ def custom_tool_names(body: ResponsesRequest) -> frozenset[str]:
     )
 
 
+def custom_tools(tools: list[dict]) -> list[CustomTool]:
+    """What each custom tool's input must match (its ``format``), for the pipeline."""
+    return [
+        _custom_tool(tool, i)
+        for i, tool in enumerate(tools)
+        if tool.get("type") == "custom" and isinstance(tool.get("name"), str)
+    ]
+
+
+def _custom_tool(tool: dict, i: int) -> CustomTool:
+    try:
+        return from_format(tool["name"], tool.get("format"), f"tools.{i}.format")
+    except ConstraintError as exc:
+        raise APIError(400, str(exc), param=exc.param) from None
+
+
 def wants_encrypted_reasoning(body: ResponsesRequest) -> bool:
     include = (body.model_extra or {}).get("include")
     return isinstance(include, list) and "reasoning.encrypted_content" in include
@@ -204,7 +218,8 @@ def wants_encrypted_reasoning(body: ResponsesRequest) -> bool:
 def function_tools(tools: list[dict] | None) -> list[dict] | None:
     """Responses function and custom tools in chat form; hosted tools are skipped (logged).
     MCP tools are resolved separately (``responses/mcp_tools.py``)."""
-    out = []
+    out: list[dict] = []
+    names: dict[str, str] = {}
     for i, tool in enumerate(tools or []):
         kind = tool.get("type")
         if kind == "mcp":
@@ -217,34 +232,23 @@ def function_tools(tools: list[dict] | None) -> list[dict] | None:
         description = tool.get("description")
         if description is not None and not isinstance(description, str):
             raise APIError(400, "description must be a string", param=f"tools.{i}.description")
+        seen = names.get(tool["name"])
+        if seen is not None and "custom" in (kind, seen):  # custom calls are told by name
+            raise APIError(400, f"two tools are named {tool['name']!r}", param=f"tools.{i}.name")
+        names[tool["name"]] = kind
         if kind == "custom":
-            about = (description or "").strip()
-            function = {
-                "name": tool["name"],
-                "description": f"{about} Its one argument, input, is the raw text it takes.",
-                "parameters": _CUSTOM_PARAMETERS,
-            }
-        else:
-            parameters = tool.get("parameters") or {"type": "object", "properties": {}}
-            if not isinstance(parameters, dict):
-                raise APIError(
-                    400, "parameters must be a JSON schema object", param=f"tools.{i}.parameters"
-                )
-            function = {"name": tool["name"], "parameters": parameters}
-            if description:
-                function["description"] = description
+            out.append(function_form(_custom_tool(tool, i), description))
+            continue
+        parameters = tool.get("parameters") or {"type": "object", "properties": {}}
+        if not isinstance(parameters, dict):
+            raise APIError(
+                400, "parameters must be a JSON schema object", param=f"tools.{i}.parameters"
+            )
+        function = {"name": tool["name"], "parameters": parameters}
+        if description:
+            function["description"] = description
         out.append({"type": "function", "function": function})
     return out or None
-
-
-def custom_input(arguments: str) -> str:
-    """A custom tool's ``input`` from the call's JSON arguments (the raw text otherwise)."""
-    try:
-        parsed = json.loads(arguments)
-    except ValueError:
-        return arguments
-    value = parsed.get(CUSTOM_INPUT) if isinstance(parsed, dict) else None
-    return value if isinstance(value, str) else arguments
 
 
 def _decoded(encrypted: str | None) -> str:
@@ -264,15 +268,15 @@ def _tool_choice(choice: str | dict | None) -> str | dict:
         if choice not in ("auto", "none", "required"):
             raise APIError(400, f"unknown tool_choice {choice!r}", param="tool_choice")
         return choice
-    if choice.get("type") == "function" and choice.get("name"):
+    if choice.get("type") in ("function", "custom") and choice.get("name"):
         return {"type": "function", "function": {"name": choice["name"]}}
     if choice.get("type") == "mcp":  # a named tool, or any tool, of an MCP server
         name = choice.get("name")
         return {"type": "function", "function": {"name": name}} if name else "required"
     raise APIError(
         400,
-        'tool_choice must be "auto", "none", "required", {"type": "function", "name": ...} '
-        'or {"type": "mcp", "server_label": ..., "name": ...}',
+        'tool_choice must be "auto", "none", "required", {"type": "function", "name": ...}, '
+        '{"type": "custom", "name": ...} or {"type": "mcp", "server_label": ..., "name": ...}',
         param="tool_choice",
     )
 
@@ -335,7 +339,7 @@ def custom_tool_call_item(
         "status": status,
         "call_id": call_id,
         "name": name,
-        "input": custom_input(arguments),
+        "input": input_of(arguments),
     }
 
 
@@ -391,7 +395,7 @@ def assistant_message(output: list[dict]) -> dict:
         elif item["type"] == "message":
             message["content"] += "".join(p["text"] for p in item["content"])
         elif item["type"] in ("function_call", "custom_tool_call"):
-            arguments = item.get("arguments") or json.dumps({CUSTOM_INPUT: item.get("input")})
+            arguments = item.get("arguments") or arguments_of(item.get("input") or "")
             call = {"name": item["name"], "arguments": arguments}
             message.setdefault("tool_calls", []).append(
                 {"id": item["call_id"], "type": "function", "function": call}

@@ -52,7 +52,7 @@ class ResponseObject:
             "temperature": req.temperature,
             "text": {"format": (req.text.format if req.text else None) or {"type": "text"}},
             "tool_choice": req.tool_choice or "auto",
-            "tools": [t for t in req.tools or [] if t.get("type") in ("function", "mcp")],
+            "tools": [t for t in req.tools or [] if t.get("type") in ("function", "custom", "mcp")],
             "top_p": req.top_p,
             "truncation": "disabled",
             "usage": usage_body(usage),

@@ -2,7 +2,8 @@
 
 ``response.created``, ``response.in_progress``; per output item ``output_item.added``,
 its content part, its deltas (``reasoning_text``, ``output_text``, or
-``function_call_arguments`` as the parser releases them) and their ``.done`` events, then
+``function_call_arguments``, or a custom call's ``custom_tool_call_input``, as the parser
+releases them) and their ``.done`` events, then
 ``output_item.done``; and exactly one terminal event: ``response.completed``,
 ``response.incomplete`` or ``response.failed``. Every event carries ``sequence_number``.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
+from ...constrained.custom_tools import InputDeltas, input_of
 from ...families.message import MessageDelta
 from ...pipeline import ChatEvent, Usage
 from ..errors import APIError
@@ -19,7 +21,6 @@ from ..ops.keepalive import OPENAI_KEEPALIVE
 from ..sse import sse_data
 from ..streaming import event_frames
 from .convert import (
-    custom_input,
     custom_tool_call_item,
     custom_tool_names,
     function_call_item,
@@ -43,6 +44,7 @@ class _Item:
         self.id = new_item_id({"reasoning": "rs", "message": "msg"}.get(kind, "fc"))
         self.text = ""
         self.fields = fields  # call_id and name of a function call
+        self.input = InputDeltas() if kind == "custom_tool_call" else None
 
     def snapshot(self, status: str, encrypted: bool = False) -> dict:
         if self.kind == "reasoning":
@@ -95,7 +97,10 @@ class ResponseStream:
                 out += self._ensure(kind, call.index, call_id=call.id, name=call.name)
             if call.arguments:
                 item = self._extend(call.arguments)
-                if item.kind == "custom_tool_call":  # its input is whole once the JSON is
+                if item.input is not None:  # the input text, decoded from the JSON
+                    piece = item.input.feed(call.arguments)
+                    if piece:
+                        out.append(self._input_event(item, piece))
                     continue
                 out.append(
                     self.event(
@@ -170,13 +175,16 @@ class ResponseStream:
         if item is None:
             return []
         out: list[str] = []
-        if item.kind == "custom_tool_call":
+        if item.input is not None:
+            rest = item.input.rest()
+            if rest:
+                out.append(self._input_event(item, rest))
             out.append(
                 self.event(
                     "response.custom_tool_call_input.done",
                     item_id=item.id,
                     output_index=item.index,
-                    input=custom_input(item.text),
+                    input=input_of(item.text),
                 )
             )
         elif item.kind == "function_call":
@@ -205,6 +213,14 @@ class ResponseStream:
         self.output.append(final)
         self._item = None
         return out
+
+    def _input_event(self, item: _Item, piece: str) -> str:
+        return self.event(
+            "response.custom_tool_call_input.delta",
+            item_id=item.id,
+            output_index=item.index,
+            delta=piece,
+        )
 
     @staticmethod
     def _part(item: _Item, text: str) -> dict | None:
