@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from ..models.errors import ModelLoadError
 from ..models.gguf import read_header
 from ..models.loader import context_length
 from ..models.resolve import cache_root, validate_model_folder
-from .settings import ModelSettings, SettingsError, parse_settings
+from .settings import CatalogError, ModelSettings, SettingsError, parse_settings
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -33,10 +33,6 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 CONFIG_NAME = "models.toml"
-
-
-class CatalogError(ValueError):
-    """A catalog that cannot be served (bad config, clashing names, missing files)."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +45,7 @@ class Entry:
     settings: ModelSettings = field(default_factory=lambda: ModelSettings())
     chat_template: str | None = None  # the template file's text
     draft_spec: str | None = None
+    config: str = ""  # the models.toml that configured it, if one did
 
     @property
     def aliases(self) -> tuple[str, ...]:
@@ -130,8 +127,8 @@ class Catalog:
             owner = taken if taken in self.entries else self.aliases.get(taken)
             if owner is not None:
                 raise CatalogError(
-                    f"model id {taken!r} ({entry.found_in}) is already taken by model "
-                    f"{owner!r} ({self.entries[owner].found_in})"
+                    f"{entry.config or entry.found_in}: model {entry.name!r}: id {taken!r} is "
+                    f"already taken by model {owner!r} ({self.entries[owner].found_in})"
                 )
         self.entries[entry.name] = entry
         for alias in entry.aliases:
@@ -240,10 +237,9 @@ def _add(catalog: Catalog, config: Path, name: str, table: Any, found: Path | No
         except (OSError, UnicodeDecodeError) as exc:
             raise SettingsError(f"{config}: model {name!r}, field 'chat_template': {exc}") from None
     found_in = str(found) if found is not None and settings.path is None else str(config)
+    name_used = settings.served_name or name
     catalog.add(
-        Entry(
-            settings.served_name or name, spec, found_in, settings, template, settings.draft_model
-        )
+        Entry(name_used, spec, found_in, settings, template, settings.draft_model, str(config))
     )
 
 
@@ -258,13 +254,11 @@ def _link_drafts(catalog: Catalog) -> None:
         else:
             path = Path(entry.draft_spec).expanduser()
             if not path.is_absolute():
-                path = Path(entry.found_in).parent / path
+                path = Path(entry.config).parent / path
             if not path.exists():
                 raise SettingsError(
-                    f"{entry.found_in}: model {name!r}, field 'draft_model': "
+                    f"{entry.config}: model {name!r}, field 'draft_model': "
                     f"{entry.draft_spec!r} is neither a model of this server nor a path"
                 )
             spec = str(path)
-        catalog.entries[name] = Entry(
-            entry.name, entry.spec, entry.found_in, entry.settings, entry.chat_template, spec
-        )
+        catalog.entries[name] = replace(entry, draft_spec=spec)

@@ -17,6 +17,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 from mlx.utils import tree_flatten
 
@@ -99,8 +100,8 @@ class Lease:
 
 def weights_in_memory(runtime: Runtime) -> int:
     """Bytes of the model's parameters as loaded (float32 on a CPU can be 5x the file)."""
-    leaves = tree_flatten(runtime.loaded.model.parameters())
-    return sum(int(getattr(value, "nbytes", 0)) for _, value in leaves)
+    leaves = cast("list[tuple[str, Any]]", tree_flatten(runtime.loaded.model.parameters()))
+    return sum(int(value.nbytes) for _, value in leaves)
 
 
 class ModelPool:

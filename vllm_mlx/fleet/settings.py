@@ -28,24 +28,24 @@ class ModelSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    path: str | None = Field(None, min_length=1)  # a folder, a .gguf or "default"
-    served_name: str | None = Field(None, min_length=1, max_length=256)
+    path: str | None = Field(default=None, min_length=1)  # a folder, a .gguf or "default"
+    served_name: str | None = Field(default=None, min_length=1, max_length=256)
     aliases: tuple[str, ...] = ()
     reasoning_parser: str | None = None
     tool_call_parser: str | None = None
-    chat_template: str | None = Field(None, min_length=1)  # a .jinja file
-    max_tokens: int | None = Field(None, ge=1)
-    max_tokens_cap: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, ge=0, le=1)
-    top_k: int | None = Field(None, ge=0)
-    min_p: float | None = Field(None, ge=0, le=1)
-    repetition_penalty: float | None = Field(None, gt=0)
-    max_model_len: int | None = Field(None, ge=1)
+    chat_template: str | None = Field(default=None, min_length=1)  # a .jinja file
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_tokens_cap: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    top_k: int | None = Field(default=None, ge=0)
+    min_p: float | None = Field(default=None, ge=0, le=1)
+    repetition_penalty: float | None = Field(default=None, gt=0)
+    max_model_len: int | None = Field(default=None, ge=1)
     kv_bits: Literal[4, 8] | None = None
-    draft_model: str | None = Field(None, min_length=1)  # a catalog name or a model path
-    num_draft_tokens: int | None = Field(None, ge=1, le=16)
-    default_thinking_token_budget: int | None = Field(None, ge=0)
+    draft_model: str | None = Field(default=None, min_length=1)  # a catalog name or a model path
+    num_draft_tokens: int | None = Field(default=None, ge=1, le=16)
+    default_thinking_token_budget: int | None = Field(default=None, ge=0)
 
     @field_validator("temperature", "top_p", "min_p", "repetition_penalty", mode="before")
     @classmethod
@@ -95,8 +95,12 @@ class ModelSettings(BaseModel):
         return options
 
 
-class SettingsError(ValueError):
-    """A bad ``models.toml``: the message names the file, the model and the field."""
+class CatalogError(ValueError):
+    """A catalog that cannot be served (bad config, clashing names, missing files)."""
+
+
+class SettingsError(CatalogError):
+    """A bad model setting: the message names the file, the model and the field."""
 
 
 def parse_settings(source: str, name: str, table: Any) -> ModelSettings:
