@@ -52,6 +52,8 @@ max_tokens = 3
 def models(tmp_path_factory):
     folder = write_models_dir(tmp_path_factory.mktemp("fleet"), CONFIG)
     (folder / "plain.jinja").write_text(PLAIN_TEMPLATE)
+    (folder / "broken").mkdir()  # a config.json and nothing else: listed, fails to load
+    (folder / "broken" / "config.json").write_text('{"model_type": "llama"}')
     return folder
 
 
@@ -95,7 +97,7 @@ def metric(base: str, name: str, **labels: str) -> float:
 
 def test_every_model_is_listed_before_any_loads(base):
     models = oai(base).models.list().data
-    assert [m.id for m in models] == ["small", "coder", "smollm2"]  # the default first
+    assert [m.id for m in models] == ["small", "broken", "coder", "smollm2"]  # default first
     about = {m.id: m.model_extra for m in models}
     assert not any(info["loaded"] for info in about.values())
     assert about["coder"]["max_model_len"] == 4096  # from its config.json, unloaded
@@ -229,6 +231,33 @@ def test_load_and_unload_routes_are_the_operators(base):
     assert route(base, "coder", "unload").json()["was_loaded"] is False
     assert metric(base, "vllm_mlx_model_evictions_total", model="coder", reason="operator") == 1
     assert metric(base, "vllm_mlx_model_load_seconds_count", model="smollm2") == 2
+
+
+def loaded_models(base: str) -> set[str]:
+    return {name for name, info in listed(base).items() if info["loaded"]}
+
+
+def test_a_model_that_fails_to_load_answers_in_each_apis_shape(base):
+    assert route(base, "small", "load").status_code == 200
+    assert route(base, "smollm2", "load").status_code == 200
+    before = loaded_models(base)
+    assert len(before) == 2  # --max-loaded-models: a load would have to unload one
+    with pytest.raises(openai.InternalServerError, match="model 'broken' failed to load"):
+        ask(base, "broken")
+    chunks = ask(base, "broken", stream=True)  # the stream had begun: its error event
+    with pytest.raises(openai.APIError, match="model 'broken' failed to load"):
+        list(chunks)
+    events = list(oai(base).responses.create(model="broken", input="hi", stream=True))
+    assert events[-1].type == "error" and "failed to load" in events[-1].message
+    with pytest.raises(anthropic.APIStatusError, match="failed to load"):
+        with claude(base).messages.stream(
+            model="broken", max_tokens=3, messages=[{"role": "user", "content": "hi"}]
+        ) as streamed:
+            streamed.get_final_message()
+    assert httpx.get(f"{base}/health").status_code == 200
+    assert not listed(base)["broken"]["loaded"]
+    # its files were checked first: no model was unloaded to make room for it
+    assert loaded_models(base) == before
 
 
 @pytest.fixture(scope="module")

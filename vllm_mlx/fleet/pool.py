@@ -196,6 +196,9 @@ class ModelPool:
             entry = self.catalog.entries[name]
             if self.build is None:
                 raise ModelLoadFailed(f"model {name!r} cannot be reloaded")
+            problem = entry.check()  # what fails fast fails before a model is unloaded for it
+            if problem is not None:
+                raise ModelLoadFailed(f"model {name!r} failed to load: {problem}")
             self._make_room(entry)
             task = self._loading[name] = asyncio.ensure_future(self._build(entry))
         return await asyncio.shield(task)  # a waiter that leaves does not cancel the load
