@@ -119,7 +119,6 @@ class ModelPool:
         self.limits = limits or PoolLimits()
         self.strict = strict
         self.events = events or PoolEvents()
-        self.evictions = 0
         self._slots: dict[str, Loaded] = {}
         self._loading: dict[str, asyncio.Future[Loaded]] = {}
         self._waiting: Counter[str] = Counter()
@@ -264,7 +263,6 @@ class ModelPool:
     def _unload(self, slot: Loaded, reason: str) -> asyncio.Future[None]:
         """Forget ``slot`` now (a new request loads it afresh) and close it in a thread."""
         del self._slots[slot.entry.name]
-        self.evictions += 1
         log.info("unloading model %s (%s)", slot.entry.name, reason)
         self.events.evicted(slot.entry.name, reason)
         close = slot.close
