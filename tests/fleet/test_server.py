@@ -276,6 +276,9 @@ def test_model_is_the_default_strict_ids_404_idle_models_unload(strict_base):
     assert first.id == "coder" and first.model_extra["loaded"] is True  # loaded at start
     with pytest.raises(openai.NotFoundError, match="'gpt-4o' is not served here"):
         ask(base, "gpt-4o")
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("gpt-4o")
+    assert client.models.retrieve("coder").model_extra["root"] == "coder"
     with pytest.raises(anthropic.NotFoundError) as caught:
         anthropic.Anthropic(base_url=base, api_key="x", max_retries=0).messages.create(
             model="claude-haiku-4-5", max_tokens=2, messages=[{"role": "user", "content": "hi"}]
