@@ -26,6 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("chat", "request"),  # output stream, prompt rendering, thinking switch; the request
     ("pipeline",),
     ("runtime",),
+    ("fleet",),  # several models: catalog, per-model settings, the pool that loads them
     ("llm", "server", "bench_plot"),
     ("bench", "cli"),
     ("__main__", "__init__"),

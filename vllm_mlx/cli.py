@@ -16,6 +16,10 @@ _SUBCOMMANDS = {
         "vllm_mlx.cli:template",
         "Show what the server does with a model's chat template.",
     ),
+    "models": (
+        "vllm_mlx.cli:models",
+        "List the models a --models-dir folder serves, and whether each loads.",
+    ),
 }
 
 
@@ -90,4 +94,62 @@ def template(
     text, ok = report(tokenizer, choice)
     click.echo(text)
     if not ok:
+        raise SystemExit(1)
+
+
+@click.command()
+@click.argument(
+    "models_dir", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False)
+)
+@click.option(
+    "--model-config",
+    type=click.Path(exists=True, dir_okay=False),
+    help="A models.toml besides the folders' own (as `serve --model-config`).",
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per model.")
+def models(models_dir: tuple[str, ...], model_config: str | None, as_json: bool) -> None:
+    """What `vllm-mlx serve --models-dir MODELS_DIR` would serve: each model's id, aliases,
+    settings and files, and whether it loads (its files checked, no weights read). Exit
+    status 1 when one does not load; a bad models.toml is an error, as at start-up."""
+    import json
+
+    from vllm_mlx.fleet.catalog import CatalogError, build_catalog
+
+    try:
+        catalog = build_catalog(list(models_dir), model_config)
+    except CatalogError as exc:
+        raise click.ClickException(str(exc)) from None
+    failed = False
+    for name in sorted(catalog.entries):
+        entry = catalog.entries[name]
+        problem = entry.check()
+        failed |= problem is not None
+        settings = entry.settings.model_dump(
+            exclude_unset=True, exclude={"path", "served_name", "aliases"}
+        )
+        row = {
+            "id": name,
+            "default": name == catalog.default,
+            "aliases": list(entry.aliases),
+            "path": entry.spec,
+            "size_mb": round(entry.weight_bytes() / 1e6, 1) if problem is None else None,
+            "context": entry.context_length(),
+            "settings": settings,
+            "loads": problem is None,
+            "problem": problem,
+        }
+        if as_json:
+            click.echo(json.dumps(row))
+            continue
+        mark = " (default)" if row["default"] else ""
+        click.echo(f"{name}{mark}  {entry.spec}")
+        if entry.aliases:
+            click.echo(f"  aliases: {', '.join(entry.aliases)}")
+        if settings:
+            click.echo("  settings: " + ", ".join(f"{k}={v!r}" for k, v in settings.items()))
+        size = f"{row['size_mb']} MB of weights" if row["size_mb"] is not None else ""
+        click.echo(f"  loads: yes  {size}" if problem is None else f"  loads: no: {problem}")
+    if not catalog.entries:
+        click.echo("no models found (model folders with a config.json, or .gguf files)")
+    if failed:
         raise SystemExit(1)

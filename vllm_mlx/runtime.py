@@ -67,12 +67,16 @@ def build_runtime(
     warmup_prompt: str | None = None,
     draft_model: str | None = None,
     num_draft_tokens: int = 4,
+    chat_template: str | None = None,
     progress: bool = True,
 ) -> Runtime:
+    """``chat_template``: a template's text to use instead of the model's own."""
     if cpu_weights == "auto" and sys.platform.startswith("linux") and not openblas_preloaded():
         # float32 pays off only when OpenBLAS does the matmuls (engine/cpu.py)
         cpu_weights = "quantized"
     loaded = load_model(model, cpu_weights=cpu_weights, progress=progress)
+    if chat_template is not None:
+        loaded.tokenizer.chat_template = loaded.chat_template = chat_template
     cache = build_prefix_cache(
         loaded.model,
         loaded.tokenizer,

@@ -18,7 +18,7 @@ from ..engine.engine import QueueFullError
 from ..request import RequestError
 from .anthropic.handler import count_tokens, create_message
 from .errors import APIError, error_response
-from .info import get_model, health, list_models
+from .info import get_model, health, list_models, load_model, unload_model
 from .mcp import routes as mcp_routes
 from .openai.chat import chat_completions
 from .openai.completions import completions
@@ -60,18 +60,21 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 
 @contextlib.asynccontextmanager
 async def _lifespan(app: Starlette):
-    """Connect the configured MCP servers while the app runs (failures are per server); on
-    shutdown, finish the prefix cache's disk writes (uvicorn re-raises SIGTERM after its
-    shutdown, so nothing later would run)."""
+    """Connect the configured MCP servers while the app runs (failures are per server) and
+    unload idle models (``--model-ttl``); on shutdown, stop the models, which finishes their
+    prefix caches' disk writes (uvicorn re-raises SIGTERM after its shutdown, so nothing
+    later would run)."""
     state = app.state.vllm
     if state.mcp is not None:
         await state.mcp.start()
+    idle = asyncio.ensure_future(state.models.watch_idle())
     try:
         yield
     finally:
+        idle.cancel()
         if state.mcp is not None:
             await state.mcp.close()
-        await asyncio.to_thread(state.pipeline.engine.flush)
+        await state.models.close()
 
 
 def create_app(state: ServerState) -> Starlette:
@@ -80,6 +83,8 @@ def create_app(state: ServerState) -> Starlette:
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/models/{model_id:path}/load", load_model, methods=["POST"]),
+        Route("/v1/models/{model_id:path}/unload", unload_model, methods=["POST"]),
         Route("/v1/models/{model_id:path}", get_model, methods=["GET"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
@@ -108,11 +113,9 @@ def create_app(state: ServerState) -> Starlette:
             Exception: _unexpected,
         },
     )
-    engine = state.pipeline.engine
-    state.metrics.watch_engine(
-        lambda: engine.queue_depth, lambda: engine.running, lambda: engine.spec_counts
-    )
-    state.pipeline.on_cancelled = state.metrics.count_cancelled
+    pool = state.models
+    state.metrics.watch_engine(pool.queue_depth, pool.running, pool.spec_counts)
+    state.metrics.watch_models(pool)
     if state.mcp is not None:
         state.metrics.watch_mcp(state.mcp.connected_count)
     app.state.vllm = state

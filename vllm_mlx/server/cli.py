@@ -227,6 +227,39 @@ import click
     help="Seconds of stream silence before a keep-alive comment (0: never).",
 )
 @click.option(
+    "--models-dir",
+    multiple=True,
+    type=click.Path(exists=True, file_okay=False),
+    help="Serve every model folder and .gguf in this folder under its name, loaded on first "
+    "use (repeatable; a models.toml there names and configures them; docs/models.md).",
+)
+@click.option(
+    "--model-config",
+    type=click.Path(exists=True, dir_okay=False),
+    help="A models.toml for the --models-dir models (or models it names by path).",
+)
+@click.option(
+    "--max-loaded-models",
+    type=click.IntRange(min=1),
+    help="Models loaded at once; loading one more unloads the least recently used idle one.",
+)
+@click.option(
+    "--model-ttl",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds a model may stay idle before it is unloaded (default: never).",
+)
+@click.option(
+    "--max-memory-gb",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Memory the loaded models' weights may take; a load past it unloads idle models or "
+    "is refused with a 503.",
+)
+@click.option(
+    "--strict-model-ids",
+    is_flag=True,
+    help="Answer 404 to an id that names no model (default: the default model serves it).",
+)
+@click.option(
     "--log-level",
     default="info",
     show_default=True,
@@ -258,7 +291,7 @@ def serve(model: str | None, **opts) -> None:
 
     from ..models.errors import ModelLoadError
     from ..request import RequestLimits
-    from ..runtime import build_replay_runtime, build_runtime
+    from ..runtime import build_replay_runtime
     from .app import create_app
     from .ops.connections import ConnectionLimits, guarded_protocol, raise_open_file_limit
     from .ops.guard import HostPolicy
@@ -281,8 +314,21 @@ def serve(model: str | None, **opts) -> None:
         if opts["mcp_config"]
         else None
     )
-    try:
-        if replay_file is not None:
+    several = bool(opts["models_dir"] or opts["model_config"])
+    state_options = dict(
+        max_body_bytes=opts["max_body_mb"] * 1024 * 1024,
+        api_key=opts["api_key"] or None,
+        allowed_origins=_listed(opts["allowed_origins"]),
+        timeout=opts["timeout"],
+        sse_keepalive=opts["sse_keepalive"] or None,
+        responses_store_bytes=opts["responses_store_mb"] * 1024 * 1024,
+        mcp=mcp,
+        hosts=HostPolicy.for_binding(opts["host"], _listed(opts["allowed_hosts"])),
+    )
+    if replay_file is not None:
+        if several:
+            raise click.ClickException("--replay serves one model; leave out --models-dir")
+        try:
             runtime = build_replay_runtime(
                 replay_file.read(),
                 model,
@@ -297,52 +343,48 @@ def serve(model: str | None, **opts) -> None:
                 max_model_len=opts["max_model_len"],
                 **parsers,
             )
-        else:
-            runtime = build_runtime(
-                model,
-                cpu_weights=opts["cpu_weights"],
-                default_max_tokens=opts["max_tokens"],
-                max_tokens_cap=opts["max_tokens_cap"],
-                sampling_overrides=overrides,
-                allow_request_templates=opts["allow_request_chat_templates"],
-                unsupported_media=opts["unsupported_media"],
-                max_queue=opts["max_queue"],
-                max_num_seqs=opts["max_num_seqs"],
-                prefix_cache_mb=opts["prefix_cache_mb"],
-                default_thinking_budget=opts["default_thinking_token_budget"],
-                structured_backend=opts["structured_output_backend"],
-                limits=limits,
-                max_model_len=opts["max_model_len"],
-                kv_bits=int(opts["kv_bits"]) if opts["kv_bits"] else None,
-                kv_group_size=int(opts["kv_group_size"]),
-                prefix_cache_dir=opts["prefix_cache_dir"],
-                prefix_cache_disk_gb=opts["prefix_cache_disk_gb"],
-                warmup_prompt=opts["warmup_prompt"].read() if opts["warmup_prompt"] else None,
-                draft_model=opts["draft_model"],
-                num_draft_tokens=opts["num_draft_tokens"],
-                **parsers,
-            )
-    except (ModelLoadError, ValueError) as exc:
-        raise click.ClickException(str(exc)) from None
-    state = ServerState(
-        pipeline=runtime.pipeline,
-        served_model_name=opts["served_model_name"] or runtime.loaded.name,
-        max_body_bytes=opts["max_body_mb"] * 1024 * 1024,
-        api_key=opts["api_key"] or None,
-        allowed_origins=_listed(opts["allowed_origins"]),
-        timeout=opts["timeout"],
-        sse_keepalive=opts["sse_keepalive"] or None,
-        responses_store_bytes=opts["responses_store_mb"] * 1024 * 1024,
-        mcp=mcp,
-        hosts=HostPolicy.for_binding(opts["host"], _listed(opts["allowed_hosts"])),
-    )
+        except (ModelLoadError, ValueError) as exc:
+            raise click.ClickException(str(exc)) from None
+        state = ServerState(
+            pipeline=runtime.pipeline,
+            served_model_name=opts["served_model_name"] or runtime.loaded.name,
+            **state_options,
+        )
+        state.models.strict = opts["strict_model_ids"]
+    else:
+        runtime_options = dict(
+            cpu_weights=opts["cpu_weights"],
+            default_max_tokens=opts["max_tokens"],
+            max_tokens_cap=opts["max_tokens_cap"],
+            sampling_overrides=overrides,
+            allow_request_templates=opts["allow_request_chat_templates"],
+            unsupported_media=opts["unsupported_media"],
+            max_queue=opts["max_queue"],
+            max_num_seqs=opts["max_num_seqs"],
+            prefix_cache_mb=opts["prefix_cache_mb"],
+            default_thinking_budget=opts["default_thinking_token_budget"],
+            structured_backend=opts["structured_output_backend"],
+            limits=limits,
+            max_model_len=opts["max_model_len"],
+            kv_bits=int(opts["kv_bits"]) if opts["kv_bits"] else None,
+            kv_group_size=int(opts["kv_group_size"]),
+            prefix_cache_dir=opts["prefix_cache_dir"],
+            prefix_cache_disk_gb=opts["prefix_cache_disk_gb"],
+            draft_model=opts["draft_model"],
+            num_draft_tokens=opts["num_draft_tokens"],
+            **parsers,
+        )
+        warmup = opts["warmup_prompt"].read() if opts["warmup_prompt"] else None
+        pool = _model_pool(model, opts, runtime_options, warmup, several)
+        state = ServerState(None, pool.catalog.default or "", models=pool, **state_options)
     host, port = opts["host"], opts["port"]
     # each connection holds a descriptor; keep room for model files, MCP pipes and logs
     max_connections = min(opts["max_connections"], raise_open_file_limit() - 128)
     connections = ConnectionLimits(
         read_timeout=opts["read_timeout"], max_connections=max_connections
     )
-    click.echo(f"serving {state.served_model_name} on http://{host}:{port}/v1", err=True)
+    served = ", ".join(sorted(state.models.catalog.entries))
+    click.echo(f"serving {served} on http://{host}:{port}/v1", err=True)
     # the request-context middleware writes the access log (with request ids)
     uvicorn.run(
         create_app(state),
@@ -369,3 +411,69 @@ def _mcp_manager(path: str, allow_any_command: bool):
         return MCPManager(load_config(path, allow_any_command=allow_any_command))
     except (ConfigError, SecurityError) as exc:
         raise click.ClickException(f"--mcp-config {path}: {exc}") from None
+
+
+def _model_pool(
+    model: str | None, opts: dict, runtime_options: dict, warmup: str | None, several: bool
+):
+    """The catalog (checked: a bad models.toml stops here), MODEL loaded as the default
+    when given or when nothing else is served, and the pool that loads the others."""
+    import time
+    from pathlib import Path
+
+    from ..fleet.catalog import Catalog, CatalogError, Entry, build_catalog
+    from ..fleet.pool import ModelPool, PoolLimits
+    from ..models.errors import ModelLoadError
+    from ..models.loader import served_name
+    from ..runtime import build_runtime
+
+    try:
+        catalog = (
+            build_catalog(list(opts["models_dir"]), opts["model_config"])
+            if several
+            else Catalog({})
+        )
+    except CatalogError as exc:  # SettingsError included
+        raise click.ClickException(str(exc)) from None
+
+    def build(entry: Entry, warmup_prompt: str | None = None):
+        options = {**runtime_options, **entry.runtime_options()}
+        options["sampling_overrides"] = {
+            **runtime_options["sampling_overrides"],
+            **entry.settings.runtime_options().get("sampling_overrides", {}),
+        }
+        if several and options["prefix_cache_dir"]:  # one model's KV is no other's
+            options["prefix_cache_dir"] = str(Path(options["prefix_cache_dir"]) / entry.name)
+        return build_runtime(entry.spec, warmup_prompt=warmup_prompt, **options)
+
+    limits = PoolLimits(
+        max_loaded=opts["max_loaded_models"],
+        ttl=opts["model_ttl"],
+        max_memory_bytes=int(opts["max_memory_gb"] * 2**30) if opts["max_memory_gb"] else None,
+    )
+    pool = ModelPool(catalog, build, limits, strict=opts["strict_model_ids"])
+    if model is None and catalog.entries:
+        return pool  # the default loads on its first request
+    spec = model or "default"
+    main = next((e for e in catalog.entries.values() if _same_path(e.spec, spec)), None)
+    if main is None:
+        name = opts["served_model_name"] or served_name(model, Path(spec))
+        main = Entry(name, spec, "MODEL")
+        try:
+            catalog.add(main)
+        except CatalogError as exc:
+            raise click.ClickException(f"MODEL {spec}: {exc}") from None
+    catalog.default = main.name
+    started = time.perf_counter()
+    try:
+        runtime = build(main, warmup)
+    except (ModelLoadError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    pool.adopt(main.name, runtime, time.perf_counter() - started)
+    return pool
+
+
+def _same_path(a: str, b: str) -> bool:
+    from pathlib import Path
+
+    return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()

@@ -1,7 +1,9 @@
 """GET /v1/models, GET /v1/models/{id}, GET /health, and the root that clients probe.
 
-The server serves one model under every id a request names (Claude Code and Codex send
-their own), so ``/v1/models/{id}`` answers for any id, reporting the served model behind it.
+Every id a request names that is not a model's (Claude Code and Codex send their own) gets
+the default model, so ``/v1/models/{id}`` answers for any id, reporting the model behind it
+as ``root`` (``--strict-model-ids``: a 404). The list holds every servable model, loaded or
+not; ``POST /v1/models/{id}/load`` and ``/unload`` are the operator's.
 A request with an ``anthropic-version`` header (the Anthropic SDKs, Claude Code) gets
 Anthropic's list shape; every other client gets OpenAI's.
 """
@@ -14,46 +16,72 @@ from datetime import datetime, timezone
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from ..fleet.catalog import Entry
+from ..fleet.pool import UnknownModel
 from ..native import status as native_status
+from .serving import POOL_ERRORS, pool_error
 from .state import ServerState, server_state
 
 _STARTED = int(time.time())
 _STARTED_AT = datetime.fromtimestamp(_STARTED, timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def _capabilities(state: ServerState) -> dict:
-    pipeline = state.pipeline
+def _described(state: ServerState, entry: Entry) -> dict:
+    """What a client may want to know of a model before using it: loaded or not, its
+    context (known before loading when its config says) and its parsers."""
+    slot = next((s for s in state.models.loaded() if s.entry.name == entry.name), None)
+    reasoning: str | None
+    tool: str | None
+    if slot is None:
+        settings = entry.settings
+        reasoning = settings.reasoning_parser or "auto"
+        tool = settings.tool_call_parser or "auto"
+        context = entry.context_length()
+        has_reasoning: bool | None = None if reasoning == "auto" else True
+    else:
+        pipeline = slot.pipeline
+        reasoning = pipeline.reasoning_format.name if pipeline.reasoning_format else None
+        tool = pipeline.tool_format.name if pipeline.tool_format else None
+        context = pipeline.context_length
+        has_reasoning = pipeline.reasoning_format is not None
     return {
-        "tool_calls": pipeline.tool_format is not None,
-        "reasoning": pipeline.reasoning_format is not None,
-        "vision": False,
-        "structured_output": True,
+        "loaded": slot is not None,
+        "context": context,
+        "parsers": {"reasoning": reasoning, "tool_calls": tool},
+        "capabilities": {
+            "tool_calls": tool is not None,
+            "reasoning": has_reasoning,
+            "vision": False,
+            "structured_output": True,
+        },
+        "aliases": list(entry.aliases),
     }
 
 
-def _openai_model(state: ServerState, model_id: str) -> dict:
-    context = state.pipeline.context_length
+def _openai_model(state: ServerState, entry: Entry, model_id: str) -> dict:
+    about = _described(state, entry)
+    context = about.pop("context")
     return {
         "id": model_id,
         "object": "model",
         "created": _STARTED,
         "owned_by": "vllm-mlx",
-        "root": state.served_model_name,
+        "root": entry.name,
         # what clients read for the window: vLLM's, LM Studio's/OpenRouter's, Codex's names
         "max_model_len": context,
         "context_length": context,
         "context_window": context,
-        "capabilities": _capabilities(state),
+        **about,
     }
 
 
-def _anthropic_model(state: ServerState, model_id: str) -> dict:
+def _anthropic_model(state: ServerState, entry: Entry, model_id: str) -> dict:
     return {
         "type": "model",
         "id": model_id,
         "display_name": model_id,
         "created_at": _STARTED_AT,
-        "max_input_tokens": state.pipeline.context_length,
+        "max_input_tokens": _described(state, entry)["context"],
     }
 
 
@@ -61,37 +89,89 @@ def _wants_anthropic(request: Request) -> bool:
     return "anthropic-version" in request.headers
 
 
+def _entry(state: ServerState, model_id: str | None) -> Entry:
+    try:
+        return state.models.resolve(model_id)
+    except UnknownModel as exc:
+        raise pool_error(exc) from None
+
+
 async def list_models(request: Request) -> JSONResponse:
+    """Every servable model, the default first."""
     state = server_state(request)
-    name = state.served_model_name
+    catalog = state.models.catalog
+    names = sorted(catalog.entries, key=lambda name: (name != catalog.default, name))
+    entries = [catalog.entries[name] for name in names]
     if _wants_anthropic(request):
         return JSONResponse(
             {
-                "data": [_anthropic_model(state, name)],
+                "data": [_anthropic_model(state, e, e.name) for e in entries],
                 "has_more": False,
-                "first_id": name,
-                "last_id": name,
+                "first_id": names[0] if names else None,
+                "last_id": names[-1] if names else None,
             }
         )
-    return JSONResponse({"object": "list", "data": [_openai_model(state, name)]})
+    return JSONResponse(
+        {"object": "list", "data": [_openai_model(state, e, e.name) for e in entries]}
+    )
 
 
 async def get_model(request: Request) -> JSONResponse:
     state = server_state(request)
     model_id = request.path_params["model_id"]
+    entry = _entry(state, model_id)
     if _wants_anthropic(request):
-        return JSONResponse(_anthropic_model(state, model_id))
-    return JSONResponse(_openai_model(state, model_id))
+        return JSONResponse(_anthropic_model(state, entry, model_id))
+    return JSONResponse(_openai_model(state, entry, model_id))
+
+
+async def load_model(request: Request) -> JSONResponse:
+    """POST /v1/models/{id}/load: load it now (an operator warming a model up)."""
+    state = server_state(request)
+    entry = _exact(state, request.path_params["model_id"])
+    try:
+        slot = await state.models.load(entry.name)
+    except POOL_ERRORS as exc:
+        raise pool_error(exc) from None
+    return JSONResponse(
+        {"id": entry.name, "loaded": True, "load_seconds": round(slot.load_seconds, 3)}
+    )
+
+
+async def unload_model(request: Request) -> JSONResponse:
+    """POST /v1/models/{id}/unload: free its memory now (409 while requests use it)."""
+    state = server_state(request)
+    entry = _exact(state, request.path_params["model_id"])
+    try:
+        was_loaded = await state.models.unload(entry.name)
+    except POOL_ERRORS as exc:
+        raise pool_error(exc) from None
+    return JSONResponse({"id": entry.name, "loaded": False, "was_loaded": was_loaded})
+
+
+def _exact(state: ServerState, model_id: str) -> Entry:
+    """An operator's id must name a model (never the default in its place)."""
+    entry = state.models.catalog.lookup(model_id)
+    if entry is None:
+        known = sorted(state.models.catalog.entries)
+        raise pool_error(UnknownModel(model_id, known))
+    return entry
 
 
 async def health(request: Request) -> JSONResponse:
+    """200 whenever the server answers, loads under way included."""
     state = server_state(request)
+    pool = state.models
     return JSONResponse(
         {
             "status": "ok",
             "model": state.served_model_name,
-            "queue_depth": state.pipeline.engine.queue_depth,
-            "running": state.pipeline.engine.running,
+            "queue_depth": pool.queue_depth(),
+            "running": pool.running(),
+            "models": {
+                "loaded": sorted(slot.entry.name for slot in pool.loaded()),
+                "loading": sorted(n for n in pool.catalog.entries if pool.is_loading(n)),
+            },
             "mcp": state.mcp.status() if state.mcp is not None else None,
             "cpu_kernels": native_status(),
         }

@@ -1,5 +1,5 @@
-"""What the HTTP handlers share: the pipeline (with its sampling defaults), the served
-name, the operations settings and the MCP manager."""
+"""What the HTTP handlers share: the models (a pool; one model given as ``pipeline`` and
+``served_model_name`` is a pool of one), the operations settings and the MCP manager."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 
 from starlette.requests import Request
 
+from ..fleet.pool import ModelPool
 from ..pipeline import Pipeline
 from .ops.guard import HostPolicy
 from .ops.metrics import ServerMetrics
@@ -15,8 +16,8 @@ from .ops.metrics import ServerMetrics
 
 @dataclass
 class ServerState:
-    pipeline: Pipeline
-    served_model_name: str
+    pipeline: Pipeline | None  # one model served under every id, or None with ``models``
+    served_model_name: str  # the default model's id
     max_body_bytes: int = 16 * 1024 * 1024
     # operations (docs/operations.md)
     api_key: str | None = None
@@ -30,6 +31,13 @@ class ServerState:
     responses_store_bytes: int = 128 * 1024 * 1024
     # MCP: the manager (started with the app) for --mcp-config, else None
     mcp: Any = None
+    # the models requests choose from (server/serving.py)
+    models: ModelPool = None  # type: ignore[assignment]  # set in __post_init__ when None
+
+    def __post_init__(self) -> None:
+        if self.models is None:
+            assert self.pipeline is not None, "a ServerState needs a pipeline or a pool"
+            self.models = ModelPool.single(self.pipeline, self.served_model_name)
 
 
 def server_state(request: Request) -> ServerState:

@@ -12,6 +12,8 @@ from ...pipeline import ChatEvent
 from ...request import ContextLengthError
 from ..errors import parse_body
 from ..mcp.tool_loop import ToolLoopRun, call_budget
+from ..ops.keepalive import OPENAI_KEEPALIVE
+from ..serving import Lease, answer_with
 from ..sse import sse_data, sse_response
 from ..state import server_state
 from ..streaming import generation_failed, unless_disconnected, whole_delta
@@ -29,8 +31,18 @@ from .stream import DONE, chat_logprobs, error_frames, new_id, now, openai_frame
 
 
 async def chat_completions(request: Request) -> Response:
-    state = server_state(request)
     body = await parse_body(request, ChatCompletionRequest)
+    return await answer_with(
+        request,
+        body.model,
+        bool(body.stream),
+        OPENAI_KEEPALIVE,
+        lambda lease: _answer(request, body, lease),
+    )
+
+
+async def _answer(request: Request, body: ChatCompletionRequest, lease: Lease) -> Response:
+    state = server_state(request)
     chat = await asyncio.to_thread(to_chat_request, body)
     custom = CustomCalls({t.name for t in chat.custom_tools})  # calls of custom tools
     mcp = mcp_options((body.model_extra or {}).get("mcp"))
@@ -38,11 +50,11 @@ async def chat_completions(request: Request) -> Response:
         chat = with_mcp_tools(chat, state.mcp, mcp)
     # rendering and tokenizing take seconds on a huge prompt: off the event loop
     try:
-        prepared = await asyncio.to_thread(state.pipeline.prepare_chat, chat)  # invalid: 400
+        prepared = await asyncio.to_thread(lease.pipeline.prepare_chat, chat)  # invalid: 400
     except ContextLengthError as exc:
         raise context_error(exc) from None
 
-    response_id, created, model = new_id("chatcmpl"), now(), state.served_model_name
+    response_id, created, model = new_id("chatcmpl"), now(), lease.name
 
     def head() -> dict:
         return {
@@ -69,7 +81,7 @@ async def chat_completions(request: Request) -> Response:
 
     if mcp is not None:
         run = ToolLoopRun(
-            state.pipeline,
+            lease.pipeline,
             chat,
             prepared,
             state.mcp,
@@ -109,7 +121,7 @@ async def chat_completions(request: Request) -> Response:
                 chunk(fields, event.finish_reason, logprobs), event.constraint_gave_up
             )
 
-        events = state.pipeline.stream(prepared)  # admitted now: a full queue is a 429
+        events = lease.pipeline.stream(prepared)  # admitted now: a full queue is a 429
 
         async def frames() -> AsyncIterator[str]:
             yield sse_data(chunk({"role": "assistant", "content": ""}))
@@ -122,7 +134,7 @@ async def chat_completions(request: Request) -> Response:
 
         return sse_response(frames(), on_error)
 
-    result = await unless_disconnected(request, state.pipeline.complete(prepared))
+    result = await unless_disconnected(request, lease.pipeline.complete(prepared))
     if result.finish_reason == "error":
         raise generation_failed(result.error)
     return JSONResponse(completion_body(result, response_id, created, model, body.logprobs, custom))

@@ -12,8 +12,9 @@ from ...engine.types import TokenLogprob
 from ...pipeline import ChatEvent
 from ...request import ContextLengthError
 from ..errors import APIError, parse_body
+from ..ops.keepalive import OPENAI_KEEPALIVE
+from ..serving import Lease, answer_with
 from ..sse import sse_response
-from ..state import server_state
 from ..streaming import generation_failed, unless_disconnected
 from .convert import context_error
 from .protocol import CompletionRequest
@@ -22,8 +23,17 @@ from .structured import constraint_of
 
 
 async def completions(request: Request) -> Response:
-    state = server_state(request)
     body = await parse_body(request, CompletionRequest)
+    return await answer_with(
+        request,
+        body.model,
+        bool(body.stream),
+        OPENAI_KEEPALIVE,
+        lambda lease: _answer(request, body, lease),
+    )
+
+
+async def _answer(request: Request, body: CompletionRequest, lease: Lease) -> Response:
     if body.n != 1:
         raise APIError(400, "n > 1 is not supported by this server", param="n")
     if body.echo or body.suffix:
@@ -39,7 +49,7 @@ async def completions(request: Request) -> Response:
     text_or_ids = cast("str | list[int]", prompt)  # a list of strings was unpacked above
     try:  # tokenizing a huge prompt takes seconds: off the event loop
         prepared = await asyncio.to_thread(
-            state.pipeline.prepare_completion,
+            lease.pipeline.prepare_completion,
             text_or_ids,
             sampling,
             body.max_tokens,
@@ -48,7 +58,7 @@ async def completions(request: Request) -> Response:
     except ContextLengthError as exc:
         raise context_error(exc, "prompt") from None
 
-    response_id, created, model = new_id("cmpl"), now(), state.served_model_name
+    response_id, created, model = new_id("cmpl"), now(), lease.name
 
     def chunk(text: str, finish_reason: str | None, logprobs=None) -> dict:
         return {
@@ -80,13 +90,13 @@ async def completions(request: Request) -> Response:
             }
 
         frames = openai_frames(
-            state.pipeline.stream(prepared),
+            lease.pipeline.stream(prepared),
             event_chunk,
             usage_chunk if body.include_usage else None,
         )
         return sse_response(frames, lambda exc: error_frames(exc, lambda r: chunk("", r)))
 
-    result = await unless_disconnected(request, state.pipeline.complete(prepared))
+    result = await unless_disconnected(request, lease.pipeline.complete(prepared))
     if result.finish_reason == "error":
         raise generation_failed(result.error)
     lp = completion_logprobs(result.logprobs) if sampling.logprobs else None

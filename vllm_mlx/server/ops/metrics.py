@@ -26,9 +26,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 if TYPE_CHECKING:
-    from ...pipeline import ChatEvent, ChatResult, Usage
+    from ...fleet.pool import ModelPool
+    from ...pipeline import ChatEvent, ChatResult, Pipeline, Usage
 
 # Seconds. TTFT spans queueing and prefill, which on a CPU can take minutes for long prompts.
+LOAD_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 TTFT_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 ITL_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5)
 
@@ -122,6 +124,22 @@ class ServerMetrics:
         self.mcp_servers_up = Gauge(
             "mcp_servers_up", "Connected MCP servers", namespace=ns, registry=r
         )
+        self.models_loaded = Gauge("models_loaded", "Models loaded", namespace=ns, registry=r)
+        self.model_load_seconds = Histogram(
+            "model_load_seconds",
+            "Time to load a model (weights, parsers, engine)",
+            ["model"],
+            namespace=ns,
+            registry=r,
+            buckets=LOAD_BUCKETS,
+        )
+        self.model_evictions = Counter(
+            "model_evictions",
+            "Models unloaded, by reason (lru, memory, ttl, operator)",
+            ["model", "reason"],
+            namespace=ns,
+            registry=r,
+        )
 
     def watch_engine(
         self,
@@ -135,6 +153,24 @@ class ServerMetrics:
         self.running.set_function(running)
         if speculation is not None:
             self.registry.register(_Speculation(speculation))
+
+    def watch_models(self, pool: ModelPool) -> None:
+        """Hear the pool's loads and unloads; every pipeline it loads counts its cancelled
+        generations here (the models loaded before the app are counted now)."""
+
+        def adopt(pipeline: Pipeline) -> None:
+            pipeline.on_cancelled = self.count_cancelled
+
+        pool.events.loaded = lambda name, seconds: self.model_load_seconds.labels(name).observe(
+            seconds
+        )
+        pool.events.evicted = lambda name, reason: self.model_evictions.labels(name, reason).inc()
+        pool.events.pipeline = adopt
+        for slot in pool.loaded():
+            adopt(slot.pipeline)
+            if slot.close is not None:
+                self.model_load_seconds.labels(slot.entry.name).observe(slot.load_seconds)
+        self.models_loaded.set_function(lambda: len(pool.loaded()))
 
     def watch_mcp(self, connected: Callable[[], float]) -> None:
         """Read the MCP manager's connected-server count at scrape time."""

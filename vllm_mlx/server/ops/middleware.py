@@ -13,9 +13,9 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from starlette.datastructures import Headers, MutableHeaders
@@ -47,6 +47,11 @@ class RequestContext:
     timeout: float | None = None
     deadline: float | None = None  # asyncio loop time
     keepalive: float | None = None
+    # run when the request's response has ended, however it ended (a model's lease)
+    closers: list[Callable[[], None]] = field(default_factory=list)
+
+    def on_close(self, closer: Callable[[], None]) -> None:
+        self.closers.append(closer)
 
     def watch(
         self, events: AsyncGenerator[ChatEvent, None]
@@ -120,6 +125,8 @@ class RequestContextMiddleware:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
+            for closer in context.closers:
+                closer()
             metrics.in_flight.dec()
             route = scope.get("route")
             metrics.requests.labels(getattr(route, "path", "unmatched"), str(status)).inc()

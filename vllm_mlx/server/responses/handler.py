@@ -15,6 +15,8 @@ from starlette.responses import JSONResponse, Response
 from ...chat.template import ChatTemplateError
 from ...request import ContextLengthError, RequestError
 from ..errors import APIError, parse_body
+from ..ops.keepalive import OPENAI_KEEPALIVE
+from ..serving import Lease, answer_with
 from ..sse import sse_response
 from ..state import server_state
 from ..streaming import generation_failed, unless_disconnected
@@ -29,7 +31,7 @@ from .convert import (
     wants_encrypted_reasoning,
 )
 from .mcp import MCPResponseRun, stream_frames
-from .mcp_tools import select_mcp_tools
+from .mcp_tools import MCPSelection, select_mcp_tools
 from .object import ResponseObject
 from .protocol import ResponsesRequest
 from .store import ResponseStore, StoredResponse
@@ -54,7 +56,6 @@ def response_store(request: Request) -> ResponseStore:
 
 
 async def create_response(request: Request) -> Response:
-    state = server_state(request)
     store = response_store(request)
     body = await parse_body(request, ResponsesRequest)
     history: list[dict] = []
@@ -67,20 +68,37 @@ async def create_response(request: Request) -> Response:
                 param="previous_response_id",
             )
         history = previous.conversation
-    mcp = select_mcp_tools(body.tools, state.mcp)
+    mcp = select_mcp_tools(body.tools, server_state(request).mcp)
     if mcp is not None:
         body.tool_choice = mcp.tool_choice(body.tool_choice)
+    return await answer_with(
+        request,
+        body.model,
+        bool(body.stream),
+        OPENAI_KEEPALIVE,
+        lambda lease: _answer(request, body, history, mcp, lease),
+    )
+
+
+async def _answer(
+    request: Request,
+    body: ResponsesRequest,
+    history: list[dict],
+    mcp: MCPSelection | None,
+    lease: Lease,
+) -> Response:
+    state, store = server_state(request), response_store(request)
     chat, conversation = await asyncio.to_thread(
         to_chat_request, body, history, mcp.tools if mcp is not None else None
     )
     try:  # rendering and tokenizing a huge prompt take seconds: off the event loop
-        prepared = await asyncio.to_thread(state.pipeline.prepare_chat, chat)
+        prepared = await asyncio.to_thread(lease.pipeline.prepare_chat, chat)
     except ContextLengthError as exc:
         raise context_error(exc) from None
     except (RequestError, ChatTemplateError) as exc:
         param = getattr(exc, "param", None)
         raise APIError(400, str(exc), param=_PARAMS.get(param or "", param)) from None
-    response = ResponseObject(body, state.served_model_name)
+    response = ResponseObject(body, lease.name)
 
     def keep(final: dict | None) -> None:
         if body.store and final is not None and final["status"] in ("completed", "incomplete"):
@@ -91,7 +109,13 @@ async def create_response(request: Request) -> Response:
 
     if mcp is not None:
         run = MCPResponseRun(
-            state, chat, prepared, mcp, ResponseStream(response), body.max_tool_calls
+            state,
+            lease.pipeline,
+            chat,
+            prepared,
+            mcp,
+            ResponseStream(response),
+            body.max_tool_calls,
         )
         if body.stream:
 
@@ -108,7 +132,7 @@ async def create_response(request: Request) -> Response:
     if body.stream:
         stream = ResponseStream(response)
 
-        events = state.pipeline.stream(prepared)  # admitted now: a full queue is a 429
+        events = lease.pipeline.stream(prepared)  # admitted now: a full queue is a 429
 
         async def frames():
             for out in stream.start():
@@ -119,7 +143,7 @@ async def create_response(request: Request) -> Response:
 
         return sse_response(frames(), stream.failed)
 
-    result = await unless_disconnected(request, state.pipeline.complete(prepared))
+    result = await unless_disconnected(request, lease.pipeline.complete(prepared))
     status, details = status_of(result.finish_reason)
     if status == "failed":
         raise generation_failed(result.error)

@@ -18,7 +18,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from ...mcp.executor import ToolResult
-from ...pipeline import ChatResult, Prepared
+from ...pipeline import ChatResult, Pipeline, Prepared
 from ...request import ChatRequest
 from ..mcp.tool_loop import ToolLoopRun, call_budget
 from ..ops.keepalive import OPENAI_KEEPALIVE, Idle, paced
@@ -40,6 +40,7 @@ class MCPResponseRun:
     def __init__(
         self,
         state: ServerState,
+        pipeline: Pipeline,
         chat: ChatRequest,
         prepared: Prepared,
         selection: MCPSelection,
@@ -49,7 +50,7 @@ class MCPResponseRun:
         self.selection = selection
         self.stream = stream
         self.loop = ToolLoopRun(
-            state.pipeline,
+            pipeline,
             chat,
             prepared,
             _ObservedCalls(state.mcp, self),

@@ -77,24 +77,24 @@ def _mean_ms(metric: MetricWrapperBase) -> float | None:
 def status_data(state: ServerState, rate: TokenRate) -> dict:
     """The status view's figures (``GET /v1/status``)."""
     metrics: ServerMetrics = state.metrics
-    pipeline = state.pipeline
-    engine = pipeline.engine
+    pool = state.models
+    pipeline = pool.default_pipeline()  # the default model's parsers, when it is loaded
     finished = metric_total(metrics.finished, "_total")
     prompt_tokens = metric_total(metrics.prompt_tokens, "_total")
     return {
         "models": [
-            {
-                "id": state.served_model_name,
-                "max_model_len": pipeline.context_length,
-            }
+            {"id": slot.entry.name, "max_model_len": slot.pipeline.context_length}
+            for slot in pool.loaded()
         ],
         "parsers": {
-            "reasoning": pipeline.reasoning_format.name if pipeline.reasoning_format else None,
-            "tool_calls": pipeline.tool_format.name if pipeline.tool_format else None,
-            "structured_output": pipeline.structured_backend,
+            "reasoning": pipeline.reasoning_format.name
+            if pipeline and pipeline.reasoning_format
+            else None,
+            "tool_calls": pipeline.tool_format.name if pipeline and pipeline.tool_format else None,
+            "structured_output": pipeline.structured_backend if pipeline else None,
         },
-        "queue_depth": engine.queue_depth,
-        "running": engine.running,
+        "queue_depth": pool.queue_depth(),
+        "running": pool.running(),
         "requests_in_flight": int(metric_total(metrics.in_flight)),
         "generations_finished": int(finished),
         "prompt_tokens": int(prompt_tokens),

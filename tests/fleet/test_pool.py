@@ -1,0 +1,147 @@
+"""The pool on real tiny models (real runtimes, built in threads): one load for concurrent
+requests, LRU and memory eviction that never takes a model in use, idle unloading, and
+what it refuses."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from models_dir import write_models_dir
+
+from vllm_mlx.fleet.catalog import build_catalog
+from vllm_mlx.fleet.pool import (
+    ModelBusy,
+    ModelPool,
+    ModelTooLarge,
+    PoolEvents,
+    PoolFull,
+    PoolLimits,
+    UnknownModel,
+)
+from vllm_mlx.runtime import build_runtime
+
+
+@pytest.fixture(scope="module")
+def catalog(tmp_path_factory):
+    return build_catalog([str(write_models_dir(tmp_path_factory.mktemp("pool")))])
+
+
+class Recorder:
+    """Builds real runtimes, counting the builds; hears the pool's events."""
+
+    def __init__(self):
+        self.built: list[str] = []
+        self.evicted: list[tuple[str, str]] = []
+        self.events = PoolEvents(evicted=lambda name, why: self.evicted.append((name, why)))
+
+    def build(self, entry):
+        self.built.append(entry.name)
+        return build_runtime(entry.spec, progress=False, **entry.runtime_options())
+
+
+def pool_of(catalog, recorder, **limits) -> ModelPool:
+    return ModelPool(catalog, recorder.build, PoolLimits(**limits), events=recorder.events)
+
+
+def test_concurrent_requests_share_one_load_and_get_the_model(catalog):
+    recorder = Recorder()
+    pool = pool_of(catalog, recorder)
+
+    async def scenario():
+        leases = await asyncio.gather(*(pool.acquire(pool.resolve("small")) for _ in range(3)))
+        assert {lease.name for lease in leases} == {"small"}
+        assert len({id(lease.pipeline) for lease in leases}) == 1
+        assert pool.loaded()[0].leases == 3
+        for lease in leases:
+            lease.release()
+            lease.release()  # idempotent
+        assert pool.loaded()[0].leases == 0
+        await pool.close()
+
+    asyncio.run(scenario())
+    assert recorder.built == ["small"]
+
+
+def test_least_recently_used_idle_model_goes_first_never_one_in_use(catalog):
+    recorder = Recorder()
+    pool = pool_of(catalog, recorder, max_loaded=1)
+
+    async def scenario():
+        coder = await pool.acquire(pool.resolve("coder"))
+        with pytest.raises(PoolFull, match="in use"):
+            await pool.acquire(pool.resolve("small"))
+        assert [s.entry.name for s in pool.loaded()] == ["coder"]
+        coder.release()
+        small = await pool.acquire(pool.resolve("small"))
+        assert [s.entry.name for s in pool.loaded()] == ["small"]
+        small.release()
+        await pool.close()
+
+    asyncio.run(scenario())
+    assert recorder.evicted == [("coder", "lru")]
+
+
+def test_memory_limit_evicts_or_refuses(catalog):
+    recorder = Recorder()
+    probe = pool_of(catalog, recorder)
+
+    async def measure() -> list[int]:
+        for name in ("coder", "small"):
+            await probe.load(name)
+        sizes = [slot.memory_bytes for slot in probe.loaded()]
+        await probe.close()
+        return sizes
+
+    in_memory = asyncio.run(measure())
+    on_disk = [catalog.entries[name].weight_bytes() for name in ("coder", "small")]
+    limit = int(max(*in_memory, *on_disk) * 1.1)
+    assert in_memory[0] + on_disk[1] > limit  # room for either, not both
+    pool = pool_of(catalog, recorder, max_memory_bytes=limit)
+
+    async def scenario():
+        (await pool.acquire(pool.resolve("coder"))).release()
+        (await pool.acquire(pool.resolve("small"))).release()
+        assert [s.entry.name for s in pool.loaded()] == ["small"]
+        await pool.close()
+
+    asyncio.run(scenario())
+    assert recorder.evicted == [("coder", "memory")]
+    tiny = pool_of(catalog, recorder, max_memory_bytes=min(on_disk) // 4)
+    with pytest.raises(ModelTooLarge, match="over --max-memory-gb"):
+        asyncio.run(tiny.load("coder"))
+
+
+def test_idle_models_unload_after_the_ttl_busy_ones_stay(catalog):
+    recorder = Recorder()
+    pool = pool_of(catalog, recorder, ttl=0.2)
+
+    async def scenario():
+        watcher = asyncio.ensure_future(pool.watch_idle())
+        (await pool.acquire(pool.resolve("small"))).release()
+        busy = await pool.acquire(pool.resolve("coder"))
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            if len(pool.loaded()) == 1:
+                break
+        assert [s.entry.name for s in pool.loaded()] == ["coder"]
+        with pytest.raises(ModelBusy, match="1 request"):
+            await pool.unload("coder")
+        busy.release()
+        watcher.cancel()
+        assert await pool.unload("coder") is True
+        assert await pool.unload("coder") is False
+        await pool.close()
+
+    asyncio.run(scenario())
+    assert recorder.evicted == [("small", "ttl"), ("coder", "operator")]
+
+
+def test_unknown_ids_get_the_default_unless_strict(catalog):
+    pool = ModelPool(catalog, None)
+    assert pool.resolve("claude-sonnet-4-5").name == catalog.default
+    assert pool.resolve(None).name == catalog.default
+    strict = ModelPool(catalog, None, strict=True)
+    with pytest.raises(UnknownModel, match="'gpt-4o' is not served here; models: coder, small"):
+        strict.resolve("gpt-4o")
+    assert strict.resolve("small").name == "small"

@@ -1,0 +1,325 @@
+"""The loaded models: loaded on a request's first use, shared by every request for them,
+unloaded when idle (``--model-ttl``), least recently used first when a load needs the room
+(``--max-loaded-models``, ``--max-memory-gb``), and never while a request uses them.
+
+Everything runs on the event loop except the loads and unloads themselves, which block for
+seconds and run in threads: requests for other loaded models keep being served meanwhile.
+One load task per model, so concurrent requests for a model that is loading wait on the
+same load. A ``Lease`` per request counts the requests in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from mlx.utils import tree_flatten
+
+from ..pipeline import Pipeline
+from ..runtime import Runtime
+from .catalog import Catalog, Entry
+
+log = logging.getLogger(__name__)
+
+Build = Callable[[Entry], Runtime]
+
+
+class UnknownModel(LookupError):
+    def __init__(self, model_id: str | None, known: list[str]):
+        super().__init__(
+            f"model {model_id!r} is not served here; models: {', '.join(known) or 'none'}"
+        )
+
+
+class PoolFull(RuntimeError):
+    """No room for a load now: every loaded model is in use. Retry later."""
+
+
+class ModelTooLarge(RuntimeError):
+    """The model alone needs more than ``--max-memory-gb``."""
+
+
+class ModelLoadFailed(RuntimeError):
+    pass
+
+
+class ModelBusy(RuntimeError):
+    """An unload asked for while requests use the model."""
+
+
+@dataclass(frozen=True)
+class PoolLimits:
+    max_loaded: int | None = None  # models loaded at once
+    ttl: float | None = None  # seconds idle before unloading
+    max_memory_bytes: int | None = None  # weights of the loaded models
+
+
+@dataclass
+class PoolEvents:
+    """What the server's metrics hear about."""
+
+    loaded: Callable[[str, float], None] = lambda name, seconds: None
+    evicted: Callable[[str, str], None] = lambda name, reason: None
+    pipeline: Callable[[Pipeline], None] = lambda pipeline: None
+
+
+@dataclass
+class Loaded:
+    entry: Entry
+    pipeline: Pipeline
+    close: Callable[[], None] | None  # None: given by the embedder, never unloaded
+    memory_bytes: int
+    load_seconds: float
+    leases: int = 0
+    last_used: float = field(default_factory=time.monotonic)
+
+
+class Lease:
+    """One request's use of a loaded model: it is not unloaded until ``release``."""
+
+    def __init__(self, slot: Loaded):
+        self.slot = slot
+        self.name = slot.entry.name
+        self.pipeline = slot.pipeline
+        self._released = False
+        slot.leases += 1
+        slot.last_used = time.monotonic()
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self.slot.leases -= 1
+            self.slot.last_used = time.monotonic()
+
+
+def weights_in_memory(runtime: Runtime) -> int:
+    """Bytes of the model's parameters as loaded (float32 on a CPU can be 5x the file)."""
+    leaves = cast("list[tuple[str, Any]]", tree_flatten(runtime.loaded.model.parameters()))
+    return sum(int(value.nbytes) for _, value in leaves)
+
+
+class ModelPool:
+    def __init__(
+        self,
+        catalog: Catalog,
+        build: Build | None,
+        limits: PoolLimits | None = None,
+        *,
+        strict: bool = False,
+        events: PoolEvents | None = None,
+    ):
+        self.catalog = catalog
+        self.build = build
+        self.limits = limits or PoolLimits()
+        self.strict = strict
+        self.events = events or PoolEvents()
+        self._slots: dict[str, Loaded] = {}
+        self._loading: dict[str, asyncio.Future[Loaded]] = {}
+        self._waiting: Counter[str] = Counter()
+        self._measured: dict[str, int] = {}  # bytes of earlier loads
+        self._closing: set[asyncio.Future[None]] = set()
+
+    @classmethod
+    def single(cls, pipeline: Pipeline, name: str) -> ModelPool:
+        """One model the embedder built, served under every id, never unloaded."""
+        entry = Entry(name, name, "the server's model")
+        pool = cls(Catalog({name: entry}, default=name), None)
+        pool._slots[name] = Loaded(entry, pipeline, None, 0, 0.0)
+        return pool
+
+    def adopt(self, name: str, runtime: Runtime, seconds: float) -> None:
+        """A runtime loaded before the server started (``serve MODEL``)."""
+        slot = Loaded(
+            self.catalog.entries[name],
+            runtime.pipeline,
+            runtime.close,
+            weights_in_memory(runtime),
+            seconds,
+        )
+        self._slots[name] = slot
+        self._measured[name] = slot.memory_bytes
+        self.events.loaded(name, seconds)
+        self.events.pipeline(runtime.pipeline)
+
+    # -- which model -----------------------------------------------------------------------
+
+    def resolve(self, model_id: str | None) -> Entry:
+        """The entry ``model_id`` names (or aliases); else the default model, unless ids
+        are strict or there is no default."""
+        entry = self.catalog.lookup(model_id)
+        if entry is not None:
+            return entry
+        if self.strict or self.catalog.default is None:
+            raise UnknownModel(model_id, sorted(self.catalog.entries))
+        return self.catalog.entries[self.catalog.default]
+
+    def is_ready(self, entry: Entry) -> bool:
+        return entry.name in self._slots
+
+    def loaded(self) -> list[Loaded]:
+        return list(self._slots.values())
+
+    def is_loading(self, name: str) -> bool:
+        return name in self._loading
+
+    def default_pipeline(self) -> Pipeline | None:
+        slot = self._slots.get(self.catalog.default or "")
+        return slot.pipeline if slot is not None else None
+
+    # -- using ----------------------------------------------------------------------------
+
+    async def acquire(self, entry: Entry) -> Lease:
+        """A lease on ``entry``'s model, loading it first if needed (waiting on a load
+        already running for it)."""
+        slot = self._slots.get(entry.name)
+        if slot is None:
+            self._waiting[entry.name] += 1  # a loaded model someone waits for stays
+            try:
+                slot = await self.load(entry.name)
+            finally:
+                self._waiting[entry.name] -= 1
+        return Lease(slot)
+
+    async def load(self, name: str) -> Loaded:
+        slot = self._slots.get(name)
+        if slot is not None:
+            return slot
+        task = self._loading.get(name)
+        if task is None:
+            entry = self.catalog.entries[name]
+            if self.build is None:
+                raise ModelLoadFailed(f"model {name!r} cannot be reloaded")
+            problem = entry.check()  # what fails fast fails before a model is unloaded for it
+            if problem is not None:
+                raise ModelLoadFailed(f"model {name!r} failed to load: {problem}")
+            self._make_room(entry)
+            task = self._loading[name] = asyncio.ensure_future(self._build(entry))
+        return await asyncio.shield(task)  # a waiter that leaves does not cancel the load
+
+    async def _build(self, entry: Entry) -> Loaded:
+        assert self.build is not None
+        started = time.perf_counter()
+        log.info("loading model %s from %s", entry.name, entry.spec)
+        try:
+            runtime = await asyncio.to_thread(self.build, entry)
+        except Exception as exc:
+            log.exception("model %s failed to load", entry.name)
+            raise ModelLoadFailed(f"model {entry.name!r} failed to load: {exc}") from exc
+        finally:
+            del self._loading[entry.name]
+        seconds = time.perf_counter() - started
+        slot = Loaded(entry, runtime.pipeline, runtime.close, weights_in_memory(runtime), seconds)
+        self._slots[entry.name] = slot
+        self._measured[entry.name] = slot.memory_bytes
+        log.info(
+            "loaded model %s in %.2f s (%.0f MB)", entry.name, seconds, slot.memory_bytes / 1e6
+        )
+        self.events.loaded(entry.name, seconds)
+        self.events.pipeline(runtime.pipeline)
+        return slot
+
+    def _estimate(self, entry: Entry) -> int:
+        """The memory a load of ``entry`` takes: what it took last time, else its files."""
+        return self._measured.get(entry.name) or entry.weight_bytes()
+
+    def _make_room(self, entry: Entry) -> None:
+        """Unload idle models, least recently used first, until ``entry`` fits the limits;
+        PoolFull when the models in the way are in use."""
+        limits, need = self.limits, self._estimate(entry)
+        if limits.max_memory_bytes is not None and need > limits.max_memory_bytes:
+            raise ModelTooLarge(
+                f"model {entry.name!r} needs about {need / 2**30:.2f} GB, over "
+                f"--max-memory-gb {limits.max_memory_bytes / 2**30:g}"
+            )
+        while True:
+            count = len(self._slots) + len(self._loading)
+            used = sum(s.memory_bytes for s in self._slots.values()) + sum(
+                self._estimate(self.catalog.entries[n]) for n in self._loading
+            )
+            too_many = limits.max_loaded is not None and count >= limits.max_loaded
+            too_big = limits.max_memory_bytes is not None and used + need > limits.max_memory_bytes
+            if not (too_many or too_big):
+                return
+            idle = [s for s in self._slots.values() if self._evictable(s)]
+            if not idle:
+                busy = ", ".join(sorted([*self._slots, *self._loading]))
+                raise PoolFull(
+                    f"cannot load model {entry.name!r} now: the loaded models ({busy}) are "
+                    f"in use and {'--max-loaded-models' if too_many else '--max-memory-gb'} "
+                    "leaves no room"
+                )
+            victim = min(idle, key=lambda s: s.last_used)
+            self._unload(victim, "lru" if too_many else "memory")
+
+    def _evictable(self, slot: Loaded) -> bool:
+        return slot.close is not None and slot.leases == 0 and not self._waiting[slot.entry.name]
+
+    def _unload(self, slot: Loaded, reason: str) -> asyncio.Future[None]:
+        """Forget ``slot`` now (a new request loads it afresh) and close it in a thread."""
+        del self._slots[slot.entry.name]
+        log.info("unloading model %s (%s)", slot.entry.name, reason)
+        self.events.evicted(slot.entry.name, reason)
+        close = slot.close
+        assert close is not None
+
+        def release() -> None:
+            close()  # the engine stops and flushes its prefix cache
+            gc.collect()
+
+        done = asyncio.ensure_future(asyncio.to_thread(release))
+        self._closing.add(done)
+        done.add_done_callback(self._closing.discard)
+        return done
+
+    async def unload(self, name: str) -> bool:
+        """The operator's unload: False when the model is not loaded."""
+        slot = self._slots.get(name)
+        if slot is None:
+            return False
+        if slot.close is None:
+            raise ModelBusy(f"model {name!r} was given by the embedder and stays loaded")
+        if not self._evictable(slot):
+            raise ModelBusy(f"model {name!r} has {slot.leases} request(s) in flight")
+        await self._unload(slot, "operator")
+        return True
+
+    async def watch_idle(self) -> None:
+        """Unload models idle for ``ttl`` seconds (runs while the server does)."""
+        ttl = self.limits.ttl
+        if ttl is None:
+            return
+        while True:
+            await asyncio.sleep(min(max(ttl / 4, 0.05), 5.0))
+            now = time.monotonic()
+            for slot in list(self._slots.values()):
+                if self._evictable(slot) and now - slot.last_used >= ttl:
+                    self._unload(slot, "ttl")
+
+    async def close(self) -> None:
+        """Stop every loaded model (server shutdown), after the unloads under way."""
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
+        for name, slot in list(self._slots.items()):
+            if slot.close is not None:
+                del self._slots[name]
+                await asyncio.to_thread(slot.close)
+            else:  # the embedder closes it; its prefix cache's disk writes finish here
+                await asyncio.to_thread(slot.pipeline.engine.flush)
+
+    # -- what the metrics and /health read ------------------------------------------------
+
+    def queue_depth(self) -> int:
+        return sum(s.pipeline.engine.queue_depth for s in self._slots.values())
+
+    def running(self) -> int:
+        return sum(s.pipeline.engine.running for s in self._slots.values())
+
+    def spec_counts(self) -> tuple[int, int]:
+        counts = [s.pipeline.engine.spec_counts for s in self._slots.values()]
+        return sum(c[0] for c in counts), sum(c[1] for c in counts)
