@@ -14,7 +14,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..chat.template import ChatTemplateError
-from ..engine.engine import QueueFullError
+from ..engine.engine import EngineUnavailableError, QueueFullError
 from ..request import RequestError
 from .anthropic.handler import count_tokens, create_message
 from .errors import APIError, error_response
@@ -51,6 +51,10 @@ async def _invalid_request(request: Request, exc: Exception) -> Response:
 
 async def _queue_full(request: Request, exc: Exception) -> Response:
     return error_response(request.url.path, APIError(429, f"server is busy: {exc}"))
+
+
+async def _unavailable(request: Request, exc: Exception) -> Response:
+    return error_response(request.url.path, APIError(503, f"service unavailable: {exc}"))
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
@@ -103,6 +107,7 @@ def create_app(state: ServerState) -> Starlette:
             APIError: _api_error,
             HTTPException: _http_error,
             QueueFullError: _queue_full,
+            EngineUnavailableError: _unavailable,
             RequestError: _invalid_request,
             ChatTemplateError: _invalid_request,
             Exception: _unexpected,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 import click
@@ -239,10 +240,48 @@ import click
     help="Answer every request with this recorded model output instead of running the model "
     "(client and parser debugging; no model cost).",
 )
+@click.option(
+    "--distributed",
+    type=click.Choice(["tensor", "pipeline"]),
+    help="Shard the model over mlx.distributed ranks (start under mlx.launch, or use "
+    "--ranks/--hosts); rank 0 serves HTTP (docs/distributed.md).",
+)
+@click.option(
+    "--ranks",
+    type=click.IntRange(min=2),
+    help="With --distributed: start this many ranks on this machine (ring over loopback).",
+)
+@click.option(
+    "--hosts",
+    help="With --distributed: start one rank per host (comma-separated IPs) via mlx.launch.",
+)
+@click.option(
+    "--distributed-backend",
+    type=click.Choice(["any", "ring", "jaccl", "mpi"]),
+    default="any",
+    show_default=True,
+    help="mlx.distributed backend (any: whichever the launcher set up).",
+)
+@click.option(
+    "--collective-timeout",
+    default=120.0,
+    show_default=True,
+    type=click.FloatRange(min=1),
+    help="Seconds one step's collectives may take before the rank group counts as failed.",
+)
 def serve(model: str | None, **opts) -> None:
     """Serve MODEL (a model folder, a .gguf file or a short name; default: the embedded
     SmolLM2-135M-Instruct) over the OpenAI and Anthropic APIs."""
     replay_file = opts["replay_file"]
+    if (opts["ranks"] or opts["hosts"]) and not opts["distributed"]:
+        raise click.ClickException("--ranks and --hosts need --distributed tensor|pipeline")
+    if opts["distributed"] and replay_file is not None:
+        raise click.ClickException("--replay runs no model: it cannot be --distributed")
+    if opts["hosts"]:
+        from ..distributed.ranks import launch_command
+
+        command = launch_command(opts["hosts"], opts["distributed_backend"], sys.argv[1:])
+        os.execvp(command[0], command)
     if opts["cpu_weights"] != "quantized" and replay_file is None:
         from ..engine.cpu import reexec_with_openblas
 
@@ -254,6 +293,10 @@ def serve(model: str | None, **opts) -> None:
     from .ops.middleware import install_request_id_logging
 
     install_request_id_logging()
+    sharding, local_ranks = _join_ranks(opts) if opts["distributed"] else (None, None)
+    if sharding is not None and sharding.rank != 0:
+        _follow(model, sharding, opts)
+        return
     import uvicorn
 
     from ..models.errors import ModelLoadError
@@ -320,9 +363,12 @@ def serve(model: str | None, **opts) -> None:
                 warmup_prompt=opts["warmup_prompt"].read() if opts["warmup_prompt"] else None,
                 draft_model=opts["draft_model"],
                 num_draft_tokens=opts["num_draft_tokens"],
+                sharding=sharding,
                 **parsers,
             )
     except (ModelLoadError, ValueError) as exc:
+        if local_ranks is not None:
+            local_ranks.stop()
         raise click.ClickException(str(exc)) from None
     state = ServerState(
         pipeline=runtime.pipeline,
@@ -335,6 +381,7 @@ def serve(model: str | None, **opts) -> None:
         responses_store_bytes=opts["responses_store_mb"] * 1024 * 1024,
         mcp=mcp,
         hosts=HostPolicy.for_binding(opts["host"], _listed(opts["allowed_hosts"])),
+        distributed=runtime.distributed,
     )
     host, port = opts["host"], opts["port"]
     # each connection holds a descriptor; keep room for model files, MCP pipes and logs
@@ -344,14 +391,75 @@ def serve(model: str | None, **opts) -> None:
     )
     click.echo(f"serving {state.served_model_name} on http://{host}:{port}/v1", err=True)
     # the request-context middleware writes the access log (with request ids)
-    uvicorn.run(
-        create_app(state),
-        host=host,
-        port=port,
-        http=guarded_protocol(connections),
-        log_level=opts["log_level"],
-        access_log=False,
+    try:
+        uvicorn.run(
+            create_app(state),
+            host=host,
+            port=port,
+            http=guarded_protocol(connections),
+            log_level=opts["log_level"],
+            access_log=False,
+        )
+    finally:
+        if sharding is not None:
+            runtime.close()  # tells the other ranks to exit
+        if local_ranks is not None:
+            local_ranks.stop()
+
+
+def _join_ranks(opts: dict):
+    """Start the local ranks (``--ranks``, rank 0 only) and join the group."""
+    from ..distributed.group import GroupFailed, Sharding, backend_in_use, join_group
+    from ..distributed.ranks import LocalRanks
+
+    local = None
+    backend = opts["distributed_backend"]
+    if opts["ranks"] and "MLX_RANK" not in os.environ:
+        local = LocalRanks(opts["ranks"], sys.argv[1:])
+        backend = "ring"
+    try:
+        group = join_group(backend)
+    except (RuntimeError, ValueError, GroupFailed) as exc:
+        if local is not None:
+            local.stop()
+        raise click.ClickException(
+            f"--distributed: no rank group ({exc}); start under mlx.launch, or use "
+            "--ranks N / --hosts"
+        ) from None
+    sharding = Sharding(
+        mode=opts["distributed"],
+        group=group,
+        backend=backend_in_use(backend),
+        timeout=opts["collective_timeout"],
+        check=local.check if local is not None else lambda: None,
     )
+    return sharding, local
+
+
+def _follow(model: str | None, sharding, opts: dict) -> None:
+    """Ranks 1…N-1: load this rank's share and follow rank 0 until it says exit."""
+    from ..distributed.group import GroupFailed
+    from ..distributed.ranks import exit_with_parent
+    from ..models.errors import ModelLoadError
+    from ..runtime import build_follower
+
+    exit_with_parent()
+    try:
+        follower = build_follower(
+            model,
+            sharding,
+            cpu_weights=opts["cpu_weights"],
+            max_num_seqs=opts["max_num_seqs"],
+            kv_bits=int(opts["kv_bits"]) if opts["kv_bits"] else None,
+            kv_group_size=int(opts["kv_group_size"]),
+        )
+    except (ModelLoadError, ValueError) as exc:
+        raise click.ClickException(f"rank {sharding.rank}: {exc}") from None
+    click.echo(f"rank {sharding.rank}/{sharding.world_size} following rank 0", err=True)
+    try:
+        follower.run()
+    except GroupFailed as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def _listed(values: tuple[str, ...]) -> list[str]:

@@ -85,16 +85,23 @@ async def get_model(request: Request) -> JSONResponse:
 
 
 async def health(request: Request) -> JSONResponse:
+    """200 while the server can generate; 503 (with the reason) once it cannot, which is
+    what a gateway's health check acts on."""
     state = server_state(request)
+    group = state.distributed
+    failure = state.pipeline.engine.unavailable or (group.failure if group else None)
     return JSONResponse(
         {
-            "status": "ok",
+            "status": "unavailable" if failure else "ok",
+            "error": failure,
             "model": state.served_model_name,
             "queue_depth": state.pipeline.engine.queue_depth,
             "running": state.pipeline.engine.running,
             "mcp": state.mcp.status() if state.mcp is not None else None,
             "cpu_kernels": native_status(),
-        }
+            "distributed": group.describe() if group is not None else None,
+        },
+        status_code=503 if failure else 200,
     )
 
 
