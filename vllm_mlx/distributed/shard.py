@@ -8,6 +8,7 @@ ends with the same logits, which is what lets rank 0 alone decide each token.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .group import Mode
@@ -15,19 +16,21 @@ from .llama_pipeline import pipeline_llama
 
 
 def check_tensor_split(args: Any, world_size: int) -> None:
-    """Heads and MLP width must divide evenly, or ``shard`` would silently mis-split."""
+    """Heads must divide evenly, or ``shard`` would mis-split them; the error names the
+    rank counts that work."""
     heads = getattr(args, "num_attention_heads", None)
     kv_heads = getattr(args, "num_key_value_heads", None) or heads
+    if not isinstance(heads, int) or not isinstance(kv_heads, int):
+        return
     for name, count in (("attention heads", heads), ("key/value heads", kv_heads)):
-        if isinstance(count, int) and count % world_size:
+        if count % world_size:
+            common = math.gcd(heads, kv_heads)
+            fits = [str(n) for n in range(2, common + 1) if common % n == 0] or ["none"]
             raise ValueError(
                 f"tensor parallelism over {world_size} ranks needs the {name} ({count}) to "
-                f"divide evenly; use --distributed pipeline or {_divisors(count)} ranks"
+                f"divide evenly (rank counts that fit: {', '.join(fits)}); "
+                "or use --distributed pipeline"
             )
-
-
-def _divisors(count: int) -> str:
-    return "/".join(str(d) for d in range(2, count + 1) if count % d == 0) or "1"
 
 
 def shard_model(model: Any, mode: Mode, group: Any) -> str:

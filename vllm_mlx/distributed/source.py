@@ -28,6 +28,8 @@ from .group import GroupFailed, GroupHealth
 
 log = logging.getLogger(__name__)
 
+EXIT_LINGER = 1.0  # seconds a follower waits after the exit command before closing its sockets
+
 
 def leader_sampler(sampler: Sampler, group: Any) -> Sampler:
     """A fresh function per request: mlx-lm batches rows that share one sampler object into
@@ -140,6 +142,7 @@ class Follower:
             try:
                 op, uid, payload = self.channel.receive()
                 if op is Op.EXIT:
+                    time.sleep(EXIT_LINGER)  # peers may still be passing the last message on
                     return
                 if op is Op.STEP:
                     self.source.step()

@@ -18,7 +18,7 @@ from ..engine.engine import EngineUnavailableError, QueueFullError
 from ..request import RequestError
 from .anthropic.handler import count_tokens, create_message
 from .errors import APIError, error_response
-from .info import get_model, health, list_models
+from .info import get_model, health, list_models, version
 from .mcp import routes as mcp_routes
 from .openai.chat import chat_completions
 from .openai.completions import completions
@@ -82,6 +82,7 @@ def create_app(state: ServerState) -> Starlette:
     routes = [
         *UI_ROUTES,  # the playground at /, the status view (server/ui)
         Route("/health", health, methods=["GET"]),
+        Route("/version", version, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/models/{model_id:path}", get_model, methods=["GET"]),

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timezone
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -103,6 +105,19 @@ async def health(request: Request) -> JSONResponse:
         },
         status_code=503 if failure else 200,
     )
+
+
+def _version() -> str:
+    try:
+        return package_version("vllm-mlx")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+async def version(request: Request) -> JSONResponse:
+    """``GET /version`` (vLLM's): what a gateway probes to tell an OpenAI-compatible
+    worker from others (SMG then reads the served name and context from /v1/models)."""
+    return JSONResponse({"version": _version()})
 
 
 async def root(request: Request) -> Response:
