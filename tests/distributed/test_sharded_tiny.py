@@ -82,11 +82,11 @@ def test_concurrent_and_cancelled_requests_keep_the_ranks_in_step(servers):
     prompts = [*PROMPTS, "Once upon a time"]
     lengths = [TOKENS, TOKENS + 4, TOKENS - 3]
     with ThreadPoolExecutor(len(prompts)) as pool:
-        together = list(pool.map(lambda a: complete(sharded, *a), zip(prompts, lengths)))
-    alone = [complete(single, p, n) for p, n in zip(prompts, lengths)]
-    assert [r["choices"][0]["text"] for r in together] == [
-        r["choices"][0]["text"] for r in alone
-    ]
+        together = list(
+            pool.map(lambda a: complete(sharded, *a), zip(prompts, lengths, strict=True))
+        )
+    alone = [complete(single, p, n) for p, n in zip(prompts, lengths, strict=True)]
+    assert [r["choices"][0]["text"] for r in together] == [r["choices"][0]["text"] for r in alone]
     client = openai.OpenAI(base_url=f"{sharded}/v1", api_key="k", max_retries=0)
     stream = client.completions.create(
         model="m", prompt=PROMPTS[0], max_tokens=200, temperature=0, stream=True

@@ -46,7 +46,7 @@ class Channel:
             mx.eval(self._sum(mx.array(np.frombuffer(data, dtype=np.uint8))))
 
     def receive(self) -> tuple[Op, int, dict | None]:
-        header = self._sum(mx.zeros((HEADER,), dtype=mx.int32)).tolist()
+        header = [int(v) for v in np.array(self._sum(mx.zeros((HEADER,), dtype=mx.int32)))]
         op, uid, size = Op(header[0]), header[1], header[2]
         if not size:
             return op, uid, None

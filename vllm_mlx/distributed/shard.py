@@ -45,9 +45,9 @@ def shard_model(model: Any, mode: Mode, group: Any) -> str:
         check_tensor_split(getattr(model, "args", None), size)
         model.shard(group)
         return f"mlx-lm tensor parallel over {size} ranks"
-    inner = getattr(model, "model", None)
-    if hasattr(inner, "pipeline"):
-        inner.pipeline(group)
+    pipeline = getattr(getattr(model, "model", None), "pipeline", None)
+    if callable(pipeline):
+        pipeline(group)
         return f"mlx-lm pipeline over {size} ranks"
     if getattr(model, "model_type", None) == "llama":
         pipeline_llama(model, group)

@@ -98,10 +98,19 @@ class LeaderSource:
     def remove(self, uid: int) -> None:
         if self.health.failure:
             return
-        self._call(lambda: (self.channel.send(Op.REMOVE, uid), self.source.remove(uid)))
+
+        def work() -> None:
+            self.channel.send(Op.REMOVE, uid)
+            self.source.remove(uid)
+
+        self._call(work)
 
     def step(self) -> tuple[list[Step], list[int]]:
-        return self._call(lambda: (self.channel.send(Op.STEP), self.source.step())[1])
+        def work() -> tuple[list[Step], list[int]]:
+            self.channel.send(Op.STEP)
+            return self.source.step()
+
+        return self._call(work)
 
     def reset(self) -> None:
         if not self.health.failure:
