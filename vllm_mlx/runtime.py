@@ -194,6 +194,9 @@ def _build_sharded(
     failure halts the engine (503s) and a watchdog for ranks that hang or exit."""
     if draft_model:
         raise ValueError("--draft-model is not supported with --distributed")
+    log.info(
+        "sharded over %d ranks: the prefix cache is off (docs/distributed.md)", sharding.world_size
+    )
     loaded, source = _sharded_source(
         model, sharding, cpu_weights, max_num_seqs, kv_bits, kv_group_size
     )
