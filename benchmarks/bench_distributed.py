@@ -50,6 +50,21 @@ def measure(base: str, tokens: int) -> tuple[float, float, int]:
     return stamps[0] - start, (len(stamps) - 1) / (stamps[-1] - stamps[0]), len(stamps)
 
 
+def rss_mb(pid: int) -> list[float]:
+    """Resident memory of the server process and of its rank children (Linux /proc)."""
+    pids = [pid]
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    if children.exists():
+        pids += [int(p) for p in children.read_text().split()]
+    out = []
+    for p in pids:
+        status = Path(f"/proc/{p}/status")
+        if status.exists():
+            line = next(x for x in status.read_text().splitlines() if x.startswith("VmRSS"))
+            out.append(int(line.split()[1]) / 1024)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=None, help="default: the embedded SmolLM2-135M")
@@ -64,14 +79,18 @@ def main() -> None:
             with launched_server(args.model, [*flags, "--prefix-cache-mb", "0"], log) as s:
                 measure(s.base_url, 4)  # warm-up
                 runs = [measure(s.base_url, args.tokens) for _ in range(args.runs)]
+                memory = "/".join(f"{m:.0f}" for m in rss_mb(s.pid)) or "?"
             ttft = statistics.median(r[0] for r in runs)
             rate = statistics.median(r[1] for r in runs)
-            rows.append((mode or "single", ranks, ttft, rate))
+            rows.append((mode or "single", ranks, ttft, rate, memory))
             print(f"{mode or 'single'} x{ranks}: TTFT {ttft:.2f} s, {rate:.2f} tok/s", flush=True)
     base_rate = rows[0][3]
-    print("\n| mode | ranks | TTFT (s) | decode tok/s | vs 1 rank |\n|---|---|---|---|---|")
-    for mode, ranks, ttft, rate in rows:
-        print(f"| {mode} | {ranks} | {ttft:.2f} | {rate:.2f} | {rate / base_rate:.2f}x |")
+    print("\n| mode | ranks | TTFT (s) | decode tok/s | vs 1 rank | RSS per rank (MB) |")
+    print("|---|---|---|---|---|---|")
+    for mode, ranks, ttft, rate, memory in rows:
+        print(
+            f"| {mode} | {ranks} | {ttft:.2f} | {rate:.2f} | {rate / base_rate:.2f}x | {memory} |"
+        )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Starting the ranks: ``--ranks N`` on this machine (development, tests) and ``--hosts``
 through ``mlx.launch``.
 
-With ``--ranks N`` this process becomes rank 0 and starts ranks 1…N-1 itself, over the ring
+With ``--hosts`` this process runs ``mlx.launch`` and stops its ranks with it. With
+``--ranks N`` this process becomes rank 0 and starts ranks 1…N-1 itself, over the ring
 backend on loopback ports. Owning them is what lets rank 0 outlive one: it sees the exit,
 fails the group and answers 503 (``mlx.launch`` instead stops every rank when one fails,
 so behind it a dead rank takes the server down and a gateway's health check drops it).
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -129,3 +131,19 @@ def launch_command(hosts: str, backend: str, argv: Sequence[str]) -> list[str]:
         "vllm_mlx",
         *rest,
     ]
+
+
+def run_launcher(command: Sequence[str]) -> int:
+    """Run ``mlx.launch`` in its own process group and stop the whole group on SIGTERM or
+    SIGINT: mlx.launch itself exits on a signal without stopping the ranks it started."""
+    process = subprocess.Popen(list(command), start_new_session=True)
+
+    def stop(signum: int, frame: object) -> None:
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    return process.wait()

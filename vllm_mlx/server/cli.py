@@ -278,10 +278,10 @@ def serve(model: str | None, **opts) -> None:
     if opts["distributed"] and replay_file is not None:
         raise click.ClickException("--replay runs no model: it cannot be --distributed")
     if opts["hosts"]:
-        from ..distributed.ranks import launch_command
+        from ..distributed.ranks import launch_command, run_launcher
 
         command = launch_command(opts["hosts"], opts["distributed_backend"], sys.argv[1:])
-        os.execvp(command[0], command)
+        sys.exit(run_launcher(command))
     if opts["cpu_weights"] != "quantized" and replay_file is None:
         from ..engine.cpu import reexec_with_openblas
 
