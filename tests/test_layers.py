@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("families",),  # the family vocabulary: formats, dialects, registry, message types
     ("reasoning", "tool_parsers", "constrained", "engine", "mcp"),
-    ("native",),  # the CPU kernels (they check engine.cpu for OpenBLAS)
+    ("native", "distributed"),  # CPU kernels (engine.cpu); sharding over mlx.distributed
     ("models",),  # loading routes quantized layers to native
     ("chat", "request"),  # output stream, prompt rendering, thinking switch; the request
     ("pipeline",),
@@ -38,6 +38,7 @@ ENTRY_POINTS = {
     "__main__.py",
     "server/launch.py",
     "server/cli.py",  # the `serve` command
+    "server/cli_ranks.py",  # `serve --distributed`
     "chat/parse_cli.py",
 }
 

@@ -14,6 +14,10 @@ from .chat.template import ChatTemplateError, choose_template, special_tokens, t
 from .chat.template_probe import probe_text
 from .chat.tool_prompt import FALLBACK_TOOL_PARSER
 from .constrained.tokenizer_cache import token_count
+from .distributed.channel import Channel
+from .distributed.group import GroupHealth, Sharding, rank_roles
+from .distributed.shard import shard_model
+from .distributed.source import Follower, LeaderSource, Watchdog
 from .engine.cpu import openblas_preloaded
 from .engine.engine import Engine
 from .engine.prefix_cache import build_prefix_cache
@@ -37,9 +41,12 @@ class Runtime:
     loaded: LoadedModel
     engine: Engine
     pipeline: Pipeline
+    distributed: GroupHealth | None = None  # a sharded server's group, as /health shows it
 
     def close(self) -> None:
         self.engine.close()
+        if isinstance(self.engine.source, LeaderSource):
+            self.engine.source.close()  # the followers exit
 
 
 def build_runtime(
@@ -69,11 +76,34 @@ def build_runtime(
     num_draft_tokens: int = 4,
     chat_template: str | None = None,
     progress: bool = True,
+    sharding: Sharding | None = None,
 ) -> Runtime:
-    """``chat_template``: a template's text to use instead of the model's own."""
-    if cpu_weights == "auto" and sys.platform.startswith("linux") and not openblas_preloaded():
-        # float32 pays off only when OpenBLAS does the matmuls (engine/cpu.py)
-        cpu_weights = "quantized"
+    """``chat_template``: a template's text to use instead of the model's own;
+    ``sharding``: this process is rank 0 of a sharded server (``_build_sharded``)."""
+    cpu_weights = _weights_for_cpu(cpu_weights)
+    if sharding is not None:
+        return _build_sharded(
+            model,
+            sharding,
+            cpu_weights=cpu_weights,
+            max_num_seqs=max_num_seqs,
+            max_queue=max_queue,
+            kv_bits=kv_bits,
+            kv_group_size=kv_group_size,
+            draft_model=draft_model,
+            warmup_prompt=warmup_prompt,
+            reasoning_parser=reasoning_parser,
+            tool_parser=tool_parser,
+            default_max_tokens=default_max_tokens,
+            max_tokens_cap=max_tokens_cap,
+            structured_backend=structured_backend,
+            default_thinking_budget=default_thinking_budget,
+            sampling_overrides=sampling_overrides,
+            allow_request_templates=allow_request_templates,
+            unsupported_media=unsupported_media,
+            limits=limits,
+            max_model_len=max_model_len,
+        )
     loaded = load_model(model, cpu_weights=cpu_weights, progress=progress)
     if chat_template is not None:
         loaded.tokenizer.chat_template = loaded.chat_template = chat_template
@@ -116,6 +146,101 @@ def build_runtime(
     if warmup_prompt:
         warm_up(runtime.pipeline, warmup_prompt)
     return runtime
+
+
+def _weights_for_cpu(cpu_weights: CpuWeights) -> CpuWeights:
+    if cpu_weights == "auto" and sys.platform.startswith("linux") and not openblas_preloaded():
+        # float32 pays off only when OpenBLAS does the matmuls (engine/cpu.py)
+        return "quantized"
+    return cpu_weights
+
+
+def _sharded_source(
+    model: str | None,
+    sharding: Sharding,
+    cpu_weights: CpuWeights,
+    max_num_seqs: int,
+    kv_bits: int | None,
+    kv_group_size: int,
+) -> tuple[LoadedModel, ModelBatchSource]:
+    """This rank's share of the model and its batch source: the same on every rank, with
+    no prefix cache (each rank's cache would have to make identical hit and eviction
+    decisions; see docs/distributed.md)."""
+    cpu_weights = _weights_for_cpu(cpu_weights)
+    loaded = load_model(
+        model,
+        cpu_weights=cpu_weights,
+        progress=sharding.rank == 0,
+        shard=lambda m: log.info("%s", shard_model(m, sharding.mode, sharding.group)),
+    )
+    source = ModelBatchSource(
+        loaded.model, max_num_seqs=max_num_seqs, kv_bits=kv_bits, kv_group_size=kv_group_size
+    )
+    return loaded, source
+
+
+def _build_sharded(
+    model: str | None,
+    sharding: Sharding,
+    *,
+    cpu_weights: CpuWeights,
+    max_num_seqs: int,
+    max_queue: int,
+    kv_bits: int | None,
+    kv_group_size: int,
+    draft_model: str | None,
+    warmup_prompt: str | None,
+    reasoning_parser: str | None,
+    tool_parser: str | None,
+    **pipeline_options,
+) -> Runtime:
+    """Rank 0 of a sharded server: the usual pipeline over a ``LeaderSource``, whose
+    failure halts the engine (503s) and a watchdog for ranks that hang or exit."""
+    if draft_model:
+        raise ValueError("--draft-model is not supported with --distributed")
+    log.info(
+        "sharded over %d ranks: the prefix cache is off (docs/distributed.md)", sharding.world_size
+    )
+    loaded, source = _sharded_source(
+        model, sharding, cpu_weights, max_num_seqs, kv_bits, kv_group_size
+    )
+    layers = getattr(getattr(loaded.model, "args", None), "num_hidden_layers", 0)
+    health = GroupHealth(
+        world_size=sharding.world_size,
+        backend=sharding.backend,
+        mode=sharding.mode,
+        rank_roles=rank_roles(sharding.world_size, sharding.mode, layers),
+    )
+    leader = LeaderSource(source, Channel(sharding.group, source.stream), health)
+    runtime = _assemble(
+        loaded,
+        leader,
+        reasoning_parser=reasoning_parser,
+        tool_parser=tool_parser,
+        max_num_seqs=max_num_seqs,
+        max_queue=max_queue,
+        **pipeline_options,
+    )
+    runtime.distributed = health
+    leader.on_failure = runtime.engine.halt
+    Watchdog(leader, sharding.timeout, sharding.check)
+    if warmup_prompt:
+        warm_up(runtime.pipeline, warmup_prompt)
+    return runtime
+
+
+def build_follower(
+    model: str | None,
+    sharding: Sharding,
+    *,
+    cpu_weights: CpuWeights = "auto",
+    max_num_seqs: int = 8,
+    kv_bits: int | None = None,
+    kv_group_size: int = 64,
+) -> Follower:
+    """Every rank but 0 of a sharded server: its share of the model, driven by rank 0."""
+    _, source = _sharded_source(model, sharding, cpu_weights, max_num_seqs, kv_bits, kv_group_size)
+    return Follower(source, Channel(sharding.group, source.stream))
 
 
 def load_draft(spec: str, target: LoadedModel, cpu_weights: CpuWeights):

@@ -20,7 +20,7 @@ from typing import Any
 from .decoder import RequestDecoder
 from .sampling import make_penalty_processors, make_sampler
 from .sources import TokenSource
-from .types import GenerationChunk, GenerationRequest
+from .types import UNAVAILABLE, GenerationChunk, GenerationRequest
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,10 @@ _SHUTDOWN = object()
 
 class QueueFullError(RuntimeError):
     """More requests are waiting than the server accepts."""
+
+
+class EngineUnavailableError(RuntimeError):
+    """The engine can no longer generate (a sharded server's rank group failed): 503."""
 
 
 class _Job:
@@ -71,6 +75,7 @@ class Engine:
         self._running: dict[int, _Running] = {}
         self._deferred: list[_Job] = []  # waiting for a shared prefix's prefill (_admit)
         self._closing = threading.Event()
+        self.unavailable: str | None = None  # why the engine stopped serving (``halt``)
         self._thread = threading.Thread(target=self._work, name="vllm-mlx-engine", daemon=True)
         self._thread.start()
 
@@ -123,7 +128,23 @@ class Engine:
         """Finish the source's pending writes (the prefix cache on disk)."""
         self.source.flush()
 
+    def halt(self, reason: str) -> None:
+        """Stop serving for good, from any thread (the engine's may be stuck in a collective
+        that never returns): new requests raise ``EngineUnavailableError``, running and
+        waiting ones end now with an error that says why."""
+        self.unavailable = reason
+        for running in list(self._running.values()):
+            running.job.emit(running.decoder.on_end("error", error=self._error_text(reason)))
+        for job in list(self._deferred):
+            job.emit(GenerationChunk(finish_reason="error", error=self._error_text(reason)))
+
+    def _error_text(self, message: str) -> str:
+        """An error after ``halt`` says the engine is unavailable (the API answers 503)."""
+        return f"{UNAVAILABLE}{self.unavailable}" if self.unavailable else message
+
     def _submit(self, request: GenerationRequest, emit: Emit) -> _Job:
+        if self.unavailable:
+            raise EngineUnavailableError(self.unavailable)
         if self._jobs.qsize() >= self.max_queue:
             raise QueueFullError(f"{self._jobs.qsize()} requests are already waiting")
         job = _Job(request, emit)
@@ -205,7 +226,7 @@ class Engine:
             )
         except Exception as exc:
             log.exception("could not start request %s", request.request_id)
-            job.emit(GenerationChunk(finish_reason="error", error=str(exc)))
+            job.emit(GenerationChunk(finish_reason="error", error=self._error_text(str(exc))))
             return
         decoder = RequestDecoder(request, self.tokenizer, self._eos, cached_tokens=cached)
         self._running[uid] = _Running(job, decoder)
@@ -220,5 +241,5 @@ class Engine:
     def _fail_all(self, message: str) -> None:
         self.source.reset()
         for running in self._running.values():
-            running.job.emit(running.decoder.on_end("error", error=message))
+            running.job.emit(running.decoder.on_end("error", error=self._error_text(message)))
         self._running.clear()

@@ -145,6 +145,11 @@ class ModelBatchSource:
                 f"this model: {exc}"
             ) from None
 
+    @property
+    def stream(self) -> Any:
+        """The stream the generator computes on (a sharded server's collectives join it)."""
+        return self._gen.stream
+
     def _new_generator(self) -> BatchGenerator:
         return BatchGenerator(
             self.model,

@@ -7,6 +7,10 @@ from dataclasses import dataclass, field
 
 from .sampling import LogitsProcessor, SamplingParams
 
+# Starts the error of a request the engine could not finish because it stopped serving
+# (``Engine.halt``): the APIs answer 503, not 500.
+UNAVAILABLE = "service unavailable: "
+
 
 @dataclass
 class GenerationRequest:

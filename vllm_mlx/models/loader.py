@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -78,40 +79,54 @@ def choose_weights(cpu_weights: CpuWeights) -> Literal["quantized", "float32"]:
     return "quantized"
 
 
-def to_float32(model: Any) -> Any:
+def to_float32(model: Any, evaluate: bool = True) -> Any:
     """Dequantize every quantized layer and cast floating parameters to float32."""
     import mlx.core as mx
     from mlx_lm.utils import dequantize_model
 
     model = dequantize_model(model)
     model.set_dtype(mx.float32)
-    mx.eval(model.parameters())
+    if evaluate:
+        mx.eval(model.parameters())
     return model
 
 
 def load_model(
-    spec: str | None, *, cpu_weights: CpuWeights = "auto", progress: bool = True
+    spec: str | None,
+    *,
+    cpu_weights: CpuWeights = "auto",
+    progress: bool = True,
+    shard: Callable[[Any], object] | None = None,
 ) -> LoadedModel:
-    """Resolve ``spec`` (see ``resolve_model``) and load it with mlx-lm."""
+    """Resolve ``spec`` (see ``resolve_model``) and load it with mlx-lm.
+
+    ``shard`` (a sharded server) gets the model before any weight is read, so each rank
+    reads only its share; the native kernels are then left out (they patch whole layers)."""
     weights = choose_weights(cpu_weights)
     path = resolve_model(spec, progress=progress)
     import mlx.core as mx
     from mlx_lm.utils import load
 
     try:
-        model, tokenizer, config = load(str(path), return_config=True)  # type: ignore[misc]
+        model, tokenizer, config = load(  # type: ignore[misc]
+            str(path), return_config=True, lazy=shard is not None
+        )
     except ModelLoadError:
         raise
     except (OSError, ValueError, KeyError, TypeError, RuntimeError, json.JSONDecodeError) as error:
         raise ModelLoadError(f"could not load model from {path}: {error}") from error
     kernels = "mlx"
     if weights == "float32":
-        model = to_float32(model)
+        model = to_float32(model, evaluate=shard is None)
     elif computes_on_cpu():
         # float16/bfloat16 scales or weights would make every activation half precision,
         # ~28x slower on x86 CPUs; packed quantized weights are integers and stay as they are.
         model.set_dtype(mx.float32)
-        kernels = use_native_kernels(model)
+        if shard is None:
+            kernels = use_native_kernels(model)
+    if shard is not None:
+        shard(model)
+        mx.eval(model.parameters())
     loaded = _loaded(spec, path, model, tokenizer, config, weights)
     loaded.kernels = kernels
     return loaded

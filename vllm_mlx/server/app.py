@@ -14,11 +14,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..chat.template import ChatTemplateError
-from ..engine.engine import QueueFullError
+from ..engine.engine import EngineUnavailableError, QueueFullError
 from ..request import RequestError
 from .anthropic.handler import count_tokens, create_message
 from .errors import APIError, error_response
-from .info import get_model, health, list_models, load_model, unload_model
+from .info import get_model, health, list_models, load_model, unload_model, version
 from .mcp import routes as mcp_routes
 from .openai.chat import chat_completions
 from .openai.completions import completions
@@ -53,6 +53,10 @@ async def _queue_full(request: Request, exc: Exception) -> Response:
     return error_response(request.url.path, APIError(429, f"server is busy: {exc}"))
 
 
+async def _unavailable(request: Request, exc: Exception) -> Response:
+    return error_response(request.url.path, APIError(503, f"service unavailable: {exc}"))
+
+
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s", request.url.path)
     return error_response(request.url.path, APIError(500, f"internal error: {exc}"))
@@ -81,6 +85,7 @@ def create_app(state: ServerState) -> Starlette:
     routes = [
         *UI_ROUTES,  # the playground at /, the status view (server/ui)
         Route("/health", health, methods=["GET"]),
+        Route("/version", version, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/models/{model_id:path}/load", load_model, methods=["POST"]),
@@ -108,6 +113,7 @@ def create_app(state: ServerState) -> Starlette:
             APIError: _api_error,
             HTTPException: _http_error,
             QueueFullError: _queue_full,
+            EngineUnavailableError: _unavailable,
             RequestError: _invalid_request,
             ChatTemplateError: _invalid_request,
             Exception: _unexpected,

@@ -272,10 +272,48 @@ import click
     help="Answer every request with this recorded model output instead of running the model "
     "(client and parser debugging; no model cost).",
 )
+@click.option(
+    "--distributed",
+    type=click.Choice(["tensor", "pipeline"]),
+    help="Shard the model over mlx.distributed ranks (start under mlx.launch, or use "
+    "--ranks/--hosts); rank 0 serves HTTP (docs/distributed.md).",
+)
+@click.option(
+    "--ranks",
+    type=click.IntRange(min=2),
+    help="With --distributed: start this many ranks on this machine (ring over loopback).",
+)
+@click.option(
+    "--hosts",
+    help="With --distributed: start one rank per host (comma-separated IPs) via mlx.launch.",
+)
+@click.option(
+    "--distributed-backend",
+    type=click.Choice(["any", "ring", "jaccl", "mpi"]),
+    default="any",
+    show_default=True,
+    help="mlx.distributed backend (any: whichever the launcher set up).",
+)
+@click.option(
+    "--collective-timeout",
+    default=120.0,
+    show_default=True,
+    type=click.FloatRange(min=1),
+    help="Seconds one step's collectives may take before the rank group counts as failed.",
+)
 def serve(model: str | None, **opts) -> None:
     """Serve MODEL (a model folder, a .gguf file or a short name; default: the embedded
     SmolLM2-135M-Instruct) over the OpenAI and Anthropic APIs."""
     replay_file = opts["replay_file"]
+    if (opts["ranks"] or opts["hosts"]) and not opts["distributed"]:
+        raise click.ClickException("--ranks and --hosts need --distributed tensor|pipeline")
+    if opts["distributed"] and replay_file is not None:
+        raise click.ClickException("--replay runs no model: it cannot be --distributed")
+    if opts["hosts"]:
+        from ..distributed.ranks import launch_command, run_launcher
+
+        command = launch_command(opts["hosts"], opts["distributed_backend"], sys.argv[1:])
+        sys.exit(run_launcher(command))
     if opts["cpu_weights"] != "quantized" and replay_file is None:
         from ..engine.cpu import reexec_with_openblas
 
@@ -287,6 +325,12 @@ def serve(model: str | None, **opts) -> None:
     from .ops.middleware import install_request_id_logging
 
     install_request_id_logging()
+    from .cli_ranks import follow, join_ranks, sharded_runtime
+
+    sharding, local_ranks = join_ranks(opts) if opts["distributed"] else (None, None)
+    if sharding is not None and sharding.rank != 0:
+        follow(model, sharding, opts)
+        return
     import uvicorn
 
     from ..models.errors import ModelLoadError
@@ -375,8 +419,20 @@ def serve(model: str | None, **opts) -> None:
             **parsers,
         )
         warmup = opts["warmup_prompt"].read() if opts["warmup_prompt"] else None
-        pool = _model_pool(model, opts, runtime_options, warmup, several)
-        state = ServerState(None, pool.catalog.default or "", models=pool, **state_options)
+        if sharding is not None:
+            if several:
+                raise click.ClickException("--distributed serves one model: leave out --models-dir")
+            runtime = sharded_runtime(model, sharding, local_ranks, runtime_options, warmup)
+            state = ServerState(
+                pipeline=runtime.pipeline,
+                served_model_name=opts["served_model_name"] or runtime.loaded.name,
+                distributed=runtime.distributed,
+                **state_options,
+            )
+            state.models.strict = opts["strict_model_ids"]
+        else:
+            pool = _model_pool(model, opts, runtime_options, warmup, several)
+            state = ServerState(None, pool.catalog.default or "", models=pool, **state_options)
     host, port = opts["host"], opts["port"]
     # each connection holds a descriptor; keep room for model files, MCP pipes and logs
     max_connections = min(opts["max_connections"], raise_open_file_limit() - 128)
@@ -386,14 +442,20 @@ def serve(model: str | None, **opts) -> None:
     served = ", ".join(sorted(state.models.catalog.entries))
     click.echo(f"serving {served} on http://{host}:{port}/v1", err=True)
     # the request-context middleware writes the access log (with request ids)
-    uvicorn.run(
-        create_app(state),
-        host=host,
-        port=port,
-        http=guarded_protocol(connections),
-        log_level=opts["log_level"],
-        access_log=False,
-    )
+    try:
+        uvicorn.run(
+            create_app(state),
+            host=host,
+            port=port,
+            http=guarded_protocol(connections),
+            log_level=opts["log_level"],
+            access_log=False,
+        )
+    finally:
+        if sharding is not None:
+            runtime.close()  # tells the other ranks to exit
+        if local_ranks is not None:
+            local_ranks.stop()
 
 
 def _listed(values: tuple[str, ...]) -> list[str]:

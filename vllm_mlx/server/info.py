@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timezone
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -159,12 +161,18 @@ def _exact(state: ServerState, model_id: str) -> Entry:
 
 
 async def health(request: Request) -> JSONResponse:
-    """200 whenever the server answers, loads under way included."""
+    """200 while the server can generate, loads under way included; 503 (with the reason)
+    once it cannot, which is what a gateway's health check acts on."""
     state = server_state(request)
     pool = state.models
+    group = state.distributed
+    # a halted engine (a sharded server's failed rank group) cannot generate any more
+    halted = state.pipeline.engine.unavailable if state.pipeline is not None else None
+    failure = halted or (group.failure if group else None)
     return JSONResponse(
         {
-            "status": "ok",
+            "status": "unavailable" if failure else "ok",
+            "error": failure,
             "model": state.served_model_name,
             "queue_depth": pool.queue_depth(),
             "running": pool.running(),
@@ -174,8 +182,23 @@ async def health(request: Request) -> JSONResponse:
             },
             "mcp": state.mcp.status() if state.mcp is not None else None,
             "cpu_kernels": native_status(),
-        }
+            "distributed": group.describe() if group is not None else None,
+        },
+        status_code=503 if failure else 200,
     )
+
+
+def _version() -> str:
+    try:
+        return package_version("vllm-mlx")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+async def version(request: Request) -> JSONResponse:
+    """``GET /version`` (vLLM's): what a gateway probes to tell an OpenAI-compatible
+    worker from others (SMG then reads the served name and context from /v1/models)."""
+    return JSONResponse({"version": _version()})
 
 
 async def root(request: Request) -> Response:

@@ -31,6 +31,8 @@ class ServerState:
     responses_store_bytes: int = 128 * 1024 * 1024
     # MCP: the manager (started with the app) for --mcp-config, else None
     mcp: Any = None
+    # a sharded server's rank group (distributed.group.GroupHealth), else None
+    distributed: Any = None
     # the models requests choose from (server/serving.py)
     models: ModelPool = None  # type: ignore[assignment]  # set in __post_init__ when None
 

@@ -14,6 +14,7 @@ from typing import TypeVar
 
 from starlette.requests import Request
 
+from ..engine.types import UNAVAILABLE
 from ..families.message import MessageDelta, ParsedMessage, ToolCallDelta
 from ..pipeline import ChatEvent, ChatResult
 from .errors import APIError
@@ -33,6 +34,9 @@ def whole_delta(message: ParsedMessage) -> MessageDelta:
 
 
 def generation_failed(message: str | None) -> APIError:
+    """500, or 503 when the engine stopped serving (a sharded server's group failed)."""
+    if message and message.startswith(UNAVAILABLE):
+        return APIError(503, message)
     return APIError(500, f"generation failed: {message or 'unknown error'}")
 
 
