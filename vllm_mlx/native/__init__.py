@@ -17,12 +17,11 @@ import sys
 from types import ModuleType
 from typing import Any
 
-KERNELS = ("quantized_matmul", "dequantize", "attention")
+KERNELS = ("quantized_matmul", "dequantize", "attention", "rms_norm", "rope", "mlp_block")
 DISABLE_ENV = "VLLM_MLX_NATIVE"  # "0" turns the kernels off without rebuilding
 _routed: list[str] = []  # what patch.enable routed, latest last (for status())
 
 
-@functools.cache
 @functools.cache
 def _load() -> tuple[ModuleType | None, str | None]:
     """The extension (imported on first use: it imports mlx.core) or why it is missing."""
@@ -82,6 +81,36 @@ def dequantize(w, scales, biases, group_size: int, bits: int):
 def attention(q, k, v, scale: float, causal: bool = False):
     """``softmax(q k^T * scale) v`` over grouped-query heads on the native kernel."""
     return _extension().attention(q, k, v, scale, causal)
+
+
+def rms_norm(x, weight, eps: float):
+    """``mx.fast.rms_norm(x, weight, eps)`` for float32 ``x`` as one native node."""
+    return _extension().rms_norm(x, weight, eps)
+
+
+def rope_inv_freq(dims: int, base: float):
+    """``exp(-i ln(base) / (dims/2))`` computed as ``mx.fast.rope``'s CPU fallback does (MLX's
+    own ``exp``), so the native rope's angles are the same floats as MLX's."""
+    import mlx.core as mx
+    import numpy as np
+
+    half = dims // 2
+    step = np.float32(np.log(np.float32(base))) / np.float32(half)
+    return mx.exp(mx.arange(0, -half, -1, dtype=mx.float32) * mx.array(step))
+
+
+def rope(x, inv_freq, dims: int, traditional: bool, scale: float, offset: int):
+    """``mx.fast.rope`` for float32 ``x`` ``[B, H, L, D]`` and an int offset, one node;
+    ``inv_freq`` from ``rope_inv_freq`` (or ``1 / freqs``)."""
+    return _extension().rope(x, inv_freq, dims, traditional, scale, offset)
+
+
+def mlp_block(h, norm_weight, eps: float, gate, up, down, group_size: int, bits: int):
+    """``h + down(silu(gate(n)) * up(n))``, ``n = rms_norm(h)``; each projection is a
+    quantized ``(w, scales, biases)`` triple (one group size and bit width)."""
+    return _extension().mlp_block(
+        h, norm_weight, eps, list(gate), list(up), list(down), group_size, bits
+    )
 
 
 def set_isa(name: str) -> bool:

@@ -15,9 +15,11 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
+from mlx_lm.models import llama
 
 from vllm_mlx import native
 from vllm_mlx.engine.cpu import openblas_preloaded
+from vllm_mlx.native.layers import NativeLlamaBlock, NativeRMSNorm, NativeRoPE
 
 BITS = (4, 8)
 GROUP_SIZES = (32, 64, 128)
@@ -39,12 +41,16 @@ class Patched:
 
     linear: int = 0
     embedding: int = 0
+    norms: int = 0
+    ropes: int = 0
+    mlp_blocks: int = 0
     attention_modules: tuple[str, ...] = ()
 
     def describe(self) -> str:
         attention = ", ".join(self.attention_modules) or "none"
         return (
             f"{self.linear} quantized linear + {self.embedding} quantized embedding layers, "
+            f"{self.norms} RMSNorm, {self.ropes} RoPE, {self.mlp_blocks} fused MLP blocks, "
             f"attention in {attention}"
         )
 
@@ -121,10 +127,25 @@ def _attention_eligible(queries, keys, cache, mask, sinks) -> bool:
     )
 
 
+def _fusable_mlp(block: Any) -> bool:
+    """A Llama block whose MLP the fused native node computes exactly: RMSNorm before it,
+    three eligible quantized projections of one group size and bit width, no biases."""
+    mlp, norm = block.mlp, block.post_attention_layernorm
+    projections = [getattr(mlp, name, None) for name in ("gate_proj", "up_proj", "down_proj")]
+    return (
+        type(mlp) is llama.MLP
+        and isinstance(norm, nn.RMSNorm)
+        and norm["weight"].dtype == mx.float32
+        and all(isinstance(p, NativeQuantizedLinear) and "bias" not in p for p in projections)
+        and len({(p.group_size, p.bits) for p in projections}) == 1
+    )
+
+
 def enable(model: nn.Module) -> Patched:
     """Route ``model``'s eligible layers and attention to the native kernels."""
     patched = Patched()
     attention_modules: set[str] = set()
+    blocks = []
     for _, layer in model.named_modules():
         if type(layer) is nn.QuantizedLinear and _eligible(layer):
             layer.__class__ = NativeQuantizedLinear
@@ -132,8 +153,21 @@ def enable(model: nn.Module) -> Patched:
         elif type(layer) is nn.QuantizedEmbedding and _eligible(layer):
             layer.__class__ = NativeQuantizedEmbedding
             patched.embedding += 1
+        elif type(layer) is nn.RMSNorm:
+            layer.__class__ = NativeRMSNorm
+            patched.norms += 1
+        elif type(layer) is nn.RoPE:
+            layer.__class__ = NativeRoPE
+            patched.ropes += 1
         elif type(layer).__module__.startswith("mlx_lm.models."):
             attention_modules.add(type(layer).__module__)
+            if type(layer) is llama.TransformerBlock:
+                blocks.append(layer)
+    for block in blocks:  # after the loop: its projections must have been routed first
+        if _fusable_mlp(block):
+            block.__class__ = NativeLlamaBlock
+            block.max_rows = DEQUANTIZE_ROWS if _BLAS_PRELOADED else None
+            patched.mlp_blocks += 1
     patched.attention_modules = tuple(
         sorted(name for name in attention_modules if _route_attention(name))
     )

@@ -2,7 +2,9 @@
 // mlx.core.array crosses the boundary as itself).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
+#include "fused.h"
 #include "kernels.h"
 #include "primitives.h"
 #include "threadpool.h"
@@ -41,6 +43,35 @@ NB_MODULE(_kernels, m) {
       "scale"_a,
       "causal"_a = false,
       "softmax(q k^T * scale) v with grouped-query heads, no mask array (CPU).");
+  m.def(
+      "rms_norm",
+      &vmlx::rms_norm,
+      "x"_a,
+      "weight"_a,
+      "eps"_a,
+      "x * rsqrt(mean(x^2, -1) + eps) * weight, float32 (CPU).");
+  m.def(
+      "rope",
+      &vmlx::rope,
+      "x"_a,
+      "inv_freq"_a,
+      "dims"_a,
+      "traditional"_a,
+      "scale"_a,
+      "offset"_a,
+      "mx.fast.rope for float32 x [B, H, L, D], inv_freq [dims/2] and an int offset (CPU).");
+  m.def(
+      "mlp_block",
+      &vmlx::mlp_block,
+      "h"_a,
+      "norm_weight"_a,
+      "eps"_a,
+      "gate"_a,
+      "up"_a,
+      "down"_a,
+      "group_size"_a,
+      "bits"_a,
+      "h + down(silu(gate(n)) * up(n)), n = rms_norm(h): a quantized SwiGLU MLP block (CPU).");
   m.def("isa", []() { return std::string(vmlx::isa()); }, "The instruction set in use.");
   m.def(
       "set_isa",
