@@ -17,7 +17,15 @@ import sys
 from types import ModuleType
 from typing import Any
 
-KERNELS = ("quantized_matmul", "dequantize", "attention", "rms_norm", "rope", "mlp_block")
+KERNELS = (
+    "quantized_matmul",
+    "dequantize",
+    "attention",
+    "rms_norm",
+    "rope",
+    "mlp_block",
+    "attention_input",
+)
 DISABLE_ENV = "VLLM_MLX_NATIVE"  # "0" turns the kernels off without rebuilding
 _routed: list[str] = []  # what patch.enable routed, latest last (for status())
 
@@ -111,6 +119,29 @@ def mlp_block(h, norm_weight, eps: float, gate, up, down, group_size: int, bits:
     return _extension().mlp_block(
         h, norm_weight, eps, list(gate), list(up), list(down), group_size, bits
     )
+
+
+def attention_input(
+    x,
+    norm_weight,
+    eps: float,
+    q,
+    k,
+    v,
+    group_size: int,
+    bits: int,
+    heads: tuple[int, int],
+    inv_freq,
+    rope: tuple[int, bool, float],
+    offset: int,
+):
+    """``[q, k, v]`` heads ``[B, H, L, head_dim]`` of ``rms_norm(x)`` through quantized
+    projections, q and k rotated (``rope`` = dims, traditional, scale) at ``offset``."""
+    dims, traditional, scale = rope
+    return _extension().attention_input(
+        x, norm_weight, eps, list(q), list(k), list(v), group_size, bits, heads[0], heads[1],
+        inv_freq, dims, traditional, scale, offset,
+    )  # fmt: skip
 
 
 def set_isa(name: str) -> bool:

@@ -44,13 +44,15 @@ class Patched:
     norms: int = 0
     ropes: int = 0
     mlp_blocks: int = 0
+    attention_inputs: int = 0
     attention_modules: tuple[str, ...] = ()
 
     def describe(self) -> str:
         attention = ", ".join(self.attention_modules) or "none"
         return (
             f"{self.linear} quantized linear + {self.embedding} quantized embedding layers, "
-            f"{self.norms} RMSNorm, {self.ropes} RoPE, {self.mlp_blocks} fused MLP blocks, "
+            f"{self.norms} RMSNorm, {self.ropes} RoPE, {self.mlp_blocks} fused MLP + "
+            f"{self.attention_inputs} fused attention-input blocks, "
             f"attention in {attention}"
         )
 
@@ -141,6 +143,21 @@ def _fusable_mlp(block: Any) -> bool:
     )
 
 
+def _fusable_attention(block: Any) -> bool:
+    """A Llama block whose attention input (norm, q/k/v, RoPE) the fused node computes:
+    plain RoPE, eligible quantized q/k/v of one group size and bit width, no biases."""
+    attn, norm = block.self_attn, block.input_layernorm
+    projections = [getattr(attn, name, None) for name in ("q_proj", "k_proj", "v_proj")]
+    return (
+        type(attn) is llama.Attention
+        and isinstance(attn.rope, nn.RoPE)
+        and isinstance(norm, nn.RMSNorm)
+        and norm["weight"].dtype == mx.float32
+        and all(isinstance(p, NativeQuantizedLinear) and "bias" not in p for p in projections)
+        and len({(p.group_size, p.bits) for p in projections}) == 1
+    )
+
+
 def enable(model: nn.Module) -> Patched:
     """Route ``model``'s eligible layers and attention to the native kernels."""
     patched = Patched()
@@ -167,7 +184,9 @@ def enable(model: nn.Module) -> Patched:
         if _fusable_mlp(block):
             block.__class__ = NativeLlamaBlock
             block.max_rows = DEQUANTIZE_ROWS if _BLAS_PRELOADED else None
+            block.fused_attention = _fusable_attention(block)
             patched.mlp_blocks += 1
+            patched.attention_inputs += block.fused_attention
     patched.attention_modules = tuple(
         sorted(name for name in attention_modules if _route_attention(name))
     )

@@ -72,6 +72,25 @@ NB_MODULE(_kernels, m) {
       "group_size"_a,
       "bits"_a,
       "h + down(silu(gate(n)) * up(n)), n = rms_norm(h): a quantized SwiGLU MLP block (CPU).");
+  m.def(
+      "attention_input",
+      &vmlx::attention_input,
+      "x"_a,
+      "norm_weight"_a,
+      "eps"_a,
+      "q_proj"_a,
+      "k_proj"_a,
+      "v_proj"_a,
+      "group_size"_a,
+      "bits"_a,
+      "n_heads"_a,
+      "n_kv_heads"_a,
+      "inv_freq"_a,
+      "rope_dims"_a,
+      "traditional"_a,
+      "rope_scale"_a,
+      "offset"_a,
+      "[q, k, v] heads of rms_norm(x) through quantized q/k/v projections, q and k rotated (CPU).");
   m.def("isa", []() { return std::string(vmlx::isa()); }, "The instruction set in use.");
   m.def(
       "set_isa",

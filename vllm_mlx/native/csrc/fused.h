@@ -90,3 +90,50 @@ class MlpBlock : public mx::Primitive {
 };
 
 } // namespace vmlx
+
+namespace vmlx {
+
+// The input half of mlx-lm's Llama attention in one node: n = rms_norm(x, norm_weight),
+// q/k/v = n @ W^T (quantized, no bias), split into heads [B, H, L, head_dim] and q, k
+// rotated by rope (inv_freq, dims, traditional, scale, offset as in vmlx::rope).
+// Returns {q, k, v}.
+std::vector<mx::array> attention_input(
+    const mx::array& x,
+    const mx::array& norm_weight,
+    float eps,
+    const std::vector<mx::array>& q_proj,
+    const std::vector<mx::array>& k_proj,
+    const std::vector<mx::array>& v_proj,
+    int group_size,
+    int bits,
+    int n_heads,
+    int n_kv_heads,
+    const mx::array& inv_freq,
+    int rope_dims,
+    bool traditional,
+    float rope_scale,
+    int offset);
+
+class AttentionInput : public mx::Primitive {
+ public:
+  struct Params {
+    float eps;
+    int group_size, bits, n_heads, n_kv_heads, rope_dims;
+    bool traditional;
+    float rope_scale;
+    int offset;
+  };
+  AttentionInput(mx::Stream stream, Params p) : mx::Primitive(stream), p_(p) {}
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+  void eval_gpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+  const char* name() const override {
+    return "VllmMlxAttentionInput";
+  }
+  bool is_equivalent(const mx::Primitive& other) const override;
+  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override;
+
+ private:
+  Params p_;
+};
+
+} // namespace vmlx
