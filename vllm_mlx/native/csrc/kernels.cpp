@@ -177,9 +177,11 @@ void qmm(const QmmArgs& a) {
       for (int64_t k0 = 0; k0 < a.K; k0 += 32) {
         const float* src = a.x + m * a.K + k0;
         float* dst = x_perm.data() + m * a.K + k0;
-        for (int j = 0; j < 16; ++j) {
-          dst[j] = src[2 * j];
-          dst[16 + j] = src[2 * j + 1];
+        for (int half = 0; half < 32; half += 16) { // avx2::unpack32's element order
+          for (int j = 0; j < 8; ++j) {
+            dst[half + j] = src[half + 2 * j];
+            dst[half + 8 + j] = src[half + 2 * j + 1];
+          }
         }
       }
     }

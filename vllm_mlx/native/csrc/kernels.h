@@ -54,8 +54,8 @@ void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1
 } // namespace generic
 
 namespace avx2 {
-// x_perm: x with each 32-element block reordered as its 16 even then 16 odd elements
-// (4-bit only; nullptr for 8-bit), matching the nibble order of a 16-byte load.
+// x_perm: x with each 16-element half of a 32-element block reordered as its 8 even
+// then 8 odd elements (4-bit only; nullptr for 8-bit), the order unpack32 yields.
 void qmm_rows(
     const QmmArgs& a,
     const float* x_perm,
