@@ -11,6 +11,7 @@ parent class unchanged.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
@@ -18,6 +19,9 @@ import mlx.nn as nn
 from mlx_lm.models import llama
 
 from vllm_mlx import native
+
+# Longer query blocks (prefill) are matmul-shaped: MLX's SDPA (BLAS) does them better.
+MAX_NATIVE_QUERY = 8
 
 
 @functools.cache
@@ -53,6 +57,7 @@ class NativeRoPE(nn.RoPE):
 
 
 def _triple(layer: Any) -> tuple[mx.array, mx.array, mx.array]:
+    # dict lookups, not nn.Module.__getattr__: this runs ~10 times per layer per token
     return layer["weight"], layer["scales"], layer["biases"]
 
 
@@ -64,6 +69,19 @@ def _cache_offset(cache: Any) -> int | None:
     return offset if type(offset) is int and not hasattr(cache, "bits") else None
 
 
+@dataclass(frozen=True)
+class BlockShape:
+    """What a fused block needs besides its weights; fixed when the block is routed
+    (a plain object, so nn.Module does not take its array for a parameter)."""
+
+    mlp_quant: tuple[int, int]  # group size, bits of gate/up/down
+    attention_quant: tuple[int, int] | None  # of q/k/v; None: the attention is unfused
+    heads: tuple[int, int] = (0, 0)
+    inv_freq: mx.array | None = None
+    rope: tuple[int, bool, float] = (0, False, 1.0)
+    scale: float = 1.0
+
+
 class NativeLlamaBlock(llama.TransformerBlock):
     """mlx-lm's Llama block as a few native nodes: the attention's input half (norm,
     q/k/v, heads, RoPE) is one, the MLP half (norm, gate, up, SwiGLU, down, residual)
@@ -71,61 +89,79 @@ class NativeLlamaBlock(llama.TransformerBlock):
     quantized layers of one group size and bit width without biases."""
 
     max_rows: int | None = None  # longer blocks (prefill) use the unfused layers
-    fused_attention = False  # the attention half too (plain nn.RoPE, no biases)
+    shape: BlockShape
+
+    def route(self, max_rows: int | None, fused_attention: bool) -> None:
+        """Become a fused block (``patch.enable`` checked the projections)."""
+        attn, mlp = self.self_attn, self.mlp
+        attention_quant = None
+        if fused_attention:
+            attention_quant = (attn.q_proj.group_size, attn.q_proj.bits)
+        rope = attn.rope
+        self.max_rows = max_rows
+        self.shape = BlockShape(
+            mlp_quant=(mlp.gate_proj.group_size, mlp.gate_proj.bits),
+            attention_quant=attention_quant,
+            heads=(attn.n_heads, attn.n_kv_heads),
+            inv_freq=_inv_freq(rope.dims, float(rope.base)) if fused_attention else None,
+            rope=(rope.dims, rope.traditional, rope.scale) if fused_attention else (0, False, 1),
+            scale=attn.scale,
+        )
+        self.__class__ = NativeLlamaBlock
 
     def __call__(self, x: mx.array, mask: Any = None, cache: Any = None) -> mx.array:
-        rows = x.size // x.shape[-1]
         if (
             x.dtype != mx.float32
-            or (self.max_rows is not None and rows > self.max_rows)
+            or (self.max_rows is not None and x.size > self.max_rows * x.shape[-1])
             or not native.available()
         ):
             return super().__call__(x, mask, cache)
+        shape = self.shape
         offset = _cache_offset(cache)
         if (
-            self.fused_attention
+            shape.attention_quant is not None
             and offset is not None
             and x.ndim == 3
             and (mask is None or isinstance(mask, str))
         ):
             h = x + self._attention(x, mask, cache, offset)
         else:
-            h = x + self.self_attn(self.input_layernorm(x), mask, cache)
-        mlp, norm = self.mlp, self.post_attention_layernorm
+            h = x + self["self_attn"](self["input_layernorm"](x), mask, cache)
+        mlp, norm = self["mlp"], self["post_attention_layernorm"]
         return native.mlp_block(
             h,
             norm["weight"],
             norm.eps,
-            _triple(mlp.gate_proj),
-            _triple(mlp.up_proj),
-            _triple(mlp.down_proj),
-            mlp.gate_proj.group_size,
-            mlp.gate_proj.bits,
+            _triple(mlp["gate_proj"]),
+            _triple(mlp["up_proj"]),
+            _triple(mlp["down_proj"]),
+            *shape.mlp_quant,
         )
 
     def _attention(self, x: mx.array, mask: Any, cache: Any, offset: int) -> mx.array:
         """``self_attn(input_layernorm(x), mask, cache)`` of mlx-lm's Llama ``Attention``."""
-        attn, norm = self.self_attn, self.input_layernorm
-        rope = attn.rope
+        attn, norm, shape = self["self_attn"], self["input_layernorm"], self.shape
+        assert shape.attention_quant is not None
         queries, keys, values = native.attention_input(
             x,
             norm["weight"],
             norm.eps,
-            _triple(attn.q_proj),
-            _triple(attn.k_proj),
-            _triple(attn.v_proj),
-            attn.q_proj.group_size,
-            attn.q_proj.bits,
-            (attn.n_heads, attn.n_kv_heads),
-            _inv_freq(rope.dims, float(rope.base)),
-            (rope.dims, rope.traditional, rope.scale),
+            _triple(attn["q_proj"]),
+            _triple(attn["k_proj"]),
+            _triple(attn["v_proj"]),
+            *shape.attention_quant,
+            shape.heads,
+            shape.inv_freq,
+            shape.rope,
             offset,
         )
         if cache is not None:
             keys, values = cache.update_and_fetch(keys, values)
-        # the module's (patched) function: the native kernel for short query blocks
-        output = llama.scaled_dot_product_attention(
-            queries, keys, values, cache=cache, scale=attn.scale, mask=mask
-        )
         B, L, _ = x.shape
-        return attn.o_proj(output.transpose(0, 2, 1, 3).reshape(B, L, -1))
+        if L <= MAX_NATIVE_QUERY:  # no mask array here: the native kernel
+            output = native.attention(queries, keys, values, shape.scale, mask == "causal")
+        else:
+            output = llama.scaled_dot_product_attention(
+                queries, keys, values, cache=cache, scale=shape.scale, mask=mask
+            )
+        return attn["o_proj"](output.transpose(0, 2, 1, 3).reshape(B, L, -1))

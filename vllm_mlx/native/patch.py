@@ -19,12 +19,10 @@ from mlx_lm.models import llama
 
 from vllm_mlx import native
 from vllm_mlx.engine.cpu import openblas_preloaded
-from vllm_mlx.native.layers import NativeLlamaBlock, NativeRMSNorm, NativeRoPE
+from vllm_mlx.native.layers import MAX_NATIVE_QUERY, NativeLlamaBlock, NativeRMSNorm, NativeRoPE
 
 BITS = (4, 8)
 GROUP_SIZES = (32, 64, 128)
-# Longer query blocks (prefill) are matmul-shaped: MLX's SDPA (BLAS) does them better.
-MAX_NATIVE_QUERY = 8
 # Past this many rows of x (a prefill chunk), dequantizing the layer once and letting
 # OpenBLAS's sgemm multiply beats unpacking the weights for every block of 8 rows
 # (measured crossover 64-256 rows, docs/native-kernels.md). Needs OpenBLAS preloaded: the
@@ -182,11 +180,12 @@ def enable(model: nn.Module) -> Patched:
                 blocks.append(layer)
     for block in blocks:  # after the loop: its projections must have been routed first
         if _fusable_mlp(block):
-            block.__class__ = NativeLlamaBlock
-            block.max_rows = DEQUANTIZE_ROWS if _BLAS_PRELOADED else None
-            block.fused_attention = _fusable_attention(block)
+            fused_attention = _fusable_attention(block)
+            NativeLlamaBlock.route(
+                block, DEQUANTIZE_ROWS if _BLAS_PRELOADED else None, fused_attention
+            )
             patched.mlp_blocks += 1
-            patched.attention_inputs += block.fused_attention
+            patched.attention_inputs += fused_attention
     patched.attention_modules = tuple(
         sorted(name for name in attention_modules if _route_attention(name))
     )
