@@ -82,6 +82,23 @@ class BlockShape:
     scale: float = 1.0
 
 
+def route_block(block: Any, max_rows: int | None, fused_attention: bool) -> None:
+    """Make a ``llama.TransformerBlock`` a ``NativeLlamaBlock`` (``patch.enable`` checked
+    that its projections are eligible; ``fused_attention``: the attention input too)."""
+    attn, mlp = block.self_attn, block.mlp
+    rope = attn.rope
+    block.max_rows = max_rows
+    block.shape = BlockShape(
+        mlp_quant=(mlp.gate_proj.group_size, mlp.gate_proj.bits),
+        attention_quant=(attn.q_proj.group_size, attn.q_proj.bits) if fused_attention else None,
+        heads=(int(attn.n_heads), int(attn.n_kv_heads)),
+        inv_freq=_inv_freq(rope.dims, float(rope.base)) if fused_attention else None,
+        rope=(rope.dims, rope.traditional, rope.scale) if fused_attention else (0, False, 1.0),
+        scale=attn.scale,
+    )
+    block.__class__ = NativeLlamaBlock
+
+
 class NativeLlamaBlock(llama.TransformerBlock):
     """mlx-lm's Llama block as a few native nodes: the attention's input half (norm,
     q/k/v, heads, RoPE) is one, the MLP half (norm, gate, up, SwiGLU, down, residual)
@@ -90,24 +107,6 @@ class NativeLlamaBlock(llama.TransformerBlock):
 
     max_rows: int | None = None  # longer blocks (prefill) use the unfused layers
     shape: BlockShape
-
-    def route(self, max_rows: int | None, fused_attention: bool) -> None:
-        """Become a fused block (``patch.enable`` checked the projections)."""
-        attn, mlp = self.self_attn, self.mlp
-        attention_quant = None
-        if fused_attention:
-            attention_quant = (attn.q_proj.group_size, attn.q_proj.bits)
-        rope = attn.rope
-        self.max_rows = max_rows
-        self.shape = BlockShape(
-            mlp_quant=(mlp.gate_proj.group_size, mlp.gate_proj.bits),
-            attention_quant=attention_quant,
-            heads=(attn.n_heads, attn.n_kv_heads),
-            inv_freq=_inv_freq(rope.dims, float(rope.base)) if fused_attention else None,
-            rope=(rope.dims, rope.traditional, rope.scale) if fused_attention else (0, False, 1),
-            scale=attn.scale,
-        )
-        self.__class__ = NativeLlamaBlock
 
     def __call__(self, x: mx.array, mask: Any = None, cache: Any = None) -> mx.array:
         if (

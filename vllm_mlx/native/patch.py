@@ -19,7 +19,7 @@ from mlx_lm.models import llama
 
 from vllm_mlx import native
 from vllm_mlx.engine.cpu import openblas_preloaded
-from vllm_mlx.native.layers import MAX_NATIVE_QUERY, NativeLlamaBlock, NativeRMSNorm, NativeRoPE
+from vllm_mlx.native.layers import MAX_NATIVE_QUERY, NativeRMSNorm, NativeRoPE, route_block
 
 BITS = (4, 8)
 GROUP_SIZES = (32, 64, 128)
@@ -131,7 +131,7 @@ def _fusable_mlp(block: Any) -> bool:
     """A Llama block whose MLP the fused native node computes exactly: RMSNorm before it,
     three eligible quantized projections of one group size and bit width, no biases."""
     mlp, norm = block.mlp, block.post_attention_layernorm
-    projections = [getattr(mlp, name, None) for name in ("gate_proj", "up_proj", "down_proj")]
+    projections: list[Any] = [getattr(mlp, n, None) for n in ("gate_proj", "up_proj", "down_proj")]
     return (
         type(mlp) is llama.MLP
         and isinstance(norm, nn.RMSNorm)
@@ -145,7 +145,7 @@ def _fusable_attention(block: Any) -> bool:
     """A Llama block whose attention input (norm, q/k/v, RoPE) the fused node computes:
     plain RoPE, eligible quantized q/k/v of one group size and bit width, no biases."""
     attn, norm = block.self_attn, block.input_layernorm
-    projections = [getattr(attn, name, None) for name in ("q_proj", "k_proj", "v_proj")]
+    projections: list[Any] = [getattr(attn, n, None) for n in ("q_proj", "k_proj", "v_proj")]
     return (
         type(attn) is llama.Attention
         and isinstance(attn.rope, nn.RoPE)
@@ -181,9 +181,7 @@ def enable(model: nn.Module) -> Patched:
     for block in blocks:  # after the loop: its projections must have been routed first
         if _fusable_mlp(block):
             fused_attention = _fusable_attention(block)
-            NativeLlamaBlock.route(
-                block, DEQUANTIZE_ROWS if _BLAS_PRELOADED else None, fused_attention
-            )
+            route_block(block, DEQUANTIZE_ROWS if _BLAS_PRELOADED else None, fused_attention)
             patched.mlp_blocks += 1
             patched.attention_inputs += fused_attention
     patched.attention_modules = tuple(
