@@ -17,7 +17,7 @@ from vllm_mlx import native
 from vllm_mlx.models import load_model
 from vllm_mlx.models.loader import choose_weights
 from vllm_mlx.native import patch
-from vllm_mlx.native.layers import NativeLlamaBlock
+from vllm_mlx.native.layers import NativeLlamaBlock, NativeRMSNorm, NativeRoPE
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="vllm_mlx.native is not built")
 PROMPT = mx.array([[1, 5, 9, 40, 77, 200, 259, 260, 2, 31, 7]])
@@ -163,3 +163,19 @@ def test_generic_isa_gives_the_same_tokens() -> None:
     finally:
         native.set_isa(best)
     assert got == want
+
+
+def test_norm_and_rope_fall_back_where_the_nodes_do_not_cover() -> None:
+    x = mx.random.normal((2, 3, 16), key=mx.random.key(5))
+    norm = nn.RMSNorm(16)
+    norm.weight = norm.weight.astype(mx.float16)  # half-precision weight: MLX's op
+    want = norm(x)
+    norm.__class__ = NativeRMSNorm
+    assert mx.array_equal(norm(x), want).item()
+    rope = nn.RoPE(16, base=10000.0)
+    q = mx.random.normal((2, 4, 3, 16), key=mx.random.key(6))
+    offsets = mx.array([3, 0])  # a batched cache's per-sequence offsets: MLX's op
+    want_array, want_int = rope(q, offsets), rope(q, 7)
+    rope.__class__ = NativeRoPE
+    assert mx.array_equal(rope(q, offsets), want_array).item()
+    assert np.abs(np.array(rope(q, 7) - want_int)).max() <= 1e-6

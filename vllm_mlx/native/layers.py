@@ -35,8 +35,9 @@ class NativeRMSNorm(nn.RMSNorm):
     """``nn.RMSNorm`` as one native node for float32 activations."""
 
     def __call__(self, x: mx.array) -> mx.array:
-        if x.dtype == mx.float32 and native.available():
-            return native.rms_norm(x, self["weight"], self.eps)
+        weight = self["weight"]
+        if x.dtype == mx.float32 and weight.dtype == mx.float32 and native.available():
+            return native.rms_norm(x, weight, self.eps)
         return super().__call__(x)
 
 
