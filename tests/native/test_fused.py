@@ -77,6 +77,22 @@ def test_rope_matches_mlx(
     assert_close(got, want, rtol=1e-6)
 
 
+@given(
+    b=st.integers(1, 4),
+    length=st.integers(1, 6),
+    traditional=st.booleans(),
+    seed=st.integers(0, 2**31 - 1),
+    data=st.data(),
+)
+@SETTINGS
+def test_rope_with_per_sequence_offsets_matches_mlx(b, length, traditional, seed, data) -> None:
+    offsets = mx.array(data.draw(st.lists(st.integers(-8, 3000), min_size=b, max_size=b)))
+    x = mx.random.normal((b, length, 3, 64), key=mx.random.key(seed)).transpose(0, 2, 1, 3)
+    want = mx.fast.rope(x, 64, traditional=traditional, base=1e4, scale=1.0, offset=offsets)
+    freqs = native.rope_inv_freq(64, 1e4)
+    assert_close(native.rope_offsets(x, freqs, offsets, 64, traditional, 1.0), want, rtol=1e-6)
+
+
 def swiglu_mlp(h, norm_w, eps, gate, up, down, group_size, bits) -> mx.array:
     """mlx-lm's Llama MLP block on MLX's own ops."""
     n = mx.fast.rms_norm(h, norm_w, eps)

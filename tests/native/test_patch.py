@@ -174,8 +174,10 @@ def test_norm_and_rope_fall_back_where_the_nodes_do_not_cover() -> None:
     assert mx.array_equal(norm(x), want).item()
     rope = nn.RoPE(16, base=10000.0)
     q = mx.random.normal((2, 4, 3, 16), key=mx.random.key(6))
-    offsets = mx.array([3, 0])  # a batched cache's per-sequence offsets: MLX's op
-    want_array, want_int = rope(q, offsets), rope(q, 7)
+    offsets = mx.array([3, -1])  # a left-padded batched cache's per-sequence offsets
+    scalar = mx.array(2)  # a 0-d array offset: MLX's op
+    want_array, want_int, want_scalar = rope(q, offsets), rope(q, 7), rope(q, scalar)
     rope.__class__ = NativeRoPE
-    assert mx.array_equal(rope(q, offsets), want_array).item()
+    assert np.abs(np.array(rope(q, offsets) - want_array)).max() <= 1e-6
     assert np.abs(np.array(rope(q, 7) - want_int)).max() <= 1e-6
+    assert mx.array_equal(rope(q, scalar), want_scalar).item()

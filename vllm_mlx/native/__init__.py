@@ -113,6 +113,11 @@ def rope(x, inv_freq, dims: int, traditional: bool, scale: float, offset: int):
     return _extension().rope(x, inv_freq, dims, traditional, scale, offset)
 
 
+def rope_offsets(x, inv_freq, offsets, dims: int, traditional: bool, scale: float):
+    """``mx.fast.rope`` with per-sequence int32 ``offsets`` ``[B]`` (a batched cache's)."""
+    return _extension().rope_offsets(x, inv_freq, offsets, dims, traditional, scale)
+
+
 def mlp_block(h, norm_weight, eps: float, gate, up, down, group_size: int, bits: int):
     """``h + down(silu(gate(n)) * up(n))``, ``n = rms_norm(h)``; each projection is a
     quantized ``(w, scales, biases)`` triple (one group size and bit width)."""

@@ -42,18 +42,22 @@ class NativeRMSNorm(nn.RMSNorm):
 
 
 class NativeRoPE(nn.RoPE):
-    """``nn.RoPE`` as one native node for float32 ``[B, H, L, D]`` and an int offset."""
+    """``nn.RoPE`` as one native node for float32 ``[B, H, L, D]`` and an int offset or a
+    batched cache's per-sequence int32 offsets ``[B]``."""
 
     def __call__(self, x: mx.array, offset: Any = 0) -> mx.array:
-        if (
-            type(offset) is int
-            and x.ndim == 4
-            and x.dtype == mx.float32
-            and self.dims % 2 == 0
-            and native.available()
-        ):
+        if x.ndim == 4 and x.dtype == mx.float32 and self.dims % 2 == 0 and native.available():
             freqs = _inv_freq(self.dims, float(self.base))
-            return native.rope(x, freqs, self.dims, self.traditional, self.scale, offset)
+            if type(offset) is int and offset >= 0:
+                return native.rope(x, freqs, self.dims, self.traditional, self.scale, offset)
+            if (
+                isinstance(offset, mx.array)
+                and offset.dtype == mx.int32
+                and offset.shape == (x.shape[0],)
+            ):
+                return native.rope_offsets(
+                    x, freqs, offset, self.dims, self.traditional, self.scale
+                )
         return super().__call__(x, offset)
 
 

@@ -61,6 +61,16 @@ NB_MODULE(_kernels, m) {
       "offset"_a,
       "mx.fast.rope for float32 x [B, H, L, D], inv_freq [dims/2] and an int offset (CPU).");
   m.def(
+      "rope_offsets",
+      &vmlx::rope_offsets,
+      "x"_a,
+      "inv_freq"_a,
+      "offsets"_a,
+      "dims"_a,
+      "traditional"_a,
+      "scale"_a,
+      "mx.fast.rope with per-sequence int32 offsets [B] (CPU).");
+  m.def(
       "mlp_block",
       &vmlx::mlp_block,
       "h"_a,

@@ -75,6 +75,18 @@ std::vector<mx::Shape> RmsNorm::output_shapes(const std::vector<mx::array>& inpu
   return {inputs[0].shape()};
 }
 
+namespace {
+
+void check_rope(const mx::array& x, const mx::array& inv_freq, int dims) {
+  require(x.dtype() == mx::float32 && x.ndim() == 4, "x must be float32 [B, H, L, D]");
+  require(dims > 0 && dims % 2 == 0 && dims <= x.shape(3), "dims must be even and <= D");
+  require(
+      inv_freq.dtype() == mx::float32 && inv_freq.ndim() == 1 && inv_freq.shape(0) == dims / 2,
+      "inv_freq must be float32 [dims / 2]");
+}
+
+} // namespace
+
 mx::array rope(
     const mx::array& x,
     const mx::array& inv_freq,
@@ -82,11 +94,7 @@ mx::array rope(
     bool traditional,
     float scale,
     int offset) {
-  require(x.dtype() == mx::float32 && x.ndim() == 4, "x must be float32 [B, H, L, D]");
-  require(dims > 0 && dims % 2 == 0 && dims <= x.shape(3), "dims must be even and <= D");
-  require(
-      inv_freq.dtype() == mx::float32 && inv_freq.ndim() == 1 && inv_freq.shape(0) == dims / 2,
-      "inv_freq must be float32 [dims / 2]");
+  check_rope(x, inv_freq, dims);
   require(offset >= 0, "offset must be >= 0");
   auto stream = cpu_stream();
   return mx::array(
@@ -94,6 +102,25 @@ mx::array rope(
       mx::float32,
       std::make_shared<Rope>(stream, dims, traditional, scale, offset),
       {x, as_contiguous(inv_freq, stream)});
+}
+
+mx::array rope_offsets(
+    const mx::array& x,
+    const mx::array& inv_freq,
+    const mx::array& offsets,
+    int dims,
+    bool traditional,
+    float scale) {
+  check_rope(x, inv_freq, dims);
+  require(
+      offsets.dtype() == mx::int32 && offsets.ndim() == 1 && offsets.shape(0) == x.shape(0),
+      "offsets must be int32 [B]");
+  auto stream = cpu_stream();
+  return mx::array(
+      x.shape(),
+      mx::float32,
+      std::make_shared<Rope>(stream, dims, traditional, scale, 0),
+      {x, as_contiguous(inv_freq, stream), as_contiguous(offsets, stream)});
 }
 
 void Rope::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
@@ -119,6 +146,10 @@ void Rope::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>
   args.traditional = traditional_;
   args.scale = scale_;
   args.offset = offset_;
+  if (inputs.size() == 3) { // per-sequence offsets
+    encoder.set_input_array(inputs[2]);
+    args.offsets = inputs[2].data<int32_t>();
+  }
   encoder.dispatch([args]() { vmlx::rope(args); });
 }
 

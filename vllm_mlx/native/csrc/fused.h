@@ -25,6 +25,15 @@ mx::array rope(
     float scale,
     int offset);
 
+// The same with per-sequence offsets (int32 [B], may be negative: a left-padded batch).
+mx::array rope_offsets(
+    const mx::array& x,
+    const mx::array& inv_freq,
+    const mx::array& offsets,
+    int dims,
+    bool traditional,
+    float scale);
+
 // h + down(silu(gate(n)) * up(n)), n = rms_norm(h, norm_weight, eps): mlx-lm's Llama MLP
 // block on quantized gate/up/down weights (one group size and bit width for all three).
 mx::array mlp_block(

@@ -23,14 +23,15 @@ void rms_norm(const float* x, const float* w, float* y, int64_t M, int64_t D, fl
 void rope(const RopeArgs& a) {
   const int half = a.dims / 2;
   std::vector<float> cos_t(half), sin_t(half);
-  for (int64_t l = 0; l < a.L; ++l) {
-    const float position = static_cast<float>(a.offset + l) * a.scale;
-    for (int i = 0; i < half; ++i) {
-      const float theta = position * a.inv_freq[i];
-      cos_t[i] = std::cos(theta);
-      sin_t[i] = std::sin(theta);
-    }
-    for (int64_t b = 0; b < a.B; ++b) {
+  for (int64_t b = 0; b < a.B; ++b) {
+    const int64_t start = a.offsets != nullptr ? a.offsets[b] : a.offset;
+    for (int64_t l = 0; l < a.L; ++l) {
+      const float position = static_cast<float>(start + l) * a.scale;
+      for (int i = 0; i < half; ++i) {
+        const float theta = position * a.inv_freq[i];
+        cos_t[i] = std::cos(theta);
+        sin_t[i] = std::sin(theta);
+      }
       for (int64_t h = 0; h < a.H; ++h) {
         const float* x = a.x + b * a.strides[0] + h * a.strides[1] + l * a.strides[2];
         const int64_t s = a.strides[3];

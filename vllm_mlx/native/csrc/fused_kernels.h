@@ -24,6 +24,7 @@ struct RopeArgs {
   bool traditional;
   float scale;
   int64_t offset;
+  const int32_t* offsets; // [B] per-sequence offsets (a batched cache), or nullptr
 };
 void rope(const RopeArgs& a);
 
