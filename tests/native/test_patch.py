@@ -135,8 +135,9 @@ def test_decode_steps_are_a_few_native_nodes_per_layer(monkeypatch) -> None:
     assert calls.count("attention_input") == calls.count("mlp_block") == 2 * 4
 
 
-def test_batched_caches_fall_back_to_mlx_and_agree() -> None:
-    """BatchKVCache (array offsets, padding masks) runs the unfused layers: same logits."""
+def test_batched_caches_agree_with_mlx() -> None:
+    """BatchKVCache (array offsets, padding masks): unfused attention, native RoPE and
+    masked attention kernel, the same logits as MLX."""
     model = quantized_llama(4, 32, seed=3)
     prompt = mx.array([[0, 5, 9, 40], [1, 7, 8, 3]])
 

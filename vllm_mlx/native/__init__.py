@@ -149,6 +149,12 @@ def attention_input(
     )  # fmt: skip
 
 
+def attention_masked(q, k, v, scale: float, mask):
+    """``attention`` with a boolean ``mask`` (true: attend) broadcastable to
+    ``[B, Hq, Lq, Lk]``, as mlx-lm's batched caches make for left-padded sequences."""
+    return _extension().attention_masked(q, k, v, scale, mask)
+
+
 def set_isa(name: str) -> bool:
     """Select the kernels' instruction set ("avx2" or "generic"), for tests and benchmarks."""
     kernels = _load()[0]

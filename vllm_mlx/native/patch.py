@@ -104,6 +104,8 @@ def _route_attention(module_name: str) -> bool:
 
     def scaled_dot_product_attention(queries, keys, values, cache, scale, mask, sinks=None):
         if _attention_eligible(queries, keys, cache, mask, sinks):
+            if isinstance(mask, mx.array):  # a batched cache's padding mask
+                return native.attention_masked(queries, keys, values, scale, mask)
             return native.attention(queries, keys, values, scale, mask == "causal")
         return original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
 
@@ -113,12 +115,17 @@ def _route_attention(module_name: str) -> bool:
     return True
 
 
+def _bool_mask(mask: Any) -> bool:
+    """A boolean 4-D mask array (what mlx-lm's batched caches pass), which the kernel reads."""
+    return isinstance(mask, mx.array) and mask.dtype == mx.bool_ and mask.ndim == 4
+
+
 def _attention_eligible(queries, keys, cache, mask, sinks) -> bool:
     return (
         native.available()
         and sinks is None
         and not hasattr(cache, "bits")  # quantized KV cache: tuples, not arrays
-        and (mask is None or (isinstance(mask, str) and mask == "causal"))
+        and (mask is None or (isinstance(mask, str) and mask == "causal") or _bool_mask(mask))
         and isinstance(keys, mx.array)
         and queries.dtype == mx.float32
         and keys.dtype == mx.float32

@@ -44,6 +44,15 @@ NB_MODULE(_kernels, m) {
       "causal"_a = false,
       "softmax(q k^T * scale) v with grouped-query heads, no mask array (CPU).");
   m.def(
+      "attention_masked",
+      &vmlx::attention_masked,
+      "q"_a,
+      "k"_a,
+      "v"_a,
+      "scale"_a,
+      "mask"_a,
+      "softmax(q k^T * scale) v where a boolean mask (true: attend) allows (CPU).");
+  m.def(
       "rms_norm",
       &vmlx::rms_norm,
       "x"_a,

@@ -131,13 +131,13 @@ void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1
         for (int64_t d = 0; d < D; ++d) {
           dot += q[d * a.q_strides[3]] * k[d * a.k_strides[3]];
         }
-        scores[l - l0] = dot * a.scale;
+        scores[l - l0] = sdpa_allowed(a, b, h, i, l) ? dot * a.scale : -std::numeric_limits<float>::infinity();
         max_score = std::max(max_score, scores[l - l0]);
       }
       float sum = 0.0f;
       float* acc = out + 2;
       std::fill(acc, acc + D, 0.0f);
-      for (int64_t l = l0; l < limit; ++l) {
+      for (int64_t l = l0; l < limit && max_score > -std::numeric_limits<float>::infinity(); ++l) {
         const float p = std::exp(scores[l - l0] - max_score);
         sum += p;
         const float* v = a.v + b * a.v_strides[0] + hkv * a.v_strides[1] + l * a.v_strides[2];

@@ -305,8 +305,9 @@ void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1
     for (int64_t row = 0; row < rows; ++row) {
       const int64_t h = hkv * group + row / a.Lq;
       const float* q = a.q + b * a.q_strides[0] + h * a.q_strides[1] + (row % a.Lq) * a.q_strides[2];
-      scores[row * span + (l - l0)] =
-          l < limit[row] ? dot(q, k, D) * a.scale : -std::numeric_limits<float>::infinity();
+      scores[row * span + (l - l0)] = l < limit[row] && sdpa_allowed(a, b, h, row % a.Lq, l)
+          ? dot(q, k, D) * a.scale
+          : -std::numeric_limits<float>::infinity();
     }
   }
   // Pass 2: softmax numerators, vectorized.
@@ -333,6 +334,13 @@ void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1
     }
     for (; j < n; ++j) {
       max_score = std::max(max_score, s[j]);
+    }
+    if (max_score == -std::numeric_limits<float>::infinity()) { // every key masked
+      out[0] = max_score;
+      out[1] = 0.0f;
+      std::fill(out + 2, out + 2 + D, 0.0f);
+      limit[row] = l0; // and no value rows in pass 3
+      continue;
     }
     const __m256 vm = _mm256_set1_ps(max_score);
     __m256 vsum = _mm256_setzero_ps();

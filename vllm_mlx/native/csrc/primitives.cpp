@@ -188,6 +188,26 @@ mx::array attention(
       q.shape(), mx::float32, std::make_shared<Attention>(stream, scale, causal), {q, k, v});
 }
 
+mx::array attention_masked(
+    const mx::array& q,
+    const mx::array& k,
+    const mx::array& v,
+    float scale,
+    const mx::array& mask) {
+  (void)attention(q, k, v, scale, false); // the checks of q, k and v
+  require(mask.dtype() == mx::bool_ && mask.ndim() == 4, "mask must be a 4-D boolean array");
+  const mx::Shape full{q.shape(0), q.shape(1), q.shape(2), k.shape(2)};
+  for (int i = 0; i < 4; ++i) {
+    require(mask.shape(i) == 1 || mask.shape(i) == full[i], "mask must broadcast to [B, Hq, Lq, Lk]");
+  }
+  auto stream = cpu_stream();
+  return mx::array(
+      q.shape(),
+      mx::float32,
+      std::make_shared<Attention>(stream, scale, false),
+      {q, k, v, mx::broadcast_to(mask, full, stream)});
+}
+
 void Attention::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
   const auto& q = inputs[0];
   const auto& k = inputs[1];
@@ -217,6 +237,13 @@ void Attention::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::a
   }
   args.scale = scale_;
   args.causal = causal_;
+  if (inputs.size() == 4) { // a boolean mask, broadcast to [B, Hq, Lq, Lk] (stride 0)
+    encoder.set_input_array(inputs[3]);
+    args.mask = inputs[3].data<bool>();
+    for (int i = 0; i < 4; ++i) {
+      args.mask_strides[i] = inputs[3].strides()[i];
+    }
+  }
   encoder.dispatch([args]() { sdpa(args); });
 }
 

@@ -49,6 +49,14 @@ mx::array attention(
     float scale,
     bool causal);
 
+// The same with a boolean mask (true: attend) broadcastable to [B, Hq, Lq, Lk].
+mx::array attention_masked(
+    const mx::array& q,
+    const mx::array& k,
+    const mx::array& v,
+    float scale,
+    const mx::array& mask);
+
 class QuantizedMatmul : public mx::Primitive {
  public:
   QuantizedMatmul(mx::Stream stream, int group_size, int bits)
