@@ -21,8 +21,10 @@ KERNELS = (
     "quantized_matmul",
     "dequantize",
     "attention",
+    "attention_masked",
     "rms_norm",
     "rope",
+    "rope_offsets",
     "mlp_block",
     "attention_input",
 )
