@@ -10,6 +10,9 @@
    128-token and a ``--long-context`` prompt, prefill tok/s, TTFT of an 8-token suffix on
    a cached long prefix, peak RSS. Paths: native-quantized, float32 + OpenBLAS, and MLX's
    stock quantized path (its long-context rows are skipped: ~8 tok/s prefill).
+4. The same rows for llama.cpp on the same GGUF (the default model's), when
+   ``llama-cpp-python`` is importable (it is not a dependency: it builds from source for
+   minutes; ``pip install llama-cpp-python`` to get the column), and ours / llama.cpp.
 All subprocesses preload OpenBLAS when it is installed, as ``vllm-mlx serve`` does.
 """
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import importlib.util
 import json
 import os
 import subprocess
@@ -33,6 +37,7 @@ PATHS = {  # name -> (cpu_weights, environment)
     "float32": ("float32", {"VLLM_MLX_NATIVE": "0"}),
     "stock": ("quantized", {"VLLM_MLX_NATIVE": "0"}),
 }
+LLAMA_CPP = "llama.cpp"  # measured when llama-cpp-python is importable
 
 
 def copy_bandwidth(mb: int = 256, threads: int = 2, rounds: int = 5) -> float:
@@ -143,6 +148,64 @@ def worker(path: str, decode_tokens: int, long_context: int, skip_long: bool) ->
     return out
 
 
+def llama_cpp_worker(decode_tokens: int, long_context: int) -> dict:
+    """llama.cpp's figures on the default model's GGUF, measured like ``worker``'s."""
+    from llama_cpp import Llama
+
+    from vllm_mlx.models.default_model import default_gguf
+    from vllm_mlx.models.resolve import cache_root
+
+    threads = os.cpu_count() or 1
+    llm = Llama(
+        model_path=str(default_gguf(cache_root())),
+        n_ctx=long_context + decode_tokens + 16,
+        n_batch=512,
+        n_threads=threads,
+        n_threads_batch=threads,
+        verbose=False,
+    )
+    rng = np.random.default_rng(0)
+
+    def tokens(n: int) -> list[int]:
+        return rng.integers(100, 40000, n).tolist()
+
+    def prefill(ids: list[int]) -> float:
+        start = time.perf_counter()
+        llm.eval(ids)
+        int(np.argmax(llm.scores[llm.n_tokens - 1]))  # the first token
+        return time.perf_counter() - start
+
+    def decode(count: int) -> tuple[float, float]:
+        """(tok/s, CPU ms per token) of ``count`` greedy one-token steps."""
+        token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        start, cpu = time.perf_counter(), time.process_time()
+        for _ in range(count):
+            llm.eval([token])
+            token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        wall = time.perf_counter() - start
+        return count / wall, 1e3 * (time.process_time() - cpu) / count
+
+    out: dict = {"kernels": f"llama.cpp ({threads} threads)"}
+    llm.reset()
+    prefill(tokens(16))
+    decode(3)  # warm-up
+    llm.reset()
+    prefill(tokens(128))
+    out["decode_tok_s@128"], out["decode_cpu_ms_per_token@128"] = decode(decode_tokens - 1)
+    llm.reset()
+    ttft = prefill(tokens(long_context))
+    out["prefill_tok_s"] = long_context / ttft
+    key = f"decode_tok_s@{long_context}"
+    out[key], out[f"decode_cpu_ms_per_token@{long_context}"] = decode(decode_tokens - 1)
+    llm.reset()
+    prefill(tokens(long_context - 8))
+    out["ttft_cached_prefix_s"] = prefill(tokens(8))
+    out["load_average"] = os.getloadavg()[0]
+    out["rss_gb"] = resident_gb()
+    out["peak_rss_gb"] = resident_gb("VmHWM")
+    return out
+
+
 def run_worker(path: str, args: argparse.Namespace) -> dict:
     env = {**os.environ, **PATHS[path][1]}
     if (blas := find_openblas()) and "openblas" not in env.get("LD_PRELOAD", ""):
@@ -156,6 +219,8 @@ def run_worker(path: str, args: argparse.Namespace) -> dict:
     ]
     if path == "stock":
         command.append("--skip-long")
+    if path == LLAMA_CPP:
+        env.pop("LD_PRELOAD", None)  # its own BLAS build links what it needs
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -164,21 +229,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--decode-tokens", type=int, default=32)
     parser.add_argument("--long-context", type=int, default=2000)
-    parser.add_argument("--paths", default="native,float32,stock")
-    parser.add_argument("--worker", choices=sorted(PATHS))
+    default_paths = "native,float32,stock"
+    if importlib.util.find_spec("llama_cpp") is not None:
+        default_paths += f",{LLAMA_CPP}"
+    parser.add_argument("--paths", default=default_paths)
+    parser.add_argument("--worker", choices=[*sorted(PATHS), LLAMA_CPP])
+    parser.add_argument("--skip-kernels", action="store_true", help="no kernel GB/s rows")
     parser.add_argument("--skip-long", action="store_true")
     args = parser.parse_args()
+    if args.worker == LLAMA_CPP:
+        print(json.dumps(llama_cpp_worker(args.decode_tokens, args.long_context)))
+        return
     if args.worker:
         figures = worker(args.worker, args.decode_tokens, args.long_context, args.skip_long)
         print(json.dumps(figures))
         return
     report: dict = {"copy_gb_s": {t: round(copy_bandwidth(threads=t), 2) for t in (1, 2)}}
-    report["kernel_gb_s"] = {
-        f"{name}@M={rows}": round(kernel_bandwidth(rows, name == "native", reps), 2)
-        for rows, reps in ((1, 10), (4, 5), (64, 3))
-        for name in ("native", "stock")
-        if not (name == "stock" and rows == 64)
-    }
+    if not args.skip_kernels:
+        report["kernel_gb_s"] = {
+            f"{name}@M={rows}": round(kernel_bandwidth(rows, name == "native", reps), 2)
+            for rows, reps in ((1, 10), (4, 5), (64, 3))
+            for name in ("native", "stock")
+            if not (name == "stock" and rows == 64)
+        }
     print(json.dumps(report, indent=1), flush=True)
     paths = {name: run_worker(name, args) for name in args.paths.split(",")}
     report["paths"] = paths

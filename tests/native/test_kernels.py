@@ -140,6 +140,20 @@ def test_attention_reads_a_kv_cache_view(isa) -> None:
     assert_close(native.attention(q, kt, v, 0.125), ref, rtol=1e-5)
 
 
+@given(case=attention_cases(), keep=st.floats(0.2, 0.9), per_head=st.booleans())
+@SETTINGS
+def test_masked_attention_matches_mlx_sdpa(isa, case, keep, per_head) -> None:
+    b, heads, kv_heads, q_len, k_len, dim, _, seed = case
+    kq, kk, kv, km = mx.random.split(mx.random.key(seed), 4)
+    q = mx.random.normal((b, heads, q_len, dim), key=kq)
+    k = mx.random.normal((b, kv_heads, k_len, dim), key=kk)
+    v = mx.random.normal((b, kv_heads, k_len, dim), key=kv)
+    shape = (b, heads if per_head else 1, q_len, k_len)
+    mask = (mx.random.uniform(shape=shape, key=km) < keep) | (mx.arange(k_len) == k_len - 1)
+    ref = mx.fast.scaled_dot_product_attention(q, k, v, scale=dim**-0.5, mask=mask)
+    assert_close(native.attention_masked(q, k, v, dim**-0.5, mask), ref, rtol=1e-5)
+
+
 def test_attention_rejects_mismatched_heads() -> None:
     q = mx.zeros((1, 5, 1, 64))
     k = mx.zeros((1, 2, 10, 64))
@@ -150,5 +164,6 @@ def test_attention_rejects_mismatched_heads() -> None:
 def test_status_reports_the_kernels() -> None:
     info = native.status()
     assert info["built"] and info["enabled"]
-    assert info["kernels"] == ["quantized_matmul", "dequantize", "attention"]
+    assert info["kernels"] == list(native.KERNELS)
+    assert {"quantized_matmul", "attention", "mlp_block", "attention_input"} <= set(info["kernels"])
     assert info["isa"] in ("avx2", "generic") and info["threads"] >= 1

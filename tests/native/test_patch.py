@@ -10,13 +10,14 @@ import mlx.nn as nn
 import numpy as np
 import pytest
 from conftest_models import write_tiny_gguf
-from mlx_lm.models.cache import make_prompt_cache
+from mlx_lm.models.cache import BatchKVCache, make_prompt_cache
 from tiny_models import build_tiny_model, build_tiny_tokenizer
 
 from vllm_mlx import native
 from vllm_mlx.models import load_model
 from vllm_mlx.models.loader import choose_weights
 from vllm_mlx.native import patch
+from vllm_mlx.native.layers import NativeLlamaBlock, NativeRMSNorm, NativeRoPE
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="vllm_mlx.native is not built")
 PROMPT = mx.array([[1, 5, 9, 40, 77, 200, 259, 260, 2, 31, 7]])
@@ -52,7 +53,9 @@ def test_routed_model_gives_mlx_logits_and_tokens(bits: int, group_size: int) ->
     routed = patch.enable(model)
     assert routed.linear == 2 * 7 and routed.embedding == 1
     assert routed.attention_modules == ("mlx_lm.models.llama",)
+    assert routed.mlp_blocks == routed.attention_inputs == 2 and routed.norms == 2 * 2 + 1
     assert type(model.model.layers[0].mlp.up_proj) is patch.NativeQuantizedLinear
+    assert type(model.model.layers[0]) is NativeLlamaBlock
     got_tokens, got_rows = greedy(model)
     assert got_tokens == want_tokens
     for got, want in zip(got_rows, want_rows, strict=True):
@@ -117,3 +120,65 @@ def test_loader_runs_quantized_weights_natively(tmp_path: Path, monkeypatch) -> 
     ids = mx.array([[1, 5, 9, 40, 77, 200]])
     got, want = loaded.model(ids), source(ids)
     assert np.abs(np.array(got) - np.array(want)).max() < 0.05  # 4-bit quantization error
+
+
+def test_decode_steps_are_a_few_native_nodes_per_layer(monkeypatch) -> None:
+    """Each decode step of a routed block goes through the fused primitives."""
+    model = quantized_llama(4, 32)
+    patch.enable(model)
+    calls: list[str] = []
+    for name in ("attention_input", "mlp_block"):
+        real = getattr(native, name)
+        monkeypatch.setattr(native, name, lambda *a, _n=name, _r=real: calls.append(_n) or _r(*a))
+    greedy(model, steps=3)
+    # prefill (11 rows) and 3 decode steps, 2 layers each
+    assert calls.count("attention_input") == calls.count("mlp_block") == 2 * 4
+
+
+def test_batched_caches_agree_with_mlx() -> None:
+    """BatchKVCache (array offsets, padding masks): unfused attention, native RoPE and
+    masked attention kernel, the same logits as MLX."""
+    model = quantized_llama(4, 32, seed=3)
+    prompt = mx.array([[0, 5, 9, 40], [1, 7, 8, 3]])
+
+    def run() -> np.ndarray:
+        cache = [BatchKVCache(left_padding=[1, 0]) for _ in model.layers]
+        first = model(prompt, cache=cache)[:, -1, :]
+        step = model(mx.argmax(first, axis=-1)[:, None], cache=cache)[:, -1, :]
+        return np.array(step)
+
+    want = run()
+    patch.enable(model)
+    got = run()
+    assert np.abs(got - want).max() <= 1e-4 * (1 + np.abs(want).max())
+
+
+def test_generic_isa_gives_the_same_tokens() -> None:
+    model = quantized_llama(4, 64, seed=1)
+    want, _ = greedy(model, steps=12)
+    patch.enable(model)
+    best = native.status()["isa"]
+    assert native.set_isa("generic")
+    try:
+        got, _ = greedy(model, steps=12)
+    finally:
+        native.set_isa(best)
+    assert got == want
+
+
+def test_norm_and_rope_fall_back_where_the_nodes_do_not_cover() -> None:
+    x = mx.random.normal((2, 3, 16), key=mx.random.key(5))
+    norm = nn.RMSNorm(16)
+    norm.weight = norm.weight.astype(mx.float16)  # half-precision weight: MLX's op
+    want = norm(x)
+    norm.__class__ = NativeRMSNorm
+    assert mx.array_equal(norm(x), want).item()
+    rope = nn.RoPE(16, base=10000.0)
+    q = mx.random.normal((2, 4, 3, 16), key=mx.random.key(6))
+    offsets = mx.array([3, -1])  # a left-padded batched cache's per-sequence offsets
+    scalar = mx.array(2)  # a 0-d array offset: MLX's op
+    want_array, want_int, want_scalar = rope(q, offsets), rope(q, 7), rope(q, scalar)
+    rope.__class__ = NativeRoPE
+    assert np.abs(np.array(rope(q, offsets) - want_array)).max() <= 1e-6
+    assert np.abs(np.array(rope(q, 7) - want_int)).max() <= 1e-6
+    assert mx.array_equal(rope(q, scalar), want_scalar).item()

@@ -17,12 +17,21 @@ import sys
 from types import ModuleType
 from typing import Any
 
-KERNELS = ("quantized_matmul", "dequantize", "attention")
+KERNELS = (
+    "quantized_matmul",
+    "dequantize",
+    "attention",
+    "attention_masked",
+    "rms_norm",
+    "rope",
+    "rope_offsets",
+    "mlp_block",
+    "attention_input",
+)
 DISABLE_ENV = "VLLM_MLX_NATIVE"  # "0" turns the kernels off without rebuilding
 _routed: list[str] = []  # what patch.enable routed, latest last (for status())
 
 
-@functools.cache
 @functools.cache
 def _load() -> tuple[ModuleType | None, str | None]:
     """The extension (imported on first use: it imports mlx.core) or why it is missing."""
@@ -82,6 +91,70 @@ def dequantize(w, scales, biases, group_size: int, bits: int):
 def attention(q, k, v, scale: float, causal: bool = False):
     """``softmax(q k^T * scale) v`` over grouped-query heads on the native kernel."""
     return _extension().attention(q, k, v, scale, causal)
+
+
+def rms_norm(x, weight, eps: float):
+    """``mx.fast.rms_norm(x, weight, eps)`` for float32 ``x`` as one native node."""
+    return _extension().rms_norm(x, weight, eps)
+
+
+def rope_inv_freq(dims: int, base: float):
+    """``exp(-i ln(base) / (dims/2))`` computed as ``mx.fast.rope``'s CPU fallback does (MLX's
+    own ``exp``), so the native rope's angles are the same floats as MLX's."""
+    import mlx.core as mx
+    import numpy as np
+
+    half = dims // 2
+    step = np.float32(np.log(np.float32(base))) / np.float32(half)
+    return mx.exp(mx.arange(0, -half, -1, dtype=mx.float32) * mx.array(step))
+
+
+def rope(x, inv_freq, dims: int, traditional: bool, scale: float, offset: int):
+    """``mx.fast.rope`` for float32 ``x`` ``[B, H, L, D]`` and an int offset, one node;
+    ``inv_freq`` from ``rope_inv_freq`` (or ``1 / freqs``)."""
+    return _extension().rope(x, inv_freq, dims, traditional, scale, offset)
+
+
+def rope_offsets(x, inv_freq, offsets, dims: int, traditional: bool, scale: float):
+    """``mx.fast.rope`` with per-sequence int32 ``offsets`` ``[B]`` (a batched cache's)."""
+    return _extension().rope_offsets(x, inv_freq, offsets, dims, traditional, scale)
+
+
+def mlp_block(h, norm_weight, eps: float, gate, up, down, group_size: int, bits: int):
+    """``h + down(silu(gate(n)) * up(n))``, ``n = rms_norm(h)``; each projection is a
+    quantized ``(w, scales, biases)`` triple (one group size and bit width)."""
+    return _extension().mlp_block(
+        h, norm_weight, eps, list(gate), list(up), list(down), group_size, bits
+    )
+
+
+def attention_input(
+    x,
+    norm_weight,
+    eps: float,
+    q,
+    k,
+    v,
+    group_size: int,
+    bits: int,
+    heads: tuple[int, int],
+    inv_freq,
+    rope: tuple[int, bool, float],
+    offset: int,
+):
+    """``[q, k, v]`` heads ``[B, H, L, head_dim]`` of ``rms_norm(x)`` through quantized
+    projections, q and k rotated (``rope`` = dims, traditional, scale) at ``offset``."""
+    dims, traditional, scale = rope
+    return _extension().attention_input(
+        x, norm_weight, eps, list(q), list(k), list(v), group_size, bits, heads[0], heads[1],
+        inv_freq, dims, traditional, scale, offset,
+    )  # fmt: skip
+
+
+def attention_masked(q, k, v, scale: float, mask):
+    """``attention`` with a boolean ``mask`` (true: attend) broadcastable to
+    ``[B, Hq, Lq, Lk]``, as mlx-lm's batched caches make for left-padded sequences."""
+    return _extension().attention_masked(q, k, v, scale, mask)
 
 
 def set_isa(name: str) -> bool:

@@ -15,14 +15,14 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
+from mlx_lm.models import llama
 
 from vllm_mlx import native
 from vllm_mlx.engine.cpu import openblas_preloaded
+from vllm_mlx.native.layers import MAX_NATIVE_QUERY, NativeRMSNorm, NativeRoPE, route_block
 
 BITS = (4, 8)
 GROUP_SIZES = (32, 64, 128)
-# Longer query blocks (prefill) are matmul-shaped: MLX's SDPA (BLAS) does them better.
-MAX_NATIVE_QUERY = 8
 # Past this many rows of x (a prefill chunk), dequantizing the layer once and letting
 # OpenBLAS's sgemm multiply beats unpacking the weights for every block of 8 rows
 # (measured crossover 64-256 rows, docs/native-kernels.md). Needs OpenBLAS preloaded: the
@@ -39,12 +39,18 @@ class Patched:
 
     linear: int = 0
     embedding: int = 0
+    norms: int = 0
+    ropes: int = 0
+    mlp_blocks: int = 0
+    attention_inputs: int = 0
     attention_modules: tuple[str, ...] = ()
 
     def describe(self) -> str:
         attention = ", ".join(self.attention_modules) or "none"
         return (
             f"{self.linear} quantized linear + {self.embedding} quantized embedding layers, "
+            f"{self.norms} RMSNorm, {self.ropes} RoPE, {self.mlp_blocks} fused MLP + "
+            f"{self.attention_inputs} fused attention-input blocks, "
             f"attention in {attention}"
         )
 
@@ -98,6 +104,8 @@ def _route_attention(module_name: str) -> bool:
 
     def scaled_dot_product_attention(queries, keys, values, cache, scale, mask, sinks=None):
         if _attention_eligible(queries, keys, cache, mask, sinks):
+            if isinstance(mask, mx.array):  # a batched cache's padding mask
+                return native.attention_masked(queries, keys, values, scale, mask)
             return native.attention(queries, keys, values, scale, mask == "causal")
         return original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
 
@@ -107,12 +115,17 @@ def _route_attention(module_name: str) -> bool:
     return True
 
 
+def _bool_mask(mask: Any) -> bool:
+    """A boolean 4-D mask array (what mlx-lm's batched caches pass), which the kernel reads."""
+    return isinstance(mask, mx.array) and mask.dtype == mx.bool_ and mask.ndim == 4
+
+
 def _attention_eligible(queries, keys, cache, mask, sinks) -> bool:
     return (
         native.available()
         and sinks is None
         and not hasattr(cache, "bits")  # quantized KV cache: tuples, not arrays
-        and (mask is None or (isinstance(mask, str) and mask == "causal"))
+        and (mask is None or (isinstance(mask, str) and mask == "causal") or _bool_mask(mask))
         and isinstance(keys, mx.array)
         and queries.dtype == mx.float32
         and keys.dtype == mx.float32
@@ -121,10 +134,40 @@ def _attention_eligible(queries, keys, cache, mask, sinks) -> bool:
     )
 
 
+def _fusable_mlp(block: Any) -> bool:
+    """A Llama block whose MLP the fused native node computes exactly: RMSNorm before it,
+    three eligible quantized projections of one group size and bit width, no biases."""
+    mlp, norm = block.mlp, block.post_attention_layernorm
+    projections: list[Any] = [getattr(mlp, n, None) for n in ("gate_proj", "up_proj", "down_proj")]
+    return (
+        type(mlp) is llama.MLP
+        and isinstance(norm, nn.RMSNorm)
+        and norm["weight"].dtype == mx.float32
+        and all(isinstance(p, NativeQuantizedLinear) and "bias" not in p for p in projections)
+        and len({(p.group_size, p.bits) for p in projections}) == 1
+    )
+
+
+def _fusable_attention(block: Any) -> bool:
+    """A Llama block whose attention input (norm, q/k/v, RoPE) the fused node computes:
+    plain RoPE, eligible quantized q/k/v of one group size and bit width, no biases."""
+    attn, norm = block.self_attn, block.input_layernorm
+    projections: list[Any] = [getattr(attn, n, None) for n in ("q_proj", "k_proj", "v_proj")]
+    return (
+        type(attn) is llama.Attention
+        and isinstance(attn.rope, nn.RoPE)
+        and isinstance(norm, nn.RMSNorm)
+        and norm["weight"].dtype == mx.float32
+        and all(isinstance(p, NativeQuantizedLinear) and "bias" not in p for p in projections)
+        and len({(p.group_size, p.bits) for p in projections}) == 1
+    )
+
+
 def enable(model: nn.Module) -> Patched:
     """Route ``model``'s eligible layers and attention to the native kernels."""
     patched = Patched()
     attention_modules: set[str] = set()
+    blocks = []
     for _, layer in model.named_modules():
         if type(layer) is nn.QuantizedLinear and _eligible(layer):
             layer.__class__ = NativeQuantizedLinear
@@ -132,8 +175,22 @@ def enable(model: nn.Module) -> Patched:
         elif type(layer) is nn.QuantizedEmbedding and _eligible(layer):
             layer.__class__ = NativeQuantizedEmbedding
             patched.embedding += 1
+        elif type(layer) is nn.RMSNorm:
+            layer.__class__ = NativeRMSNorm
+            patched.norms += 1
+        elif type(layer) is nn.RoPE:
+            layer.__class__ = NativeRoPE
+            patched.ropes += 1
         elif type(layer).__module__.startswith("mlx_lm.models."):
             attention_modules.add(type(layer).__module__)
+            if type(layer) is llama.TransformerBlock:
+                blocks.append(layer)
+    for block in blocks:  # after the loop: its projections must have been routed first
+        if _fusable_mlp(block):
+            fused_attention = _fusable_attention(block)
+            route_block(block, DEQUANTIZE_ROWS if _BLAS_PRELOADED else None, fused_attention)
+            patched.mlp_blocks += 1
+            patched.attention_inputs += fused_attention
     patched.attention_modules = tuple(
         sorted(name for name in attention_modules if _route_attention(name))
     )

@@ -2,7 +2,9 @@
 // mlx.core.array crosses the boundary as itself).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
+#include "fused.h"
 #include "kernels.h"
 #include "primitives.h"
 #include "threadpool.h"
@@ -41,6 +43,73 @@ NB_MODULE(_kernels, m) {
       "scale"_a,
       "causal"_a = false,
       "softmax(q k^T * scale) v with grouped-query heads, no mask array (CPU).");
+  m.def(
+      "attention_masked",
+      &vmlx::attention_masked,
+      "q"_a,
+      "k"_a,
+      "v"_a,
+      "scale"_a,
+      "mask"_a,
+      "softmax(q k^T * scale) v where a boolean mask (true: attend) allows (CPU).");
+  m.def(
+      "rms_norm",
+      &vmlx::rms_norm,
+      "x"_a,
+      "weight"_a,
+      "eps"_a,
+      "x * rsqrt(mean(x^2, -1) + eps) * weight, float32 (CPU).");
+  m.def(
+      "rope",
+      &vmlx::rope,
+      "x"_a,
+      "inv_freq"_a,
+      "dims"_a,
+      "traditional"_a,
+      "scale"_a,
+      "offset"_a,
+      "mx.fast.rope for float32 x [B, H, L, D], inv_freq [dims/2] and an int offset (CPU).");
+  m.def(
+      "rope_offsets",
+      &vmlx::rope_offsets,
+      "x"_a,
+      "inv_freq"_a,
+      "offsets"_a,
+      "dims"_a,
+      "traditional"_a,
+      "scale"_a,
+      "mx.fast.rope with per-sequence int32 offsets [B] (CPU).");
+  m.def(
+      "mlp_block",
+      &vmlx::mlp_block,
+      "h"_a,
+      "norm_weight"_a,
+      "eps"_a,
+      "gate"_a,
+      "up"_a,
+      "down"_a,
+      "group_size"_a,
+      "bits"_a,
+      "h + down(silu(gate(n)) * up(n)), n = rms_norm(h): a quantized SwiGLU MLP block (CPU).");
+  m.def(
+      "attention_input",
+      &vmlx::attention_input,
+      "x"_a,
+      "norm_weight"_a,
+      "eps"_a,
+      "q_proj"_a,
+      "k_proj"_a,
+      "v_proj"_a,
+      "group_size"_a,
+      "bits"_a,
+      "n_heads"_a,
+      "n_kv_heads"_a,
+      "inv_freq"_a,
+      "rope_dims"_a,
+      "traditional"_a,
+      "rope_scale"_a,
+      "offset"_a,
+      "[q, k, v] heads of rms_norm(x) through quantized q/k/v projections, q and k rotated (CPU).");
   m.def("isa", []() { return std::string(vmlx::isa()); }, "The instruction set in use.");
   m.def(
       "set_isa",

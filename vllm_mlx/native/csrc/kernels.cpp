@@ -131,13 +131,13 @@ void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1
         for (int64_t d = 0; d < D; ++d) {
           dot += q[d * a.q_strides[3]] * k[d * a.k_strides[3]];
         }
-        scores[l - l0] = dot * a.scale;
+        scores[l - l0] = sdpa_allowed(a, b, h, i, l) ? dot * a.scale : -std::numeric_limits<float>::infinity();
         max_score = std::max(max_score, scores[l - l0]);
       }
       float sum = 0.0f;
       float* acc = out + 2;
       std::fill(acc, acc + D, 0.0f);
-      for (int64_t l = l0; l < limit; ++l) {
+      for (int64_t l = l0; l < limit && max_score > -std::numeric_limits<float>::infinity(); ++l) {
         const float p = std::exp(scores[l - l0] - max_score);
         sum += p;
         const float* v = a.v + b * a.v_strides[0] + hkv * a.v_strides[1] + l * a.v_strides[2];
@@ -177,9 +177,11 @@ void qmm(const QmmArgs& a) {
       for (int64_t k0 = 0; k0 < a.K; k0 += 32) {
         const float* src = a.x + m * a.K + k0;
         float* dst = x_perm.data() + m * a.K + k0;
-        for (int j = 0; j < 16; ++j) {
-          dst[j] = src[2 * j];
-          dst[16 + j] = src[2 * j + 1];
+        for (int half = 0; half < 32; half += 16) { // avx2::unpack32's element order
+          for (int j = 0; j < 8; ++j) {
+            dst[half + j] = src[half + 2 * j];
+            dst[half + 8 + j] = src[half + 2 * j + 1];
+          }
         }
       }
     }

@@ -33,7 +33,17 @@ struct SdpaArgs {
   int64_t v_strides[4];
   float scale;
   bool causal;
+  // optional boolean mask (true: attend), read at [b, h, i, l] with these element
+  // strides (0 where it broadcasts); nullptr: none
+  const bool* mask;
+  int64_t mask_strides[4];
 };
+
+// Whether query row i of head h may see key l (the mask only; causal is a limit).
+inline bool sdpa_allowed(const SdpaArgs& a, int64_t b, int64_t h, int64_t i, int64_t l) {
+  return a.mask == nullptr ||
+      a.mask[b * a.mask_strides[0] + h * a.mask_strides[1] + i * a.mask_strides[2] + l * a.mask_strides[3]];
+}
 
 void qmm(const QmmArgs& args);
 // y[N, K] = dequantize(w, scales, biases) (x and M unused): for prefill, where a BLAS
@@ -54,8 +64,8 @@ void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1
 } // namespace generic
 
 namespace avx2 {
-// x_perm: x with each 32-element block reordered as its 16 even then 16 odd elements
-// (4-bit only; nullptr for 8-bit), matching the nibble order of a 16-byte load.
+// x_perm: x with each 16-element half of a 32-element block reordered as its 8 even
+// then 8 odd elements (4-bit only; nullptr for 8-bit), the order unpack32 yields.
 void qmm_rows(
     const QmmArgs& a,
     const float* x_perm,

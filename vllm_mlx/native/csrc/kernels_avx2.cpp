@@ -24,27 +24,34 @@ inline __m256 bytes_to_float(__m128i bytes) {
   return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
 }
 
-// Four vectors of 8 weights for the 32 elements at byte offset `at` of a row, already
-// multiplied by the group's scale. 4-bit: even elements then odd ones (x is permuted
-// to match); 8-bit: in order.
+// Four vectors of 8 weights for the 32 elements from element k of a row. 4-bit: the
+// even then the odd elements of each half (x is permuted to match); 8-bit: in order.
 template <int BITS>
-inline void load32(const uint8_t* row, int64_t k, __m256 scale, __m256 w[4]) {
-  if constexpr (BITS == 4) {
-    const __m128i mask = _mm_set1_epi8(0x0F);
+inline void unpack32(const uint8_t* row, int64_t k, __m256 w[4]) {
+  if constexpr (BITS == 4) { // byte j holds elements 2j (low nibble) and 2j + 1
+    const __m256i mask = _mm256_set1_epi32(0x0F);
     __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + k / 2));
-    __m128i lo = _mm_and_si128(bytes, mask);
-    __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), mask);
-    w[0] = _mm256_mul_ps(bytes_to_float(lo), scale);
-    w[1] = _mm256_mul_ps(bytes_to_float(_mm_srli_si128(lo, 8)), scale);
-    w[2] = _mm256_mul_ps(bytes_to_float(hi), scale);
-    w[3] = _mm256_mul_ps(bytes_to_float(_mm_srli_si128(hi, 8)), scale);
+    __m256i b0 = _mm256_cvtepu8_epi32(bytes);
+    __m256i b1 = _mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8));
+    w[0] = _mm256_cvtepi32_ps(_mm256_and_si256(b0, mask)); // elements 0, 2, .., 14
+    w[1] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b0, 4)); // 1, 3, .., 15
+    w[2] = _mm256_cvtepi32_ps(_mm256_and_si256(b1, mask)); // 16, 18, .., 30
+    w[3] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b1, 4)); // 17, 19, .., 31
   } else {
     __m128i b0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + k));
     __m128i b1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + k + 16));
-    w[0] = _mm256_mul_ps(bytes_to_float(b0), scale);
-    w[1] = _mm256_mul_ps(bytes_to_float(_mm_srli_si128(b0, 8)), scale);
-    w[2] = _mm256_mul_ps(bytes_to_float(b1), scale);
-    w[3] = _mm256_mul_ps(bytes_to_float(_mm_srli_si128(b1, 8)), scale);
+    w[0] = bytes_to_float(b0);
+    w[1] = bytes_to_float(_mm_srli_si128(b0, 8));
+    w[2] = bytes_to_float(b1);
+    w[3] = bytes_to_float(_mm_srli_si128(b1, 8));
+  }
+}
+
+template <int BITS>
+inline void load32(const uint8_t* row, int64_t k, __m256 scale, __m256 w[4]) {
+  unpack32<BITS>(row, k, w);
+  for (int j = 0; j < 4; ++j) {
+    w[j] = _mm256_mul_ps(w[j], scale);
   }
 }
 
@@ -88,6 +95,8 @@ inline void row_dot(
   }
 }
 
+inline float dot(const float* a, const float* b, int64_t D);
+
 template <int BITS, int MT>
 void rows_tile(
     const QmmArgs& a,
@@ -105,18 +114,68 @@ void rows_tile(
         x + m0 * a.K, a.K, w + n * row_bytes, a.scales + n * groups, a.group_size, dots);
     const float* brow = a.biases + n * groups;
     for (int m = 0; m < MT; ++m) {
-      const float* xs = xsum + (m0 + m) * groups;
-      float bias = 0.0f;
-      for (int64_t g = 0; g < groups; ++g) {
-        bias += brow[g] * xs[g];
-      }
-      a.y[(m0 + m) * a.N + n] = dots[m] + bias;
+      a.y[(m0 + m) * a.N + n] = dots[m] + dot(brow, xsum + (m0 + m) * groups, groups);
     }
+  }
+}
+
+// Decode (one row of x): R weight rows at once share every load of x, and each group's
+// dot product q.x is summed first and scaled once (one multiply per group, not per
+// weight); R independent accumulator chains hide the FMA latency.
+template <int BITS, int R>
+inline void vector_rows(
+    const QmmArgs& a,
+    const float* x,
+    const float* xsum,
+    int64_t n) {
+  const int64_t groups = a.K / a.group_size;
+  const int64_t row_bytes = a.K * BITS / 8;
+  const uint8_t* w = reinterpret_cast<const uint8_t*>(a.w) + n * row_bytes;
+  const float* scales = a.scales + n * groups;
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) {
+    acc[r] = _mm256_setzero_ps();
+  }
+  for (int64_t g = 0; g < groups; ++g) {
+    __m256 part[R];
+    for (int r = 0; r < R; ++r) {
+      part[r] = _mm256_setzero_ps();
+    }
+    for (int64_t k = g * a.group_size; k < (g + 1) * a.group_size; k += 32) {
+      const __m256 x0 = _mm256_loadu_ps(x + k);
+      const __m256 x1 = _mm256_loadu_ps(x + k + 8);
+      const __m256 x2 = _mm256_loadu_ps(x + k + 16);
+      const __m256 x3 = _mm256_loadu_ps(x + k + 24);
+      for (int r = 0; r < R; ++r) {
+        __m256 q[4];
+        unpack32<BITS>(w + r * row_bytes, k, q);
+        part[r] = _mm256_fmadd_ps(q[0], x0, part[r]);
+        part[r] = _mm256_fmadd_ps(q[1], x1, part[r]);
+        part[r] = _mm256_fmadd_ps(q[2], x2, part[r]);
+        part[r] = _mm256_fmadd_ps(q[3], x3, part[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      acc[r] = _mm256_fmadd_ps(part[r], _mm256_broadcast_ss(scales + r * groups + g), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    a.y[n + r] = hsum(acc[r]) + dot(a.biases + (n + r) * groups, xsum, groups);
   }
 }
 
 template <int BITS>
 void rows(const QmmArgs& a, const float* x, const float* xsum, int64_t n0, int64_t n1) {
+  if (a.M == 1) {
+    int64_t n = n0;
+    for (; n + 4 <= n1; n += 4) {
+      vector_rows<BITS, 4>(a, x, xsum, n);
+    }
+    for (; n < n1; ++n) {
+      vector_rows<BITS, 1>(a, x, xsum, n);
+    }
+    return;
+  }
   constexpr int TILE = 8;
   int64_t m0 = 0;
   for (; m0 + TILE <= a.M; m0 += TILE) {
@@ -246,8 +305,9 @@ void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1
     for (int64_t row = 0; row < rows; ++row) {
       const int64_t h = hkv * group + row / a.Lq;
       const float* q = a.q + b * a.q_strides[0] + h * a.q_strides[1] + (row % a.Lq) * a.q_strides[2];
-      scores[row * span + (l - l0)] =
-          l < limit[row] ? dot(q, k, D) * a.scale : -std::numeric_limits<float>::infinity();
+      scores[row * span + (l - l0)] = l < limit[row] && sdpa_allowed(a, b, h, row % a.Lq, l)
+          ? dot(q, k, D) * a.scale
+          : -std::numeric_limits<float>::infinity();
     }
   }
   // Pass 2: softmax numerators, vectorized.
@@ -274,6 +334,13 @@ void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1
     }
     for (; j < n; ++j) {
       max_score = std::max(max_score, s[j]);
+    }
+    if (max_score == -std::numeric_limits<float>::infinity()) { // every key masked
+      out[0] = max_score;
+      out[1] = 0.0f;
+      std::fill(out + 2, out + 2 + D, 0.0f);
+      limit[row] = l0; // and no value rows in pass 3
+      continue;
     }
     const __m256 vm = _mm256_set1_ps(max_score);
     __m256 vsum = _mm256_setzero_ps();

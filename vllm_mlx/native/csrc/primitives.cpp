@@ -5,10 +5,9 @@
 
 #include "kernels.h"
 #include "mlx/backend/cpu/encoder.h"
+#include "strided.h"
 
 namespace vmlx {
-
-namespace {
 
 mx::Stream cpu_stream() {
   return mx::default_stream(mx::Device(mx::Device::cpu));
@@ -20,11 +19,26 @@ void require(bool ok, const std::string& message) {
   }
 }
 
-[[noreturn]] void cpu_only() {
+void cpu_only() {
   throw std::runtime_error("vllm_mlx.native kernels run on the CPU only");
 }
 
-void check_weights(const mx::array& w, const mx::array& scales, const mx::array& biases, int K, int group_size, int bits) {
+// Weights are evaluated, contiguous arrays: a Contiguous node per weight per call (4 per
+// matmul, 844 per decode step of the default model) costs more than the matmul itself.
+mx::array as_contiguous(const mx::array& a, mx::Stream stream) {
+  if (a.is_available() && a.flags().row_contiguous) {
+    return a;
+  }
+  return mx::contiguous(a, false, stream);
+}
+
+void check_weights(
+    const mx::array& w,
+    const mx::array& scales,
+    const mx::array& biases,
+    int K,
+    int group_size,
+    int bits) {
   require(bits == 4 || bits == 8, "bits must be 4 or 8");
   require(group_size == 32 || group_size == 64 || group_size == 128, "group size must be 32, 64 or 128");
   require(w.dtype() == mx::uint32 && w.ndim() == 2, "w must be a 2-D uint32 array");
@@ -34,8 +48,6 @@ void check_weights(const mx::array& w, const mx::array& scales, const mx::array&
   const mx::Shape group_shape{w.shape(0), K / group_size};
   require(scales.shape() == group_shape && biases.shape() == group_shape, "scales/biases must be [N, K / group_size]");
 }
-
-} // namespace
 
 mx::array quantized_matmul(
     const mx::array& x,
@@ -56,22 +68,20 @@ mx::array quantized_matmul(
       out_shape,
       mx::float32,
       std::make_shared<QuantizedMatmul>(stream, group_size, bits),
-      {mx::contiguous(x, false, stream),
-       mx::contiguous(w, false, stream),
-       mx::contiguous(scales, false, stream),
-       mx::contiguous(biases, false, stream)});
+      {x, as_contiguous(w, stream), as_contiguous(scales, stream), as_contiguous(biases, stream)});
 }
 
 void QuantizedMatmul::eval_cpu(
     const std::vector<mx::array>& inputs,
     std::vector<mx::array>& outputs) {
-  const auto& x = inputs[0];
   const auto& w = inputs[1];
   const auto& scales = inputs[2];
   const auto& biases = inputs[3];
   auto& out = outputs[0];
   out.set_data(mx::allocator::malloc(out.nbytes()));
   auto& encoder = mx::cpu::get_command_encoder(stream());
+  // x may be a view (a transposed or sliced activation): packed into a temporary first
+  const mx::array x = packed_input(inputs[0], encoder);
   encoder.set_input_array(x);
   encoder.set_input_array(w);
   encoder.set_input_array(scales);
@@ -120,9 +130,7 @@ mx::array dequantize(
       {w.shape(0), K},
       mx::float32,
       std::make_shared<Dequantize>(stream, group_size, bits),
-      {mx::contiguous(w, false, stream),
-       mx::contiguous(scales, false, stream),
-       mx::contiguous(biases, false, stream)});
+      {as_contiguous(w, stream), as_contiguous(scales, stream), as_contiguous(biases, stream)});
 }
 
 void Dequantize::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
@@ -180,6 +188,26 @@ mx::array attention(
       q.shape(), mx::float32, std::make_shared<Attention>(stream, scale, causal), {q, k, v});
 }
 
+mx::array attention_masked(
+    const mx::array& q,
+    const mx::array& k,
+    const mx::array& v,
+    float scale,
+    const mx::array& mask) {
+  (void)attention(q, k, v, scale, false); // the checks of q, k and v
+  require(mask.dtype() == mx::bool_ && mask.ndim() == 4, "mask must be a 4-D boolean array");
+  const mx::Shape full{q.shape(0), q.shape(1), q.shape(2), k.shape(2)};
+  for (int i = 0; i < 4; ++i) {
+    require(mask.shape(i) == 1 || mask.shape(i) == full[i], "mask must broadcast to [B, Hq, Lq, Lk]");
+  }
+  auto stream = cpu_stream();
+  return mx::array(
+      q.shape(),
+      mx::float32,
+      std::make_shared<Attention>(stream, scale, false),
+      {q, k, v, mx::broadcast_to(mask, full, stream)});
+}
+
 void Attention::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
   const auto& q = inputs[0];
   const auto& k = inputs[1];
@@ -209,6 +237,13 @@ void Attention::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::a
   }
   args.scale = scale_;
   args.causal = causal_;
+  if (inputs.size() == 4) { // a boolean mask, broadcast to [B, Hq, Lq, Lk] (stride 0)
+    encoder.set_input_array(inputs[3]);
+    args.mask = inputs[3].data<bool>();
+    for (int i = 0; i < 4; ++i) {
+      args.mask_strides[i] = inputs[3].strides()[i];
+    }
+  }
   encoder.dispatch([args]() { sdpa(args); });
 }
 

@@ -3,12 +3,28 @@
 // CPU stream, so a model step still evaluates as one graph.
 #pragma once
 
+#include <string>
+
 #include "mlx/mlx.h"
 #include "mlx/primitives.h"
 
 namespace vmlx {
 
 namespace mx = mlx::core;
+
+// Shared by the primitives: MLX's default CPU stream, argument checks (std::invalid_argument,
+// so Python callers can use MLX's own op instead), evaluated weights without a Contiguous node.
+mx::Stream cpu_stream();
+void require(bool ok, const std::string& message);
+[[noreturn]] void cpu_only();
+mx::array as_contiguous(const mx::array& a, mx::Stream stream);
+void check_weights(
+    const mx::array& w,
+    const mx::array& scales,
+    const mx::array& biases,
+    int K,
+    int group_size,
+    int bits);
 
 // x[..., K] @ dequantize(w, scales, biases)^T, MLX affine layout, bits 4 or 8,
 // group size 32, 64 or 128, float32 x, scales and biases. Throws std::invalid_argument
@@ -32,6 +48,14 @@ mx::array attention(
     const mx::array& v,
     float scale,
     bool causal);
+
+// The same with a boolean mask (true: attend) broadcastable to [B, Hq, Lq, Lk].
+mx::array attention_masked(
+    const mx::array& q,
+    const mx::array& k,
+    const mx::array& v,
+    float scale,
+    const mx::array& mask);
 
 class QuantizedMatmul : public mx::Primitive {
  public:

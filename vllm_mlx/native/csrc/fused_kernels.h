@@ -1,0 +1,34 @@
+// Small per-row kernels a decoder layer needs around its matmuls (RMSNorm, RoPE, SwiGLU),
+// so a layer's norm, rotary embedding and MLP each run as one MLX primitive instead of
+// the 10-25 graph nodes MLX's CPU fallbacks of mx.fast.rms_norm / mx.fast.rope build.
+#pragma once
+
+#include <cstdint>
+
+namespace vmlx {
+
+// y[m, :] = x[m, :] * rsqrt(mean(x[m, :]^2) + eps) * w, rows of D contiguous floats.
+void rms_norm(const float* x, const float* w, float* y, int64_t M, int64_t D, float eps);
+
+// Rotary embedding of x [B, H, L, D] (element strides) into contiguous y, position of
+// row l = offset + l, the first `dims` features rotated (pairs (i, i + dims/2), or
+// (2i, 2i+1) when traditional) by angle position * scale * inv_freq[i], the rest copied;
+// mx.fast.rope's definition. inv_freq comes from MLX (its exp), so angles match its own.
+struct RopeArgs {
+  const float* x;
+  const float* inv_freq; // [dims / 2]
+  float* y;
+  int64_t B, H, L, D;
+  int64_t strides[4];
+  int dims;
+  bool traditional;
+  float scale;
+  int64_t offset;
+  const int32_t* offsets; // [B] per-sequence offsets (a batched cache), or nullptr
+};
+void rope(const RopeArgs& a);
+
+// y[i] = silu(g[i]) * u[i], silu(t) = t * sigmoid(t) (mlx-lm's swiglu).
+void silu_mul(const float* g, const float* u, float* y, int64_t n);
+
+} // namespace vmlx

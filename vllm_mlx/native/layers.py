@@ -1,0 +1,171 @@
+"""Layer classes whose per-token work runs as single native nodes on the CPU backend.
+
+MLX's CPU backend evaluates ``mx.fast.rms_norm`` and ``mx.fast.rope`` as their composed
+fallbacks (10-25 graph nodes each) and every node costs several µs to evaluate, so a
+decode step of a 30-layer model spent more time in graph evaluation than in the matmuls.
+``patch.enable`` changes eligible instances to these subclasses; anything they do not
+cover (other dtypes, array offsets of batched caches, long prefill blocks) calls the
+parent class unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models import llama
+
+from vllm_mlx import native
+
+# Longer query blocks (prefill) are matmul-shaped: MLX's SDPA (BLAS) does them better.
+MAX_NATIVE_QUERY = 8
+
+
+@functools.cache
+def _inv_freq(dims: int, base: float) -> mx.array:
+    freqs = native.rope_inv_freq(dims, base)
+    mx.eval(freqs)
+    return freqs
+
+
+class NativeRMSNorm(nn.RMSNorm):
+    """``nn.RMSNorm`` as one native node for float32 activations."""
+
+    def __call__(self, x: mx.array) -> mx.array:
+        weight = self["weight"]
+        if x.dtype == mx.float32 and weight.dtype == mx.float32 and native.available():
+            return native.rms_norm(x, weight, self.eps)
+        return super().__call__(x)
+
+
+class NativeRoPE(nn.RoPE):
+    """``nn.RoPE`` as one native node for float32 ``[B, H, L, D]`` and an int offset or a
+    batched cache's per-sequence int32 offsets ``[B]``."""
+
+    def __call__(self, x: mx.array, offset: Any = 0) -> mx.array:
+        if x.ndim == 4 and x.dtype == mx.float32 and self.dims % 2 == 0 and native.available():
+            freqs = _inv_freq(self.dims, float(self.base))
+            if type(offset) is int and offset >= 0:
+                return native.rope(x, freqs, self.dims, self.traditional, self.scale, offset)
+            if (
+                isinstance(offset, mx.array)
+                and offset.dtype == mx.int32
+                and offset.shape == (x.shape[0],)
+            ):
+                return native.rope_offsets(
+                    x, freqs, offset, self.dims, self.traditional, self.scale
+                )
+        return super().__call__(x, offset)
+
+
+def _triple(layer: Any) -> tuple[mx.array, mx.array, mx.array]:
+    # dict lookups, not nn.Module.__getattr__: this runs ~10 times per layer per token
+    return layer["weight"], layer["scales"], layer["biases"]
+
+
+def _cache_offset(cache: Any) -> int | None:
+    """The int position of a plain (unquantized, single-sequence) KV cache, else None."""
+    if cache is None:
+        return 0
+    offset = getattr(cache, "offset", None)
+    return offset if type(offset) is int and not hasattr(cache, "bits") else None
+
+
+@dataclass(frozen=True)
+class BlockShape:
+    """What a fused block needs besides its weights; fixed when the block is routed
+    (a plain object, so nn.Module does not take its array for a parameter)."""
+
+    mlp_quant: tuple[int, int]  # group size, bits of gate/up/down
+    attention_quant: tuple[int, int] | None  # of q/k/v; None: the attention is unfused
+    heads: tuple[int, int] = (0, 0)
+    inv_freq: mx.array | None = None
+    rope: tuple[int, bool, float] = (0, False, 1.0)
+    scale: float = 1.0
+
+
+def route_block(block: Any, max_rows: int | None, fused_attention: bool) -> None:
+    """Make a ``llama.TransformerBlock`` a ``NativeLlamaBlock`` (``patch.enable`` checked
+    that its projections are eligible; ``fused_attention``: the attention input too)."""
+    attn, mlp = block.self_attn, block.mlp
+    rope = attn.rope
+    block.max_rows = max_rows
+    block.shape = BlockShape(
+        mlp_quant=(mlp.gate_proj.group_size, mlp.gate_proj.bits),
+        attention_quant=(attn.q_proj.group_size, attn.q_proj.bits) if fused_attention else None,
+        heads=(int(attn.n_heads), int(attn.n_kv_heads)),
+        inv_freq=_inv_freq(rope.dims, float(rope.base)) if fused_attention else None,
+        rope=(rope.dims, rope.traditional, rope.scale) if fused_attention else (0, False, 1.0),
+        scale=attn.scale,
+    )
+    block.__class__ = NativeLlamaBlock
+
+
+class NativeLlamaBlock(llama.TransformerBlock):
+    """mlx-lm's Llama block as a few native nodes: the attention's input half (norm,
+    q/k/v, heads, RoPE) is one, the MLP half (norm, gate, up, SwiGLU, down, residual)
+    another. ``patch.enable`` gives it only to blocks whose projections are eligible
+    quantized layers of one group size and bit width without biases."""
+
+    max_rows: int | None = None  # longer blocks (prefill) use the unfused layers
+    shape: BlockShape
+
+    def __call__(self, x: mx.array, mask: Any = None, cache: Any = None) -> mx.array:
+        if (
+            x.dtype != mx.float32
+            or (self.max_rows is not None and x.size > self.max_rows * x.shape[-1])
+            or not native.available()
+        ):
+            return super().__call__(x, mask, cache)
+        shape = self.shape
+        offset = _cache_offset(cache)
+        if (
+            shape.attention_quant is not None
+            and offset is not None
+            and x.ndim == 3
+            and (mask is None or isinstance(mask, str))
+        ):
+            h = x + self._attention(x, mask, cache, offset)
+        else:
+            h = x + self["self_attn"](self["input_layernorm"](x), mask, cache)
+        mlp, norm = self["mlp"], self["post_attention_layernorm"]
+        return native.mlp_block(
+            h,
+            norm["weight"],
+            norm.eps,
+            _triple(mlp["gate_proj"]),
+            _triple(mlp["up_proj"]),
+            _triple(mlp["down_proj"]),
+            *shape.mlp_quant,
+        )
+
+    def _attention(self, x: mx.array, mask: Any, cache: Any, offset: int) -> mx.array:
+        """``self_attn(input_layernorm(x), mask, cache)`` of mlx-lm's Llama ``Attention``."""
+        attn, norm, shape = self["self_attn"], self["input_layernorm"], self.shape
+        assert shape.attention_quant is not None
+        queries, keys, values = native.attention_input(
+            x,
+            norm["weight"],
+            norm.eps,
+            _triple(attn["q_proj"]),
+            _triple(attn["k_proj"]),
+            _triple(attn["v_proj"]),
+            *shape.attention_quant,
+            shape.heads,
+            shape.inv_freq,
+            shape.rope,
+            offset,
+        )
+        if cache is not None:
+            keys, values = cache.update_and_fetch(keys, values)
+        B, L, _ = x.shape
+        if L <= MAX_NATIVE_QUERY:  # no mask array here: the native kernel
+            output = native.attention(queries, keys, values, shape.scale, mask == "causal")
+        else:
+            output = llama.scaled_dot_product_attention(
+                queries, keys, values, cache=cache, scale=shape.scale, mask=mask
+            )
+        return attn["o_proj"](output.transpose(0, 2, 1, 3).reshape(B, L, -1))
