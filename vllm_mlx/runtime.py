@@ -81,28 +81,32 @@ def build_runtime(
     """``chat_template``: a template's text to use instead of the model's own;
     ``sharding``: this process is rank 0 of a sharded server (``_build_sharded``)."""
     cpu_weights = _weights_for_cpu(cpu_weights)
+    # what the pipeline around the model is built with, whichever source generates
+    pipeline_options: dict[str, Any] = dict(
+        reasoning_parser=reasoning_parser,
+        tool_parser=tool_parser,
+        max_num_seqs=max_num_seqs,
+        max_queue=max_queue,
+        default_max_tokens=default_max_tokens,
+        max_tokens_cap=max_tokens_cap,
+        structured_backend=structured_backend,
+        default_thinking_budget=default_thinking_budget,
+        sampling_overrides=sampling_overrides,
+        allow_request_templates=allow_request_templates,
+        unsupported_media=unsupported_media,
+        limits=limits,
+        max_model_len=max_model_len,
+    )
     if sharding is not None:
         return _build_sharded(
             model,
             sharding,
             cpu_weights=cpu_weights,
-            max_num_seqs=max_num_seqs,
-            max_queue=max_queue,
             kv_bits=kv_bits,
             kv_group_size=kv_group_size,
             draft_model=draft_model,
             warmup_prompt=warmup_prompt,
-            reasoning_parser=reasoning_parser,
-            tool_parser=tool_parser,
-            default_max_tokens=default_max_tokens,
-            max_tokens_cap=max_tokens_cap,
-            structured_backend=structured_backend,
-            default_thinking_budget=default_thinking_budget,
-            sampling_overrides=sampling_overrides,
-            allow_request_templates=allow_request_templates,
-            unsupported_media=unsupported_media,
-            limits=limits,
-            max_model_len=max_model_len,
+            **pipeline_options,
         )
     loaded = load_model(model, cpu_weights=cpu_weights, progress=progress)
     if chat_template is not None:
@@ -126,23 +130,7 @@ def build_runtime(
         num_draft_tokens=num_draft_tokens,
     )
     log.info("loaded %s (%s weights) from %s", loaded.name, loaded.weights, loaded.path)
-    runtime = _assemble(
-        loaded,
-        source,
-        reasoning_parser=reasoning_parser,
-        tool_parser=tool_parser,
-        max_num_seqs=max_num_seqs,
-        max_queue=max_queue,
-        default_max_tokens=default_max_tokens,
-        max_tokens_cap=max_tokens_cap,
-        structured_backend=structured_backend,
-        default_thinking_budget=default_thinking_budget,
-        sampling_overrides=sampling_overrides,
-        allow_request_templates=allow_request_templates,
-        unsupported_media=unsupported_media,
-        limits=limits,
-        max_model_len=max_model_len,
-    )
+    runtime = _assemble(loaded, source, **pipeline_options)
     if warmup_prompt:
         warm_up(runtime.pipeline, warmup_prompt)
     return runtime
@@ -184,15 +172,11 @@ def _build_sharded(
     sharding: Sharding,
     *,
     cpu_weights: CpuWeights,
-    max_num_seqs: int,
-    max_queue: int,
     kv_bits: int | None,
     kv_group_size: int,
     draft_model: str | None,
     warmup_prompt: str | None,
-    reasoning_parser: str | None,
-    tool_parser: str | None,
-    **pipeline_options,
+    **pipeline_options: Any,
 ) -> Runtime:
     """Rank 0 of a sharded server: the usual pipeline over a ``LeaderSource``, whose
     failure halts the engine (503s) and a watchdog for ranks that hang or exit."""
@@ -202,7 +186,7 @@ def _build_sharded(
         "sharded over %d ranks: the prefix cache is off (docs/distributed.md)", sharding.world_size
     )
     loaded, source = _sharded_source(
-        model, sharding, cpu_weights, max_num_seqs, kv_bits, kv_group_size
+        model, sharding, cpu_weights, pipeline_options["max_num_seqs"], kv_bits, kv_group_size
     )
     layers = getattr(getattr(loaded.model, "args", None), "num_hidden_layers", 0)
     health = GroupHealth(
@@ -212,15 +196,7 @@ def _build_sharded(
         rank_roles=rank_roles(sharding.world_size, sharding.mode, layers),
     )
     leader = LeaderSource(source, Channel(sharding.group, source.stream), health)
-    runtime = _assemble(
-        loaded,
-        leader,
-        reasoning_parser=reasoning_parser,
-        tool_parser=tool_parser,
-        max_num_seqs=max_num_seqs,
-        max_queue=max_queue,
-        **pipeline_options,
-    )
+    runtime = _assemble(loaded, leader, **pipeline_options)
     runtime.distributed = health
     leader.on_failure = runtime.engine.halt
     Watchdog(leader, sharding.timeout, sharding.check)
