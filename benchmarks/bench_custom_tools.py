@@ -11,31 +11,14 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from pathlib import Path
 
 from vllm_mlx.constrained import text_mismatch
 from vllm_mlx.constrained.custom_tools import CustomTool, check_grammars
 from vllm_mlx.models.loader import load_tokenizer_only
 
-APPLY_PATCH = """start: begin_patch hunk+ end_patch
-begin_patch: "*** Begin Patch" LF
-end_patch: "*** End Patch" LF?
-
-hunk: add_hunk | delete_hunk | update_hunk
-add_hunk: "*** Add File: " filename LF add_line+
-delete_hunk: "*** Delete File: " filename LF
-update_hunk: "*** Update File: " filename LF change_move? change?
-
-filename: /(.+)/
-add_line: "+" /(.*)/ LF -> line
-
-change_move: "*** Move to: " filename LF
-change: (change_context | change_line)+ eof_line?
-change_context: ("@@" | "@@ " /(.+)/) LF
-change_line: ("+" | "-" | " ") /(.*)/ LF
-eof_line: "*** End of File" LF
-
-%import common.LF
-"""
+# the same file the tests use
+APPLY_PATCH = (Path(__file__).parents[1] / "tests" / "constrained" / "apply_patch.lark").read_text()
 PATCH = (
     "*** Begin Patch\n*** Update File: src/app.py\n@@ def main():\n"
     + "".join(

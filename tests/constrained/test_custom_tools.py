@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from tiny_models import build_tiny_model, build_tiny_tokenizer
@@ -39,26 +40,7 @@ PAREN = re.compile(r"\([a-c](,[a-c])?\)")
 REGEX = r"(yes|no)-[0-9]{1,3}"
 # Codex's apply_patch grammar, as Codex sends it (source: openai/codex,
 # core/src/tools/handlers/apply_patch.lark)
-APPLY_PATCH = """start: begin_patch hunk+ end_patch
-begin_patch: "*** Begin Patch" LF
-end_patch: "*** End Patch" LF?
-
-hunk: add_hunk | delete_hunk | update_hunk
-add_hunk: "*** Add File: " filename LF add_line+
-delete_hunk: "*** Delete File: " filename LF
-update_hunk: "*** Update File: " filename LF change_move? change?
-
-filename: /(.+)/
-add_line: "+" /(.*)/ LF -> line
-
-change_move: "*** Move to: " filename LF
-change: (change_context | change_line)+ eof_line?
-change_context: ("@@" | "@@ " /(.+)/) LF
-change_line: ("+" | "-" | " ") /(.*)/ LF
-eof_line: "*** End of File" LF
-
-%import common.LF
-"""
+APPLY_PATCH = (Path(__file__).parent / "apply_patch.lark").read_text()
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,8 @@ the test until it is taken off the list.
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 from run_corpus import CORPUS, _shape, compare, load_cases
 
@@ -69,6 +71,15 @@ KNOWN_FAILURES: dict[str, str] = {
 }
 
 
+CASES = {case["id"]: case for case in load_cases(CORPUS, None)}
+
+
+@functools.cache
+def _parsed(case_id: str, size: int | None) -> dict:
+    """Each case in each mode parsed once, for both tests below."""
+    return parse_case(CASES[case_id], size)
+
+
 def _cases() -> list:
     return [
         pytest.param(
@@ -78,28 +89,27 @@ def _cases() -> list:
             if case["id"] in KNOWN_FAILURES
             else [],
         )
-        for case in load_cases(CORPUS, None)
+        for case in CASES.values()
     ]
 
 
 @pytest.mark.parametrize("case", _cases())
 def test_corpus_case(case: dict) -> None:
     for size in CHUNKS:
-        verdict = compare(case["expected"], parse_case(case, size))
+        verdict = compare(case["expected"], _parsed(case["id"], size))
         assert verdict is None, f"{'whole' if size is None else f'chunks of {size}'}: {verdict}"
 
 
-@pytest.mark.parametrize("case", load_cases(CORPUS, None), ids=lambda case: case["id"])
+@pytest.mark.parametrize("case", CASES.values(), ids=lambda case: case["id"])
 def test_every_case_streams_as_it_parses_whole(case: dict) -> None:
     """Known failures included: a wrong answer must at least be the same in every mode."""
     try:
-        whole = _shape(parse_case(case, None))
+        whole = _shape(_parsed(case["id"], None))
     except UnknownParserError as error:
         pytest.skip(str(error))
     for size in CHUNKS[1:]:
-        assert _shape(parse_case(case, size)) == whole, f"chunks of {size} differ"
+        assert _shape(_parsed(case["id"], size)) == whole, f"chunks of {size} differ"
 
 
 def test_known_failures_name_real_cases() -> None:
-    ids = {c["id"] for c in load_cases(CORPUS, None)}
-    assert set(KNOWN_FAILURES) <= ids
+    assert set(KNOWN_FAILURES) <= set(CASES)

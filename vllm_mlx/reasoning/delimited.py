@@ -31,14 +31,18 @@ class _Phase(Enum):
     CONTENT = "content"  # plain content for good
 
 
+def _opened_pair(fmt: ReasoningFormat, prompt_tail: str) -> tuple[str, str] | None:
+    """The (start, end) pair whose block the prompt tail left open, if any."""
+    pairs = delimiters(fmt)
+    return next((p for p in pairs if prompt_tail.rfind(p[0]) > prompt_tail.rfind(p[1])), None)
+
+
 def opened_by_prompt(fmt: ReasoningFormat, prompt_tail: str) -> bool:
     """Does generation begin inside the reasoning block?"""
-    for start, end in delimiters(fmt):
-        if prompt_tail.rfind(start) > prompt_tail.rfind(end):
-            return True
-    end_at = max(prompt_tail.rfind(end) for _, end in delimiters(fmt))
+    if _opened_pair(fmt, prompt_tail) is not None:
+        return True
     if fmt.starts_in_reasoning:
-        return end_at < 0
+        return all(prompt_tail.rfind(end) < 0 for _, end in delimiters(fmt))
     return False
 
 
@@ -61,11 +65,8 @@ class DelimitedReasoningParser:
         self._calls = tuple(call_markers or fmt.call_markers)
         self._pairs = delimiters(fmt)
         # the end to watch for: the one of the pair the prompt opened, else the family's own
-        self._close(
-            next(
-                (e for s, e in self._pairs if prompt_tail.rfind(s) > prompt_tail.rfind(e)), fmt.end
-            )
-        )
+        opened = _opened_pair(fmt, prompt_tail)
+        self._close(opened[1] if opened else fmt.end)
         self._searched = 0  # how much of a held call was searched for the end marker
 
     def _close(self, end: str) -> None:

@@ -44,7 +44,7 @@ def marked_parser(
     ``dropped`` (the reasoning format's answer wrappers) are removed from content."""
     parser: ToolParser = MarkedToolParser(fmt, tools)
     if fmt.dropped or dropped:
-        parser = DroppingToolParser(parser, (*fmt.dropped, *dropped))
+        parser = DroppingToolParser(parser, tuple(dict.fromkeys((*fmt.dropped, *dropped))))
     return ContinuedToolParser(parser, fmt.prompt_opens) if fmt.prompt_opens else parser
 
 
