@@ -365,6 +365,12 @@ def test_literal_call_failing_after_its_first_member_is_cut_off_there(name, text
             "<|channel|>final<|message|>Done.<|end|>See <|channel|> docs for more",
             "Done.See <|channel|> docs for more",
         ),
+        # hostile: a header-like run that is not one, read in linear time (a regex with
+        # nested repeats took 2^n steps here)
+        (
+            "<|channel|>final<|message|>Done.<|end|><|start|>" + "to=" * 64 + " x",
+            "Done." + "to=" * 64 + " x",
+        ),
     ],
 )
 def test_harmony_unfinished_headers_and_layout(text, content):

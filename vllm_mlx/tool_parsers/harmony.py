@@ -55,13 +55,14 @@ class HarmonyParser(ToolParser):
         self._openings = [channels.start, channels.channel]
         self._channel = re.compile(re.escape(channels.channel) + r"\s*(\w+)")
         self._recipient = re.compile(r"\b" + re.escape(channels.recipient) + r"([^\s<]+)")
-        # what an unfinished header at the end of the output may hold: a role, a channel, a
-        # recipient, a constraint (the model stopped before its message began)
+        # the pieces of a header, for `_is_bare_header` (one alternation, no nested repeats:
+        # linear on any text, as a hostile output may be)
         to, channel, constrain = (
             re.escape(m) for m in (channels.recipient, channels.channel, channels.constrain)
         )
-        self._bare_header = re.compile(
-            rf"\s*\w*(?:\s*(?:{to}\S*|{channel}\s*\w*|{constrain}\s*\w*))*\s*"
+        self._header_piece = re.compile(
+            rf"(?P<marker>{channel}|{constrain})|(?P<to>{to}[^\s<]*)|(?P<word>\w+)|\s+|.",
+            re.DOTALL,
         )
         self._reasoning = reasoning
         self._tool_calls = tool_calls
@@ -105,11 +106,26 @@ class HarmonyParser(ToolParser):
         self._run(out, final=True)
         if self._state is _State.HEADER:
             header = self._header[self._silent :] + self._buf
-            if not self._bare_header.fullmatch(header):  # not a header after all: text
+            if not self._is_bare_header(header):  # not a header after all: text
                 out.content(header)
         elif self._buf:
             self._emit(self._buf, out)
         self._buf = self._header = ""
+
+    def _is_bare_header(self, header: str) -> bool:
+        """Does an unfinished header hold only what a header holds before its message (a
+        role, channel names, a recipient, a constraint)? Then the model stopped there and
+        none of it is content. A word is allowed first (the role) or right after a marker."""
+        word_allowed = True
+        for piece in self._header_piece.finditer(header):
+            kind = piece.lastgroup
+            if kind == "marker":
+                word_allowed = True
+            elif kind == "to" or (kind == "word" and word_allowed):
+                word_allowed = False
+            elif not piece.group().isspace():
+                return False
+        return True
 
     def _run(self, out: DeltaBuilder, final: bool) -> None:
         while True:
