@@ -150,6 +150,7 @@ def worker(path: str, decode_tokens: int, long_context: int, skip_long: bool) ->
 
 def llama_cpp_worker(decode_tokens: int, long_context: int) -> dict:
     """llama.cpp's figures on the default model's GGUF, measured like ``worker``'s."""
+    import llama_cpp
     from llama_cpp import Llama
 
     from vllm_mlx.models.default_model import default_gguf
@@ -165,6 +166,13 @@ def llama_cpp_worker(decode_tokens: int, long_context: int) -> dict:
         verbose=False,
     )
     rng = np.random.default_rng(0)
+    vocab = llm.n_vocab()
+
+    def next_token() -> int:
+        """Greedy pick from the last position's logits (llm.scores holds them only with
+        logits_all, which would make llama.cpp compute every position's logits)."""
+        logits = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
+        return int(np.argmax(np.ctypeslib.as_array(logits, shape=(vocab,))))
 
     def tokens(n: int) -> list[int]:
         return rng.integers(100, 40000, n).tolist()
@@ -172,16 +180,16 @@ def llama_cpp_worker(decode_tokens: int, long_context: int) -> dict:
     def prefill(ids: list[int]) -> float:
         start = time.perf_counter()
         llm.eval(ids)
-        int(np.argmax(llm.scores[llm.n_tokens - 1]))  # the first token
+        next_token()  # the first token
         return time.perf_counter() - start
 
     def decode(count: int) -> tuple[float, float]:
         """(tok/s, CPU ms per token) of ``count`` greedy one-token steps."""
-        token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        token = next_token()
         start, cpu = time.perf_counter(), time.process_time()
         for _ in range(count):
             llm.eval([token])
-            token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            token = next_token()
         wall = time.perf_counter() - start
         return count / wall, 1e3 * (time.process_time() - cpu) / count
 
