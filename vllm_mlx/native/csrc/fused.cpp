@@ -24,18 +24,10 @@ void check_projection(const std::vector<mx::array>& p, int K, int group_size, in
 }
 
 QmmArgs qmm_args(const float* x, const std::vector<mx::array>& in, int first, float* y, int64_t M, int group_size, int bits) {
-  const auto& w = in[first];
-  return QmmArgs{
-      x,
-      w.data<uint32_t>(),
-      in[first + 1].data<float>(),
-      in[first + 2].data<float>(),
-      y,
-      M,
-      static_cast<int64_t>(w.shape(0)),
-      static_cast<int64_t>(w.shape(1)) * 32 / bits,
-      group_size,
-      bits};
+  QmmArgs a = weight_args(in[first], in[first + 1], in[first + 2], M, group_size, bits);
+  a.x = x;
+  a.y = y;
+  return a;
 }
 
 } // namespace

@@ -24,18 +24,7 @@ std::vector<mx::Shape> head_shapes(const mx::array& x, const mx::array& qw, cons
 }
 
 QmmArgs projection(const std::vector<mx::array>& in, int first, int64_t M, int group_size, int bits) {
-  const auto& w = in[first];
-  return QmmArgs{
-      nullptr,
-      w.data<uint32_t>(),
-      in[first + 1].data<float>(),
-      in[first + 2].data<float>(),
-      nullptr,
-      M,
-      static_cast<int64_t>(w.shape(0)),
-      static_cast<int64_t>(w.shape(1)) * 32 / bits,
-      group_size,
-      bits};
+  return weight_args(in[first], in[first + 1], in[first + 2], M, group_size, bits);
 }
 
 // [B*L, H*Dh] rows as [B, H, L, Dh] element strides, for rope / the copy of v.

@@ -49,6 +49,26 @@ void check_weights(
   require(scales.shape() == group_shape && biases.shape() == group_shape, "scales/biases must be [N, K / group_size]");
 }
 
+QmmArgs weight_args(
+    const mx::array& w,
+    const mx::array& scales,
+    const mx::array& biases,
+    int64_t M,
+    int group_size,
+    int bits) {
+  return QmmArgs{
+      nullptr,
+      w.data<uint32_t>(),
+      scales.data<float>(),
+      biases.data<float>(),
+      nullptr,
+      M,
+      static_cast<int64_t>(w.shape(0)),
+      static_cast<int64_t>(w.shape(1)) * 32 / bits,
+      group_size,
+      bits};
+}
+
 mx::array quantized_matmul(
     const mx::array& x,
     const mx::array& w,
@@ -87,17 +107,9 @@ void QuantizedMatmul::eval_cpu(
   encoder.set_input_array(scales);
   encoder.set_input_array(biases);
   encoder.set_output_array(out);
-  QmmArgs args{
-      x.data<float>(),
-      w.data<uint32_t>(),
-      scales.data<float>(),
-      biases.data<float>(),
-      out.data<float>(),
-      static_cast<int64_t>(x.size() / x.shape(-1)),
-      static_cast<int64_t>(w.shape(0)),
-      static_cast<int64_t>(x.shape(-1)),
-      group_size_,
-      bits_};
+  QmmArgs args = weight_args(w, scales, biases, static_cast<int64_t>(x.size() / x.shape(-1)), group_size_, bits_);
+  args.x = x.data<float>();
+  args.y = out.data<float>();
   encoder.dispatch([args]() { qmm(args); });
 }
 

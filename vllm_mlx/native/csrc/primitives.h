@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "kernels.h"
 #include "mlx/mlx.h"
 #include "mlx/primitives.h"
 
@@ -23,6 +24,16 @@ void check_weights(
     const mx::array& scales,
     const mx::array& biases,
     int K,
+    int group_size,
+    int bits);
+
+// The kernel arguments for one checked, evaluated projection (w, scales, biases) applied
+// to M rows of x; x and y are the caller's (set before qmm runs).
+QmmArgs weight_args(
+    const mx::array& w,
+    const mx::array& scales,
+    const mx::array& biases,
+    int64_t M,
     int group_size,
     int bits);
 
