@@ -10,6 +10,7 @@ import mlx.nn as nn
 import numpy as np
 import pytest
 from conftest_models import write_tiny_gguf
+from mlx_lm.models import llama
 from mlx_lm.models.cache import BatchKVCache, make_prompt_cache
 from tiny_models import build_tiny_model, build_tiny_tokenizer
 
@@ -65,6 +66,7 @@ def test_routed_model_gives_mlx_logits_and_tokens(bits: int, group_size: int) ->
 def test_decode_steps_reach_the_native_attention(monkeypatch: pytest.MonkeyPatch) -> None:
     model = quantized_llama(4, 32)
     patch.enable(model)
+    model.model.__class__ = llama.LlamaModel  # the per-layer path (test_decode.py: the stack)
     calls: list[tuple[int, ...]] = []
     real = native.attention
     monkeypatch.setattr(native, "attention", lambda q, *a: calls.append(q.shape) or real(q, *a))
@@ -126,6 +128,7 @@ def test_decode_steps_are_a_few_native_nodes_per_layer(monkeypatch) -> None:
     """Each decode step of a routed block goes through the fused primitives."""
     model = quantized_llama(4, 32)
     patch.enable(model)
+    model.model.__class__ = llama.LlamaModel  # the per-layer path (test_decode.py: the stack)
     calls: list[str] = []
     for name in ("attention_input", "mlp_block"):
         real = getattr(native, name)

@@ -157,6 +157,26 @@ def attention_masked(q, k, v, scale: float, mask):
     return _extension().attention_masked(q, k, v, scale, mask)
 
 
+def decode_layers(h, weights, caches, positions, key_start, inv_freq, *params):
+    """``[h, rows]``: a stack of Llama layers for one token per sequence (``decode.py``
+    builds the arguments); ``rows`` ``[layers, 2, B, Hkv, head_dim]`` are the new key and
+    value rows, which ``kv_write`` puts in the caches."""
+    return _extension().decode_layers(
+        h, list(weights), list(caches), positions, key_start, inv_freq, *params
+    )
+
+
+def kv_write(cache, rows, layer: int, which: int, index: int):
+    """``cache`` with row ``index`` set to ``rows[layer, which]``; in place when MLX may
+    donate the cache's buffer (nothing else holds it), else into a copy."""
+    return _extension().kv_write(cache, rows, layer, which, index)
+
+
+def kv_write_copies() -> int:
+    """How many cache buffers ``kv_write`` had to copy (a steady decode donates all)."""
+    return int(_extension().kv_write_copies())
+
+
 def set_isa(name: str) -> bool:
     """Select the kernels' instruction set ("avx2" or "generic"), for tests and benchmarks."""
     kernels = _load()[0]

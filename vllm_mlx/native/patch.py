@@ -19,6 +19,7 @@ from mlx_lm.models import llama
 
 from vllm_mlx import native
 from vllm_mlx.engine.cpu import openblas_preloaded
+from vllm_mlx.native.decode import route_model, stack_shape
 from vllm_mlx.native.layers import MAX_NATIVE_QUERY, NativeRMSNorm, NativeRoPE, route_block
 
 BITS = (4, 8)
@@ -43,6 +44,7 @@ class Patched:
     ropes: int = 0
     mlp_blocks: int = 0
     attention_inputs: int = 0
+    decode_stacks: int = 0
     attention_modules: tuple[str, ...] = ()
 
     def describe(self) -> str:
@@ -51,6 +53,7 @@ class Patched:
             f"{self.linear} quantized linear + {self.embedding} quantized embedding layers, "
             f"{self.norms} RMSNorm, {self.ropes} RoPE, {self.mlp_blocks} fused MLP + "
             f"{self.attention_inputs} fused attention-input blocks, "
+            f"{self.decode_stacks} one-node decode stacks, "
             f"attention in {attention}"
         )
 
@@ -167,7 +170,7 @@ def enable(model: nn.Module) -> Patched:
     """Route ``model``'s eligible layers and attention to the native kernels."""
     patched = Patched()
     attention_modules: set[str] = set()
-    blocks = []
+    blocks, stacks = [], []
     for _, layer in model.named_modules():
         if type(layer) is nn.QuantizedLinear and _eligible(layer):
             layer.__class__ = NativeQuantizedLinear
@@ -185,12 +188,18 @@ def enable(model: nn.Module) -> Patched:
             attention_modules.add(type(layer).__module__)
             if type(layer) is llama.TransformerBlock:
                 blocks.append(layer)
+            elif type(layer) is llama.LlamaModel:
+                stacks.append(layer)
     for block in blocks:  # after the loop: its projections must have been routed first
         if _fusable_mlp(block):
             fused_attention = _fusable_attention(block)
             route_block(block, DEQUANTIZE_ROWS if _BLAS_PRELOADED else None, fused_attention)
             patched.mlp_blocks += 1
             patched.attention_inputs += fused_attention
+    for stack in stacks:  # after its blocks: every layer must be fused
+        if (shape := stack_shape(stack)) is not None:
+            route_model(stack, shape)
+            patched.decode_stacks += 1
     patched.attention_modules = tuple(
         sorted(name for name in attention_modules if _route_attention(name))
     )

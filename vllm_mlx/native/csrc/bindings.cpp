@@ -4,6 +4,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include "decode_step.h"
 #include "fused.h"
 #include "kernels.h"
 #include "primitives.h"
@@ -110,6 +111,65 @@ NB_MODULE(_kernels, m) {
       "rope_scale"_a,
       "offset"_a,
       "[q, k, v] heads of rms_norm(x) through quantized q/k/v projections, q and k rotated (CPU).");
+  m.def(
+      "decode_layers",
+      [](const vmlx::mx::array& h,
+         const std::vector<vmlx::mx::array>& weights,
+         const std::vector<vmlx::mx::array>& caches,
+         const vmlx::mx::array& positions,
+         const vmlx::mx::array& key_start,
+         const vmlx::mx::array& inv_freq,
+         float eps,
+         int attention_group_size,
+         int attention_bits,
+         int mlp_group_size,
+         int mlp_bits,
+         int n_heads,
+         int n_kv_heads,
+         int rope_dims,
+         bool traditional,
+         float rope_scale,
+         float scale,
+         int write_index) {
+        return vmlx::decode_layers(
+            h,
+            weights,
+            caches,
+            positions,
+            key_start,
+            inv_freq,
+            {eps, attention_group_size, attention_bits, mlp_group_size, mlp_bits, n_heads, n_kv_heads,
+             rope_dims, traditional, rope_scale, scale, write_index});
+      },
+      "h"_a,
+      "weights"_a,
+      "caches"_a,
+      "positions"_a,
+      "key_start"_a,
+      "inv_freq"_a,
+      "eps"_a,
+      "attention_group_size"_a,
+      "attention_bits"_a,
+      "mlp_group_size"_a,
+      "mlp_bits"_a,
+      "n_heads"_a,
+      "n_kv_heads"_a,
+      "rope_dims"_a,
+      "traditional"_a,
+      "rope_scale"_a,
+      "scale"_a,
+      "write_index"_a,
+      "[h, new key/value rows] of a stack of Llama layers for one token per sequence (CPU).");
+  m.def(
+      "kv_write",
+      &vmlx::kv_write,
+      "cache"_a,
+      "rows"_a,
+      "layer"_a,
+      "which"_a,
+      "index"_a,
+      "cache with row `index` set to rows[layer, which], in place when MLX may donate it (CPU).");
+  m.def("kv_write_copies", &vmlx::kv_write_copies, "Cache buffers kv_write had to copy.");
   m.def("isa", []() { return std::string(vmlx::isa()); }, "The instruction set in use.");
   m.def(
       "set_isa",

@@ -126,7 +126,7 @@ void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1
       const int64_t limit = a.causal ? std::min(l1, a.Lk - a.Lq + i + 1) : l1;
       float max_score = -std::numeric_limits<float>::infinity();
       for (int64_t l = l0; l < limit; ++l) {
-        const float* k = a.k + b * a.k_strides[0] + hkv * a.k_strides[1] + l * a.k_strides[2];
+        const float* k = sdpa_key(a, b, hkv, l);
         float dot = 0.0f;
         for (int64_t d = 0; d < D; ++d) {
           dot += q[d * a.q_strides[3]] * k[d * a.k_strides[3]];
@@ -140,7 +140,7 @@ void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1
       for (int64_t l = l0; l < limit && max_score > -std::numeric_limits<float>::infinity(); ++l) {
         const float p = std::exp(scores[l - l0] - max_score);
         sum += p;
-        const float* v = a.v + b * a.v_strides[0] + hkv * a.v_strides[1] + l * a.v_strides[2];
+        const float* v = sdpa_value(a, b, hkv, l);
         for (int64_t d = 0; d < D; ++d) {
           acc[d] += p * v[d * a.v_strides[3]];
         }
@@ -154,6 +154,11 @@ void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1
 } // namespace generic
 
 void qmm(const QmmArgs& a) {
+  qmm_many(&a, 1);
+}
+
+void qmm_many(const QmmArgs* list, int count) {
+  const QmmArgs& a = list[0];
   const int64_t groups = a.K / a.group_size;
   // sum of each group of x, for the bias term: sum_k (q s + b) x = s q.x + b sum(x)
   thread_local std::vector<float> xsum; // reused: a decode step runs ~200 of these
@@ -187,21 +192,34 @@ void qmm(const QmmArgs& a) {
     }
   }
   ThreadPool& pool = ThreadPool::instance();
-  const int64_t rows = rows_per_task(a, pool.size());
-  const int tasks = static_cast<int>((a.N + rows - 1) / rows);
+  // task t of the whole fork-join -> (projection, its row range)
+  thread_local std::vector<int64_t> first_task, rows;
+  first_task.assign(count + 1, 0);
+  rows.resize(count);
+  for (int j = 0; j < count; ++j) {
+    rows[j] = rows_per_task(list[j], pool.size());
+    first_task[j + 1] = first_task[j] + (list[j].N + rows[j] - 1) / rows[j];
+  }
   // thread_local buffers: the tasks run on other threads, so hand them pointers
   const float* xp = x_perm.empty() ? nullptr : x_perm.data();
   const float* xs = xsum.data();
-  pool.parallel_for(tasks, [&](int t) {
-    const int64_t n0 = t * rows;
-    const int64_t n1 = std::min(a.N, n0 + rows);
+  const int64_t* starts = first_task.data();
+  const int64_t* per_task = rows.data();
+  pool.parallel_for(static_cast<int>(first_task[count]), [&](int t) {
+    int j = 0;
+    while (t >= starts[j + 1]) {
+      ++j;
+    }
+    const QmmArgs& p = list[j];
+    const int64_t n0 = (t - starts[j]) * per_task[j];
+    const int64_t n1 = std::min(p.N, n0 + per_task[j]);
 #if defined(VMLX_HAVE_AVX2)
     if (fast) {
-      avx2::qmm_rows(a, xp, xs, n0, n1);
+      avx2::qmm_rows(p, xp, xs, n0, n1);
       return;
     }
 #endif
-    generic::qmm_rows(a, xs, n0, n1);
+    generic::qmm_rows(p, xs, n0, n1);
   });
 }
 

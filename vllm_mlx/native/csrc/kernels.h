@@ -37,15 +37,39 @@ struct SdpaArgs {
   // strides (0 where it broadcasts); nullptr: none
   const bool* mask;
   int64_t mask_strides[4];
+  // optional first key per sequence [B] (a left-padded batch); nullptr: key 0
+  const int32_t* key_start;
+  // optional rows of the last key and value (l = Lk - 1) kept outside k/v: [B, Hkv, D]
+  // contiguous (a decode step attends to its own new row before the cache holds it)
+  const float* k_last;
+  const float* v_last;
 };
 
-// Whether query row i of head h may see key l (the mask only; causal is a limit).
+inline const float* sdpa_key(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l) {
+  return a.k_last != nullptr && l == a.Lk - 1
+      ? a.k_last + (b * a.Hkv + hkv) * a.D
+      : a.k + b * a.k_strides[0] + hkv * a.k_strides[1] + l * a.k_strides[2];
+}
+
+inline const float* sdpa_value(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l) {
+  return a.v_last != nullptr && l == a.Lk - 1
+      ? a.v_last + (b * a.Hkv + hkv) * a.D
+      : a.v + b * a.v_strides[0] + hkv * a.v_strides[1] + l * a.v_strides[2];
+}
+
+// Whether query row i of head h may see key l (the mask and key_start; causal is a limit).
 inline bool sdpa_allowed(const SdpaArgs& a, int64_t b, int64_t h, int64_t i, int64_t l) {
+  if (a.key_start != nullptr && l < a.key_start[b]) {
+    return false;
+  }
   return a.mask == nullptr ||
       a.mask[b * a.mask_strides[0] + h * a.mask_strides[1] + i * a.mask_strides[2] + l * a.mask_strides[3]];
 }
 
 void qmm(const QmmArgs& args);
+// Several projections of one x (q/k/v, gate/up: same x, M, K, group size and bits) in
+// one fork-join, x's group sums and permutation computed once.
+void qmm_many(const QmmArgs* args, int count);
 // y[N, K] = dequantize(w, scales, biases) (x and M unused): for prefill, where a BLAS
 // sgemm on the float32 weights beats a matmul that unpacks them for every row block.
 void dequantize_weights(const QmmArgs& args);

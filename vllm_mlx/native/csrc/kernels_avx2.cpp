@@ -299,9 +299,8 @@ void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1
     const int64_t i = row % a.Lq;
     limit[row] = a.causal ? std::min(l1, a.Lk - a.Lq + i + 1) : l1;
   }
-  const float* kbase = a.k + b * a.k_strides[0] + hkv * a.k_strides[1];
   for (int64_t l = l0; l < l1; ++l) {
-    const float* k = kbase + l * a.k_strides[2];
+    const float* k = sdpa_key(a, b, hkv, l);
     for (int64_t row = 0; row < rows; ++row) {
       const int64_t h = hkv * group + row / a.Lq;
       const float* q = a.q + b * a.q_strides[0] + h * a.q_strides[1] + (row % a.Lq) * a.q_strides[2];
@@ -360,9 +359,8 @@ void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1
     std::fill(out + 2, out + 2 + D, 0.0f);
   }
   // Pass 3: weighted sum of the value rows, each read once for every query row.
-  const float* vbase = a.v + b * a.v_strides[0] + hkv * a.v_strides[1];
   for (int64_t l = l0; l < l1; ++l) {
-    const float* v = vbase + l * a.v_strides[2];
+    const float* v = sdpa_value(a, b, hkv, l);
     for (int64_t row = 0; row < rows; ++row) {
       if (l < limit[row]) {
         axpy(part + row * (D + 2) + 2, scores[row * span + (l - l0)], v, D);

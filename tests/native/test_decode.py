@@ -1,0 +1,172 @@
+"""The one-node decode stack (``native/decode.py``) gives MLX's own logits and tokens on
+plain and batched caches, writes the caches in place in a steady loop, never changes a
+buffer another cache shares, and leaves every step it does not cover to mlx-lm."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx_lm.models import llama
+from mlx_lm.models.cache import BatchKVCache, make_prompt_cache
+from test_patch import PROMPT, greedy, quantized_llama
+
+from vllm_mlx import native
+from vllm_mlx.engine.prefix_cache import shared_copy
+from vllm_mlx.native import patch
+from vllm_mlx.native.decode import NativeLlamaModel, layer_weights
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="vllm_mlx.native is not built")
+
+
+def close(got: np.ndarray, want: np.ndarray) -> bool:
+    return bool(np.abs(got - want).max() <= 1e-4 * (1 + np.abs(want).max()))
+
+
+def count_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Each ``native.decode_layers`` call's batch size (the real function still runs)."""
+    calls: list[int] = []
+    real = native.decode_layers
+    monkeypatch.setattr(
+        native, "decode_layers", lambda h, *a: calls.append(h.shape[0]) or real(h, *a)
+    )
+    return calls
+
+
+@pytest.mark.parametrize(
+    "bits, group_size, traditional", [(4, 32, False), (8, 64, False), (4, 128, True)]
+)
+def test_decode_stack_gives_mlx_logits_and_tokens(
+    monkeypatch: pytest.MonkeyPatch, bits: int, group_size: int, traditional: bool
+) -> None:
+    model = quantized_llama(bits, group_size, seed=bits + group_size)
+    for block in model.model.layers:
+        block.self_attn.rope.traditional = traditional
+    want_tokens, want_rows = greedy(model)
+    routed = patch.enable(model)
+    assert routed.decode_stacks == 1 and type(model.model) is NativeLlamaModel
+    calls = count_calls(monkeypatch)
+    got_tokens, got_rows = greedy(model)
+    assert len(calls) == 24  # every one-token step after the prefill
+    assert got_tokens == want_tokens
+    assert all(close(g, w) for g, w in zip(got_rows, want_rows, strict=True))
+
+
+def test_steady_decode_writes_the_caches_in_place() -> None:
+    model = quantized_llama(4, 32)
+    patch.enable(model)
+    before = native.kv_write_copies()
+    greedy(model, steps=16)
+    # at most the first step's writes copy (its buffers were still held by the prefill)
+    assert native.kv_write_copies() - before <= 2 * len(model.layers)
+
+
+def test_a_step_past_the_cache_capacity_goes_to_mlx_lm(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = quantized_llama(4, 32, seed=2)
+    prompt = mx.array([[(7 * i) % 250 + 1 for i in range(250)]])
+
+    def run() -> list[int]:
+        cache = make_prompt_cache(model)
+        logits = model(prompt, cache=cache)[:, -1, :]
+        tokens = []
+        for _ in range(12):  # positions 250..261: the 256-row buffer grows at 256
+            token = mx.argmax(logits, axis=-1)
+            tokens.append(token.item())
+            logits = model(token[None], cache=cache)[:, -1, :]
+        return tokens
+
+    want = run()
+    patch.enable(model)
+    calls = count_calls(monkeypatch)
+    assert run() == want
+    assert len(calls) == 11  # every step but the one that grows the buffer
+
+
+def test_a_shared_prefix_cache_is_never_changed() -> None:
+    """The prefix cache hands a request views of an entry's buffers: decoding from them
+    must leave the entry's own rows as they were (MLX's value semantics)."""
+    model = quantized_llama(4, 32, seed=4)
+    patch.enable(model)
+    entry = make_prompt_cache(model)
+    mx.eval(model(PROMPT, cache=entry))
+    saved = [np.array(c.keys) for c in entry]
+    request = shared_copy(entry)
+    for c in request:
+        c.trim(5)  # serve a shorter prefix: its next rows overwrite the entry's rows
+    token = mx.array([[3]])
+    for _ in range(6):
+        logits = model(token, cache=request)
+        token = mx.argmax(logits[:, -1, :], axis=-1)[None]
+        mx.eval(token)
+    for c, rows in zip(entry, saved, strict=True):
+        assert np.array_equal(np.array(c.keys), rows)
+
+
+def test_batched_steps_with_left_padding_agree_with_mlx(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = quantized_llama(4, 32, seed=5)
+    prompt = mx.array([[0, 0, 5, 9, 40], [1, 7, 8, 3, 2], [0, 4, 4, 4, 9]])
+
+    def run() -> list[np.ndarray]:
+        cache = [BatchKVCache(left_padding=[2, 0, 1]) for _ in model.layers]
+        logits = model(prompt, cache=cache)[:, -1, :]
+        rows = []
+        for _ in range(4):
+            rows.append(np.array(logits))
+            logits = model(mx.argmax(logits, axis=-1)[:, None], cache=cache)[:, -1, :]
+        return rows
+
+    want = run()
+    patch.enable(model)
+    calls = count_calls(monkeypatch)
+    got = run()
+    assert calls == [3, 3, 3, 3]
+    assert all(close(g, w) for g, w in zip(got, want, strict=True))
+
+
+def test_the_per_layer_path_still_serves_when_the_stack_is_off() -> None:
+    model = quantized_llama(8, 32, seed=6)
+    want, _ = greedy(model, steps=8)
+    patch.enable(model)
+    model.model.__class__ = llama.LlamaModel  # the fused blocks alone
+    assert greedy(model, steps=8)[0] == want
+
+
+def test_rejected_arguments_raise_value_error() -> None:
+    model = quantized_llama(4, 32)
+    patch.enable(model)
+    cache = make_prompt_cache(model)
+    mx.eval(model(PROMPT, cache=cache))
+    inner = model.model
+    h = inner.embed_tokens(mx.array([[3]]))
+    weights = []
+    for block in inner.layers:
+        weights += layer_weights(block)
+    caches = [a for c in cache for a in (c.keys, c.values)]
+    stack = inner.stack
+    dims, traditional, rope_scale = stack.rope
+
+    def call(**changes):
+        args = dict(h=h, weights=weights, caches=caches, positions=mx.array([11], mx.int32),
+                    key_start=mx.array([0], mx.int32), index=11)  # fmt: skip
+        args.update(changes)
+        return native.decode_layers(
+            args["h"], args["weights"], args["caches"], args["positions"], args["key_start"],
+            stack.inv_freq, stack.eps, *stack.attention_quant, *stack.mlp_quant, *stack.heads,
+            dims, traditional, rope_scale, stack.scale, args["index"],
+        )  # fmt: skip
+
+    mx.eval(call())
+    for bad in (
+        dict(weights=weights[:-1]),
+        dict(caches=caches[:-1]),
+        dict(positions=mx.array([11], mx.int64)),
+        dict(key_start=mx.array([0, 0], mx.int32)),
+        dict(index=cache[0].keys.shape[2]),
+        dict(index=-1),
+        dict(h=mx.zeros((1, 2, h.shape[-1]))),
+        dict(h=h.astype(mx.float16)),
+    ):
+        with pytest.raises(ValueError):
+            call(**bad)
+    with pytest.raises(ValueError):
+        native.kv_write(caches[0], mx.zeros((2, 2, 1, 2, 8)), 0, 0, 0)

@@ -1,0 +1,336 @@
+#include "decode_step.h"
+
+#include <atomic>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "fused_kernels.h"
+#include "kernels.h"
+#include "mlx/backend/cpu/encoder.h"
+#include "primitives.h"
+#include "strided.h"
+
+namespace vmlx {
+
+namespace {
+
+// offsets of the arrays inside one layer's kLayerWeights
+constexpr int kInNorm = 0, kQ = 1, kK = 4, kV = 7, kO = 10, kPostNorm = 13, kGate = 14, kUp = 17, kDown = 20;
+// inputs: h, positions, key_start, inv_freq, then the weights, then the caches
+constexpr int kFixed = 4;
+
+std::atomic<int64_t> write_copies{0};
+
+void check_projection(const std::vector<mx::array>& w, int at, int K, int N, int group_size, int bits) {
+  check_weights(w[at], w[at + 1], w[at + 2], K, group_size, bits);
+  require(w[at].shape(0) == N, "a projection has the wrong output width");
+}
+
+void check_layer(const std::vector<mx::array>& w, int base, int D, const DecodeParams& p, int head_dim, int hidden) {
+  std::vector<mx::array> layer(w.begin() + base, w.begin() + base + kLayerWeights);
+  for (int norm : {kInNorm, kPostNorm}) {
+    require(layer[norm].dtype() == mx::float32 && layer[norm].ndim() == 1 && layer[norm].shape(0) == D, "norm weights must be float32 [D]");
+  }
+  const int ag = p.attention_group_size, ab = p.attention_bits;
+  check_projection(layer, kQ, D, p.n_heads * head_dim, ag, ab);
+  check_projection(layer, kK, D, p.n_kv_heads * head_dim, ag, ab);
+  check_projection(layer, kV, D, p.n_kv_heads * head_dim, ag, ab);
+  check_projection(layer, kO, p.n_heads * head_dim, D, ag, ab);
+  check_projection(layer, kGate, D, hidden, p.mlp_group_size, p.mlp_bits);
+  check_projection(layer, kUp, D, hidden, p.mlp_group_size, p.mlp_bits);
+  check_projection(layer, kDown, hidden, D, p.mlp_group_size, p.mlp_bits);
+}
+
+// The per-step scratch rows of one sequence batch (thread_local on MLX's CPU stream).
+struct Scratch {
+  std::vector<float> normed, q, k, v, q_rot, attn, proj, gate, up;
+  void size(int64_t B, int64_t D, int64_t q_width, int64_t kv_width, int64_t hidden) {
+    normed.resize(B * D);
+    q.resize(B * q_width);
+    k.resize(B * kv_width);
+    v.resize(B * kv_width);
+    q_rot.resize(B * q_width);
+    attn.resize(B * q_width);
+    proj.resize(B * D);
+    gate.resize(B * hidden);
+    up.resize(B * hidden);
+  }
+};
+
+struct Layer {
+  const float* in_norm;
+  const float* post_norm;
+  QmmArgs q, k, v, o, gate, up, down;
+  const float* k_cache; // [B, Hkv, capacity, Dh], rows < write_index
+  const float* v_cache;
+  float* k_new; // [B, Hkv, Dh]: this token's rows
+  float* v_new;
+};
+
+struct Step {
+  DecodeParams p;
+  int64_t B, D, head_dim, hidden, capacity;
+  const int32_t* positions;
+  const int32_t* key_start;
+  const float* inv_freq;
+  float* h; // the output rows, updated layer by layer
+};
+
+RopeArgs rope_rows(const Step& s, const float* x, float* y, int64_t heads) {
+  RopeArgs r{};
+  r.x = x;
+  r.y = y;
+  r.inv_freq = s.inv_freq;
+  r.B = s.B;
+  r.H = heads;
+  r.L = 1;
+  r.D = s.head_dim;
+  r.strides[0] = heads * s.head_dim;
+  r.strides[1] = s.head_dim;
+  r.strides[2] = heads * s.head_dim;
+  r.strides[3] = 1;
+  r.dims = s.p.rope_dims;
+  r.traditional = s.p.traditional;
+  r.scale = s.p.rope_scale;
+  r.offsets = s.positions;
+  return r;
+}
+
+void add_rows(float* h, const float* r, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    h[i] += r[i];
+  }
+}
+
+void run_layer(const Step& s, Layer& L, Scratch& t) {
+  const int64_t B = s.B, D = s.D, Dh = s.head_dim;
+  const int64_t Hkv = s.p.n_kv_heads;
+  const int64_t kv_width = Hkv * Dh;
+  // attention half: norm, q/k/v in one fork-join, RoPE, this token's cache row
+  rms_norm(s.h, L.in_norm, t.normed.data(), B, D, s.p.eps);
+  L.q.x = L.k.x = L.v.x = t.normed.data();
+  L.q.y = t.q.data();
+  L.k.y = t.k.data();
+  L.v.y = t.v.data();
+  const QmmArgs qkv[3] = {L.q, L.k, L.v};
+  qmm_many(qkv, 3);
+  rope(rope_rows(s, t.q.data(), t.q_rot.data(), s.p.n_heads));
+  rope(rope_rows(s, t.k.data(), L.k_new, Hkv)); // [B, 1, Hkv*Dh] rows are [B, Hkv, Dh]
+  std::memcpy(L.v_new, t.v.data(), B * kv_width * sizeof(float));
+  SdpaArgs a{};
+  a.q = t.q_rot.data();
+  a.k = L.k_cache;
+  a.v = L.v_cache;
+  a.out = t.attn.data();
+  a.B = B;
+  a.Hq = s.p.n_heads;
+  a.Hkv = Hkv;
+  a.Lq = 1;
+  a.Lk = s.p.write_index + 1;
+  a.D = Dh;
+  const int64_t q_strides[4] = {s.p.n_heads * Dh, Dh, Dh, 1};
+  const int64_t kv_strides[4] = {Hkv * s.capacity * Dh, s.capacity * Dh, Dh, 1};
+  for (int i = 0; i < 4; ++i) {
+    a.q_strides[i] = q_strides[i];
+    a.k_strides[i] = a.v_strides[i] = kv_strides[i];
+  }
+  a.scale = s.p.scale;
+  a.causal = false; // one query row sees every key up to its own
+  a.key_start = s.key_start;
+  a.k_last = L.k_new;
+  a.v_last = L.v_new;
+  sdpa(a);
+  L.o.x = t.attn.data();
+  L.o.y = t.proj.data();
+  qmm(L.o);
+  add_rows(s.h, t.proj.data(), B * D);
+  // MLP half: norm, gate/up in one fork-join, SwiGLU, down, residual
+  rms_norm(s.h, L.post_norm, t.normed.data(), B, D, s.p.eps);
+  L.gate.x = L.up.x = t.normed.data();
+  L.gate.y = t.gate.data();
+  L.up.y = t.up.data();
+  const QmmArgs gate_up[2] = {L.gate, L.up};
+  qmm_many(gate_up, 2);
+  silu_mul(t.gate.data(), t.up.data(), t.gate.data(), B * s.hidden);
+  L.down.x = t.gate.data();
+  L.down.y = t.proj.data();
+  qmm(L.down);
+  add_rows(s.h, t.proj.data(), B * D);
+}
+
+} // namespace
+
+int64_t kv_write_copies() {
+  return write_copies.load();
+}
+
+std::vector<mx::array> decode_layers(
+    const mx::array& h,
+    const std::vector<mx::array>& weights,
+    const std::vector<mx::array>& caches,
+    const mx::array& positions,
+    const mx::array& key_start,
+    const mx::array& inv_freq,
+    const DecodeParams& p) {
+  require(h.dtype() == mx::float32 && h.ndim() == 3 && h.shape(1) == 1, "h must be float32 [B, 1, D]");
+  require(!weights.empty() && weights.size() % kLayerWeights == 0, "weights must be 23 arrays per layer");
+  const int layers = static_cast<int>(weights.size() / kLayerWeights);
+  require(static_cast<int>(caches.size()) == 2 * layers, "caches must be a key and a value array per layer");
+  const int B = h.shape(0), D = h.shape(2);
+  require(p.n_heads > 0 && p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0, "n_heads must be a multiple of n_kv_heads");
+  require(weights[kQ].shape(0) % p.n_heads == 0, "q rows must split into n_heads");
+  const int head_dim = weights[kQ].shape(0) / p.n_heads;
+  const int hidden = weights[kGate].shape(0);
+  require(p.rope_dims > 0 && p.rope_dims % 2 == 0 && p.rope_dims <= head_dim, "rope dims must be even and <= head_dim");
+  require(inv_freq.dtype() == mx::float32 && inv_freq.ndim() == 1 && inv_freq.shape(0) == p.rope_dims / 2, "inv_freq must be float32 [dims / 2]");
+  for (const auto* a : {&positions, &key_start}) {
+    require(a->dtype() == mx::int32 && a->ndim() == 1 && a->shape(0) == B, "positions and key_start must be int32 [B]");
+  }
+  for (int l = 0; l < layers; ++l) {
+    check_layer(weights, l * kLayerWeights, D, p, head_dim, hidden);
+  }
+  const mx::Shape cache_shape = caches[0].shape();
+  require(cache_shape.size() == 4 && cache_shape[0] == B && cache_shape[1] == p.n_kv_heads && cache_shape[3] == head_dim,
+          "caches must be [B, n_kv_heads, capacity, head_dim]");
+  require(p.write_index >= 0 && p.write_index < cache_shape[2], "write_index must be inside the caches' capacity");
+  for (const auto& c : caches) {
+    require(c.dtype() == mx::float32 && c.shape() == cache_shape, "every cache must be float32 of one shape");
+  }
+  auto stream = cpu_stream();
+  std::vector<mx::array> inputs{h, as_contiguous(positions, stream), as_contiguous(key_start, stream), as_contiguous(inv_freq, stream)};
+  for (const auto& w : weights) {
+    inputs.push_back(as_contiguous(w, stream));
+  }
+  inputs.insert(inputs.end(), caches.begin(), caches.end());
+  std::vector<mx::Shape> shapes{h.shape(), {layers, 2, B, p.n_kv_heads, head_dim}};
+  return mx::array::make_arrays(
+      std::move(shapes), {mx::float32, mx::float32}, std::make_shared<DecodeLayers>(stream, p), std::move(inputs));
+}
+
+void DecodeLayers::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
+  auto& encoder = mx::cpu::get_command_encoder(stream());
+  const mx::array h = packed_input(inputs[0], encoder);
+  const int layers = static_cast<int>((inputs.size() - kFixed) / (kLayerWeights + 2));
+  const int first_cache = kFixed + layers * kLayerWeights;
+  std::vector<mx::array> caches;
+  for (int i = 0; i < 2 * layers; ++i) { // views (a trimmed cache) packed first
+    caches.push_back(packed_input(inputs[first_cache + i], encoder));
+  }
+  for (auto& out : outputs) {
+    out.set_data(mx::allocator::malloc(out.nbytes()));
+  }
+  Step s{};
+  s.p = p_;
+  s.B = h.shape(0);
+  s.D = h.shape(2);
+  s.hidden = inputs[kFixed + kGate].shape(0);
+  s.head_dim = inputs[kFixed + kQ].shape(0) / p_.n_heads;
+  s.capacity = caches[0].shape(2);
+  s.positions = inputs[1].data<int32_t>();
+  s.key_start = inputs[2].data<int32_t>();
+  s.inv_freq = inputs[3].data<float>();
+  s.h = outputs[0].data<float>();
+  const int64_t rows = s.B * p_.n_kv_heads * s.head_dim;
+  float* new_rows = outputs[1].data<float>();
+  std::vector<Layer> stack(layers);
+  for (int l = 0; l < layers; ++l) {
+    const int base = kFixed + l * kLayerWeights;
+    auto proj = [&](int at, int group_size, int bits) {
+      return weight_args(inputs[base + at], inputs[base + at + 1], inputs[base + at + 2], s.B, group_size, bits);
+    };
+    Layer& L = stack[l];
+    L.in_norm = inputs[base + kInNorm].data<float>();
+    L.post_norm = inputs[base + kPostNorm].data<float>();
+    L.q = proj(kQ, p_.attention_group_size, p_.attention_bits);
+    L.k = proj(kK, p_.attention_group_size, p_.attention_bits);
+    L.v = proj(kV, p_.attention_group_size, p_.attention_bits);
+    L.o = proj(kO, p_.attention_group_size, p_.attention_bits);
+    L.gate = proj(kGate, p_.mlp_group_size, p_.mlp_bits);
+    L.up = proj(kUp, p_.mlp_group_size, p_.mlp_bits);
+    L.down = proj(kDown, p_.mlp_group_size, p_.mlp_bits);
+    L.k_cache = caches[2 * l].data<float>();
+    L.v_cache = caches[2 * l + 1].data<float>();
+    L.k_new = new_rows + (2 * l) * rows;
+    L.v_new = new_rows + (2 * l + 1) * rows;
+  }
+  encoder.dispatch([s, stack = std::move(stack), x = h.data<float>()]() mutable {
+    std::memcpy(s.h, x, s.B * s.D * sizeof(float));
+    thread_local Scratch scratch;
+    scratch.size(s.B, s.D, s.p.n_heads * s.head_dim, s.p.n_kv_heads * s.head_dim, s.hidden);
+    for (Layer& L : stack) {
+      run_layer(s, L, scratch);
+    }
+  });
+}
+
+void DecodeLayers::eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) {
+  cpu_only();
+}
+
+bool DecodeLayers::is_equivalent(const mx::Primitive&) const {
+  return false; // every step writes its own cache row: never merged by MLX's graph simplification
+}
+
+std::vector<mx::Shape> DecodeLayers::output_shapes(const std::vector<mx::array>& inputs) {
+  const int layers = static_cast<int>((inputs.size() - kFixed) / (kLayerWeights + 2));
+  const auto& cache = inputs.back();
+  return {inputs[0].shape(), {layers, 2, cache.shape(0), cache.shape(1), cache.shape(3)}};
+}
+
+mx::array kv_write(const mx::array& cache, const mx::array& rows, int layer, int which, int index) {
+  require(cache.dtype() == mx::float32 && cache.ndim() == 4, "cache must be float32 [B, Hkv, capacity, head_dim]");
+  require(rows.dtype() == mx::float32 && rows.ndim() == 5, "rows must be float32 [layers, 2, B, Hkv, head_dim]");
+  require(rows.shape(2) == cache.shape(0) && rows.shape(3) == cache.shape(1) && rows.shape(4) == cache.shape(3),
+          "rows must match the cache's batch, heads and head size");
+  require(layer >= 0 && layer < rows.shape(0) && (which == 0 || which == 1), "layer or which is out of range");
+  require(index >= 0 && index < cache.shape(2), "index must be inside the cache's capacity");
+  auto stream = cpu_stream();
+  return mx::array(cache.shape(), mx::float32, std::make_shared<KvWrite>(stream, layer, which, index), {cache, rows});
+}
+
+void KvWrite::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
+  auto& encoder = mx::cpu::get_command_encoder(stream());
+  const auto& cache = inputs[0];
+  const mx::array rows = packed_input(inputs[1], encoder);
+  auto& out = outputs[0];
+  const bool in_place = cache.is_donatable() && cache.flags().row_contiguous && cache.data_size() == cache.size();
+  std::optional<mx::array> source;
+  if (in_place) {
+    out.copy_shared_buffer(cache);
+  } else {
+    out.set_data(mx::allocator::malloc(out.nbytes()));
+    source = cache;
+    write_copies.fetch_add(1);
+  }
+  const int64_t B = cache.shape(0), H = cache.shape(1), capacity = cache.shape(2), D = cache.shape(3);
+  const float* src = rows.data<float>() + ((layer_ * 2 + which_) * B * H) * D;
+  encoder.dispatch([source, dst = out.data<float>(), src, B, H, capacity, D, index = index_]() {
+    if (source) {
+      const auto& c = *source;
+      if (c.flags().row_contiguous) {
+        std::memcpy(dst, c.data<float>(), c.nbytes());
+      } else {
+        gather_strided(c.data<float>(), {c.shape().begin(), c.shape().end()}, {c.strides().begin(), c.strides().end()}, dst);
+      }
+    }
+    for (int64_t bh = 0; bh < B * H; ++bh) {
+      std::memcpy(dst + (bh * capacity + index) * D, src + bh * D, D * sizeof(float));
+    }
+  });
+}
+
+void KvWrite::eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) {
+  cpu_only();
+}
+
+bool KvWrite::is_equivalent(const mx::Primitive& other) const {
+  const auto& o = static_cast<const KvWrite&>(other);
+  return layer_ == o.layer_ && which_ == o.which_ && index_ == o.index_;
+}
+
+std::vector<mx::Shape> KvWrite::output_shapes(const std::vector<mx::array>& inputs) {
+  return {inputs[0].shape()};
+}
+
+} // namespace vmlx

@@ -1,0 +1,183 @@
+"""A Llama model's whole decode step as one native node (plus one small write per cache).
+
+With every layer fused (``layers.NativeLlamaBlock``) a decode step still built ~370 graph
+nodes and spent ~4 ms in Python per token next to ~13 ms of weight reads. For one new
+token per sequence on mlx-lm's plain or batched KV cache, ``NativeLlamaModel`` runs all
+layers in ``native.decode_layers`` and puts each layer's new key/value row in its cache
+with ``native.kv_write`` (in place when MLX may donate the buffer, as its own slice
+update does). Anything else — prompt blocks, other caches, a cache that must grow this
+step, sliding-window layers — calls mlx-lm's ``LlamaModel`` unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import mlx.core as mx
+from mlx_lm.models import llama
+from mlx_lm.models.cache import BatchKVCache, KVCache
+
+from vllm_mlx import native
+from vllm_mlx.native.layers import NativeLlamaBlock
+
+
+@dataclass(frozen=True)
+class StackShape:
+    """What every layer of the stack shares (checked once, when the model is routed)."""
+
+    eps: float
+    attention_quant: tuple[int, int]
+    mlp_quant: tuple[int, int]
+    heads: tuple[int, int]
+    rope: tuple[int, bool, float]
+    scale: float
+    inv_freq: mx.array
+
+
+def stack_shape(model: Any) -> StackShape | None:
+    """The shared shape of ``model``'s layers (an mlx-lm ``LlamaModel``), or None when a
+    layer is not fully fused or the layers differ (then the model is not routed)."""
+    layers = list(getattr(model, "layers", []))
+    if not layers or getattr(model, "swa_idx", None) is not None:
+        return None
+    if not all(type(b) is NativeLlamaBlock and b.shape.attention_quant for b in layers):
+        return None
+    eps = {(b.input_layernorm.eps, b.post_attention_layernorm.eps) for b in layers}
+    keys = {
+        (b.shape.attention_quant, b.shape.mlp_quant, b.shape.heads, b.shape.rope, b.shape.scale)
+        for b in layers
+    }
+    if len(eps) != 1 or len(keys) != 1 or len(set(next(iter(eps)))) != 1:
+        return None
+    first = layers[0].shape
+    assert first.attention_quant is not None and first.inv_freq is not None
+    return StackShape(
+        eps=float(next(iter(eps))[0]),
+        attention_quant=first.attention_quant,
+        mlp_quant=first.mlp_quant,
+        heads=first.heads,
+        rope=first.rope,
+        scale=float(first.scale),
+        inv_freq=first.inv_freq,
+    )
+
+
+class _Pending:
+    """The last decode step's new rows (a plain object: nn.Module would take an array
+    attribute for a parameter)."""
+
+    rows: mx.array | None = None
+
+
+def route_model(model: Any, shape: StackShape) -> None:
+    """Make an mlx-lm ``LlamaModel`` (all of whose layers are fused) a ``NativeLlamaModel``."""
+    model.stack = shape
+    model.pending = _Pending()
+    model.__class__ = NativeLlamaModel
+
+
+def layer_weights(block: Any) -> list[mx.array]:
+    """The 23 arrays of one layer in ``native.decode_layers``' order (dict lookups: this
+    runs for every layer on every token)."""
+    attn, mlp = block["self_attn"], block["mlp"]
+    out = [block["input_layernorm"]["weight"]]
+    for proj in (attn["q_proj"], attn["k_proj"], attn["v_proj"], attn["o_proj"]):
+        out += (proj["weight"], proj["scales"], proj["biases"])
+    out.append(block["post_attention_layernorm"]["weight"])
+    for proj in (mlp["gate_proj"], mlp["up_proj"], mlp["down_proj"]):
+        out += (proj["weight"], proj["scales"], proj["biases"])
+    return out
+
+
+@dataclass(frozen=True)
+class _Position:
+    write_index: int
+    positions: mx.array  # int32 [B]: RoPE position of the new token
+    key_start: mx.array  # int32 [B]: first cache row each sequence sees
+    batched: bool
+
+
+def _position(cache: list[Any], batch: int) -> _Position | None:
+    """Where the new token goes in ``cache`` (one per layer), or None when the step is not
+    one the native node covers: other cache types, unequal layers, a cache that grows."""
+    first = cache[0]
+    kind = type(first)
+    if kind not in (KVCache, BatchKVCache) or first.keys is None:
+        return None
+    index = first.offset if kind is KVCache else first._idx
+    capacity = first.keys.shape[2]
+    for c in cache:
+        if (
+            type(c) is not kind
+            or c.keys is None
+            or c.keys.dtype != mx.float32
+            or c.keys.shape[0] != batch
+            or c.keys.shape[2] != capacity
+            or (c.offset if kind is KVCache else c._idx) != index
+        ):
+            return None
+    if type(index) is not int or index >= capacity:
+        return None  # the cache grows this step: mlx-lm's path does that
+    if kind is KVCache:
+        return _Position(
+            index, mx.full((batch,), index, mx.int32), mx.zeros((batch,), mx.int32), False
+        )
+    if first._right_padding is not None or first.offset.dtype != mx.int32:
+        return None
+    return _Position(index, first.offset, first.left_padding.astype(mx.int32), True)
+
+
+class NativeLlamaModel(llama.LlamaModel):
+    """mlx-lm's ``LlamaModel`` whose one-token decode steps run as one native node."""
+
+    stack: StackShape
+    pending: _Pending
+
+    def __call__(self, inputs: mx.array, cache: Any = None, input_embeddings: Any = None):
+        if (
+            input_embeddings is None
+            and cache is not None
+            and inputs.ndim == 2
+            and inputs.shape[1] == 1
+            and native.available()
+            and len(cache) == len(self.layers)
+        ):
+            position = _position(list(cache), inputs.shape[0])
+            if position is not None:
+                h = self["embed_tokens"](inputs)
+                if h.dtype == mx.float32:
+                    return self._decode(h, list(cache), position)
+        return super().__call__(inputs, cache, input_embeddings)
+
+    def _decode(self, h: mx.array, cache: list[Any], at: _Position) -> mx.array:
+        # The previous step's cache writes are evaluated with this step. MLX lends them
+        # the old buffers (no copy) only once nothing holds those any more, and the
+        # previous step's own read of them holds them until it has run: so wait for it
+        # here (mlx-lm's generate loop would wait for its token a moment later anyway).
+        if self.pending.rows is not None:
+            mx.eval(self.pending.rows)
+        stack = self.stack
+        weights: list[mx.array] = []
+        for block in self.layers:
+            weights += layer_weights(block)
+        caches: list[mx.array] = []
+        for c in cache:
+            caches += (c.keys, c.values)
+        dims, traditional, rope_scale = stack.rope
+        h, rows = native.decode_layers(
+            h, weights, caches, at.positions, at.key_start, stack.inv_freq, stack.eps,
+            *stack.attention_quant, *stack.mlp_quant, *stack.heads,
+            dims, traditional, rope_scale, stack.scale, at.write_index,
+        )  # fmt: skip
+        offset = at.positions + 1 if at.batched else None
+        for layer, c in enumerate(cache):
+            c.keys = native.kv_write(c.keys, rows, layer, 0, at.write_index)
+            c.values = native.kv_write(c.values, rows, layer, 1, at.write_index)
+            if at.batched:
+                c.offset = offset
+                c._idx += 1
+            else:
+                c.offset += 1
+        self.pending.rows = rows
+        return self["norm"](h)
