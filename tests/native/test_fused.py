@@ -8,18 +8,11 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_kernels import ISAS, SETTINGS, assert_close
+from test_kernels import SETTINGS, assert_close
 
 from vllm_mlx import native
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="vllm_mlx.native is not built")
-
-
-@pytest.fixture(params=ISAS)
-def isa(request: pytest.FixtureRequest):
-    assert native.set_isa(request.param)
-    yield request.param
-    native.set_isa(ISAS[0])
 
 
 def quantized(n: int, k: int, group_size: int, bits: int, key: mx.array):

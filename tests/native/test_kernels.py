@@ -12,17 +12,9 @@ from hypothesis import strategies as st
 from vllm_mlx import native
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="vllm_mlx.native is not built")
-ISAS = [isa for isa in ("avx2", "generic") if native.available() and native.set_isa(isa)]
 SETTINGS = settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-
-
-@pytest.fixture(params=ISAS)
-def isa(request: pytest.FixtureRequest):
-    assert native.set_isa(request.param)
-    yield request.param
-    native.set_isa(ISAS[0])  # back to the best one
 
 
 def assert_close(out: mx.array, ref: mx.array, rtol: float = 2e-5) -> None:

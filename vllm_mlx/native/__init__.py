@@ -166,6 +166,12 @@ def decode_layers(h, weights, caches, positions, key_start, inv_freq, *params):
     )
 
 
+def softmax_causal(scores, offset: int):
+    """Softmax over the last axis of float32 ``scores`` ``[..., L, Lk]``, query row ``i``
+    seeing keys ``0 .. offset + i`` (the rest 0); ``offset >= Lk - 1``: every key."""
+    return _extension().softmax_causal(scores, offset)
+
+
 def kv_write(cache, rows, layer: int, which: int, index: int):
     """``cache`` with row ``index`` set to ``rows[layer, which]``; in place when MLX may
     donate the cache's buffer (nothing else holds it), else into a copy."""

@@ -110,6 +110,8 @@ def _route_attention(module_name: str) -> bool:
             if isinstance(mask, mx.array):  # a batched cache's padding mask
                 return native.attention_masked(queries, keys, values, scale, mask)
             return native.attention(queries, keys, values, scale, mask == "causal")
+        if _prefill_eligible(queries, keys, values, cache, mask, sinks):
+            return prefill_attention(queries, keys, values, scale, mask == "causal")
         return original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
 
     scaled_dot_product_attention._vllm_mlx_native = True  # type: ignore[attr-defined]
@@ -135,6 +137,35 @@ def _attention_eligible(queries, keys, cache, mask, sinks) -> bool:
         and queries.ndim == 4
         and queries.shape[2] <= MAX_NATIVE_QUERY
     )
+
+
+def _prefill_eligible(queries, keys, values, cache, mask, sinks) -> bool:
+    return (
+        native.available()
+        and sinks is None
+        and not hasattr(cache, "bits")
+        and (mask is None or (isinstance(mask, str) and mask == "causal"))
+        and all(
+            isinstance(a, mx.array) and a.dtype == mx.float32 and a.ndim == 4
+            for a in (queries, keys, values)
+        )
+        and queries.shape[1] % keys.shape[1] == 0
+        and keys.shape[2] >= queries.shape[2]
+    )
+
+
+def prefill_attention(queries, keys, values, scale: float, causal: bool) -> mx.array:
+    """Attention for a block of query rows: MLX's matmuls (BLAS) for the scores and the
+    weighted values, the native softmax between them (MLX's CPU softmax runs its exp
+    one lane at a time: ≈28% of a 2k-token prefill). Grouped-query heads share their
+    KV head's matmul."""
+    B, Hq, L, D = queries.shape
+    Hkv, Lk = keys.shape[1], keys.shape[2]
+    rows = (queries * scale).reshape(B, Hkv, (Hq // Hkv) * L, D)
+    scores = (rows @ keys.swapaxes(-1, -2)).reshape(B, Hq, L, Lk)
+    weights = native.softmax_causal(scores, Lk - L if causal else Lk)
+    out = weights.reshape(B, Hkv, (Hq // Hkv) * L, Lk) @ values
+    return out.reshape(B, Hq, L, values.shape[-1])
 
 
 def _fusable_mlp(block: Any) -> bool:

@@ -169,6 +169,12 @@ NB_MODULE(_kernels, m) {
       "which"_a,
       "index"_a,
       "cache with row `index` set to rows[layer, which], in place when MLX may donate it (CPU).");
+  m.def(
+      "softmax_causal",
+      &vmlx::softmax_causal,
+      "scores"_a,
+      "offset"_a,
+      "softmax over the last axis, query row i seeing keys 0 .. offset + i (CPU).");
   m.def("kv_write_copies", &vmlx::kv_write_copies, "Cache buffers kv_write had to copy.");
   m.def("isa", []() { return std::string(vmlx::isa()); }, "The instruction set in use.");
   m.def(

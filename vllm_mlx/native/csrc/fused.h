@@ -145,4 +145,24 @@ class AttentionInput : public mx::Primitive {
   Params p_;
 };
 
+// softmax over the last axis of float32 scores [..., L, Lk] where query row i (of L)
+// sees keys 0 .. offset + i (offset >= Lk - 1: every key); the hidden ones come out 0.
+// MLX's CPU softmax runs its exp one lane at a time: this is the prefill attention's.
+mx::array softmax_causal(const mx::array& scores, int offset);
+
+class SoftmaxCausal : public mx::Primitive {
+ public:
+  SoftmaxCausal(mx::Stream stream, int offset) : mx::Primitive(stream), offset_(offset) {}
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+  void eval_gpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+  const char* name() const override {
+    return "VllmMlxSoftmaxCausal";
+  }
+  bool is_equivalent(const mx::Primitive& other) const override;
+  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override;
+
+ private:
+  int offset_;
+};
+
 } // namespace vmlx

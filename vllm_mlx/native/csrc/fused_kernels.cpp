@@ -1,7 +1,12 @@
 #include "fused_kernels.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
+
+#include "kernels.h"
+#include "threadpool.h"
 
 namespace vmlx {
 
@@ -53,10 +58,54 @@ void rope(const RopeArgs& a) {
 }
 
 void silu_mul(const float* g, const float* u, float* y, int64_t n) {
+#if defined(VMLX_HAVE_AVX2)
+  if (avx2_enabled()) {
+    avx2::silu_mul(g, u, y, n);
+    return;
+  }
+#endif
   for (int64_t i = 0; i < n; ++i) {
     const float sigmoid = 1.0f / (1.0f + std::exp(-g[i]));
     y[i] = g[i] * sigmoid * u[i];
   }
+}
+
+namespace {
+
+void softmax_row(float* s, int64_t n, int64_t width) {
+  float max_score = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < n; ++j) {
+    max_score = std::max(max_score, s[j]);
+  }
+  float sum = 0.0f;
+  for (int64_t j = 0; j < n; ++j) {
+    s[j] = std::exp(s[j] - max_score);
+    sum += s[j];
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    s[j] /= sum;
+  }
+  std::fill(s + n, s + width, 0.0f);
+}
+
+} // namespace
+
+void softmax_causal(float* s, int64_t rows, int64_t width, int64_t period, int64_t offset) {
+  ThreadPool& pool = ThreadPool::instance();
+  const int64_t per_task = std::max<int64_t>(1, rows / (4 * pool.size()));
+  const bool fast = avx2_enabled();
+  pool.parallel_for(static_cast<int>((rows + per_task - 1) / per_task), [&](int t) {
+    for (int64_t r = t * per_task; r < std::min(rows, (t + 1) * per_task); ++r) {
+      const int64_t n = std::clamp<int64_t>(offset + r % period + 1, 1, width);
+#if defined(VMLX_HAVE_AVX2)
+      if (fast) {
+        avx2::softmax_row(s + r * width, n, width);
+        continue;
+      }
+#endif
+      softmax_row(s + r * width, n, width);
+    }
+  });
 }
 
 } // namespace vmlx

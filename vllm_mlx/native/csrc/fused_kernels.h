@@ -31,4 +31,15 @@ void rope(const RopeArgs& a);
 // y[i] = silu(g[i]) * u[i], silu(t) = t * sigmoid(t) (mlx-lm's swiglu).
 void silu_mul(const float* g, const float* u, float* y, int64_t n);
 
+// In place, each row r of `rows` rows of `width` floats: softmax over its first
+// visible(r) = min(width, offset + r % period + 1) entries, zeros after (a causal block of
+// `period` query rows whose first row sees keys 0 .. offset); rows spread over the pool.
+void softmax_causal(float* s, int64_t rows, int64_t width, int64_t period, int64_t offset);
+
+namespace avx2 {
+void silu_mul(const float* g, const float* u, float* y, int64_t n);
+// softmax over s[0, n), zeros in s[n, width)
+void softmax_row(float* s, int64_t n, int64_t width);
+} // namespace avx2
+
 } // namespace vmlx

@@ -49,6 +49,10 @@ int64_t rows_per_task(const QmmArgs& a, int threads) {
 
 } // namespace
 
+bool avx2_enabled() {
+  return use_avx2();
+}
+
 const char* isa() {
   return use_avx2() ? "avx2" : "generic";
 }

@@ -79,6 +79,7 @@ void sdpa(const SdpaArgs& args);
 // CPU has, unless set_isa chose another (tests compare both). False if not available.
 const char* isa();
 bool set_isa(const char* name);
+bool avx2_enabled(); // isa() == "avx2", without the string
 
 // Kernel bodies per instruction set (kernels_*.cpp).
 namespace generic {
