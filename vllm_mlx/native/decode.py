@@ -151,19 +151,20 @@ class NativeLlamaModel(llama.LlamaModel):
         return super().__call__(inputs, cache, input_embeddings)
 
     def _decode(self, h: mx.array, cache: list[Any], at: _Position) -> mx.array:
-        # The previous step's cache writes are evaluated with this step. MLX lends them
-        # the old buffers (no copy) only once nothing holds those any more, and the
-        # previous step's own read of them holds them until it has run: so wait for it
-        # here (mlx-lm's generate loop would wait for its token a moment later anyway).
+        # MLX lends kv_write a cache's buffer (no copy) only once nothing holds it, and
+        # the step that last read it (the previous decode step, or the prompt) holds it
+        # until it has run: so wait for that step first, then finish the previous
+        # writes (mlx-lm's generate loop would wait for its token a moment later anyway).
         if self.pending.rows is not None:
             mx.eval(self.pending.rows)
+        caches: list[mx.array] = []
+        for c in cache:
+            caches += (c.keys, c.values)
+        mx.eval(caches)
         stack = self.stack
         weights: list[mx.array] = []
         for block in self.layers:
             weights += layer_weights(block)
-        caches: list[mx.array] = []
-        for c in cache:
-            caches += (c.keys, c.values)
         dims, traditional, rope_scale = stack.rope
         h, rows = native.decode_layers(
             h, weights, caches, at.positions, at.key_start, stack.inv_freq, stack.eps,
