@@ -1,5 +1,5 @@
-// AVX2 + FMA bodies: this file is compiled with -mavx2 -mfma (x86-64 only) and called
-// only when the CPU reports both at run time (kernels.cpp).
+// AVX2 + FMA + F16C bodies: this file is compiled with -mavx2 -mfma -mf16c (x86-64
+// only) and called only when the CPU reports all three at run time (kernels.cpp).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -18,6 +18,70 @@ inline float hsum(__m256 v) {
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
+}
+
+// Scales and biases are float or uint16_t (half bits, F16C); the kernels are templates on
+// that type S, so the float32 path is the same code as before.
+inline __m256 broadcast(const float* p) {
+  return _mm256_broadcast_ss(p);
+}
+
+inline __m256 broadcast(const uint16_t* p) {
+  return _mm256_set1_ps(_cvtsh_ss(*p));
+}
+
+inline __m256 load8(const float* p) {
+  return _mm256_loadu_ps(p);
+}
+
+inline __m256 load8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+inline float scalar(float s) {
+  return s;
+}
+
+inline float scalar(uint16_t s) {
+  return _cvtsh_ss(s);
+}
+
+template <typename S>
+inline float dot(const S* a, const float* b, int64_t D) {
+  __m256 acc0 = _mm256_setzero_ps();
+  __m256 acc1 = _mm256_setzero_ps();
+  int64_t d = 0;
+  for (; d + 16 <= D; d += 16) {
+    acc0 = _mm256_fmadd_ps(load8(a + d), _mm256_loadu_ps(b + d), acc0);
+    acc1 = _mm256_fmadd_ps(load8(a + d + 8), _mm256_loadu_ps(b + d + 8), acc1);
+  }
+  float s = hsum(_mm256_add_ps(acc0, acc1));
+  for (; d < D; ++d) {
+    s += scalar(a[d]) * b[d];
+  }
+  return s;
+}
+
+// The scales and biases of a projection as S pointers (the f16 ones when set).
+template <typename S>
+inline const S* scales_of(const QmmArgs& a);
+template <>
+inline const float* scales_of<float>(const QmmArgs& a) {
+  return a.scales;
+}
+template <>
+inline const uint16_t* scales_of<uint16_t>(const QmmArgs& a) {
+  return a.scales_f16;
+}
+template <typename S>
+inline const S* biases_of(const QmmArgs& a);
+template <>
+inline const float* biases_of<float>(const QmmArgs& a) {
+  return a.biases;
+}
+template <>
+inline const uint16_t* biases_of<uint16_t>(const QmmArgs& a) {
+  return a.biases_f16;
 }
 
 inline __m256 bytes_to_float(__m128i bytes) {
@@ -57,12 +121,12 @@ inline void load32(const uint8_t* row, int64_t k, __m256 scale, __m256 w[4]) {
 
 // One weight row against MT rows of x: out[m] = sum_k q_k * scale_g(k) * x[m][k].
 // Several accumulators per row of x hide the FMA latency when MT is small.
-template <int BITS, int MT>
+template <int BITS, int MT, typename S>
 inline void row_dot(
     const float* x,
     int64_t K,
     const uint8_t* row,
-    const float* scales,
+    const S* scales,
     int group_size,
     float* out) {
   constexpr int A = MT <= 2 ? 4 : (MT <= 4 ? 2 : 1);
@@ -74,7 +138,7 @@ inline void row_dot(
   }
   const int64_t groups = K / group_size;
   for (int64_t g = 0; g < groups; ++g) {
-    const __m256 scale = _mm256_broadcast_ss(scales + g);
+    const __m256 scale = broadcast(scales + g);
     for (int64_t k = g * group_size; k < (g + 1) * group_size; k += 32) {
       __m256 w[4];
       load32<BITS>(row, k, scale, w);
@@ -95,9 +159,7 @@ inline void row_dot(
   }
 }
 
-inline float dot(const float* a, const float* b, int64_t D);
-
-template <int BITS, int MT>
+template <int BITS, int MT, typename S>
 void rows_tile(
     const QmmArgs& a,
     const float* x,
@@ -111,8 +173,8 @@ void rows_tile(
   float dots[MT];
   for (int64_t n = n0; n < n1; ++n) {
     row_dot<BITS, MT>(
-        x + m0 * a.K, a.K, w + n * row_bytes, a.scales + n * groups, a.group_size, dots);
-    const float* brow = a.biases + n * groups;
+        x + m0 * a.K, a.K, w + n * row_bytes, scales_of<S>(a) + n * groups, a.group_size, dots);
+    const S* brow = biases_of<S>(a) + n * groups;
     for (int m = 0; m < MT; ++m) {
       a.y[(m0 + m) * a.N + n] = dots[m] + dot(brow, xsum + (m0 + m) * groups, groups);
     }
@@ -122,7 +184,7 @@ void rows_tile(
 // Decode (one row of x): R weight rows at once share every load of x, and each group's
 // dot product q.x is summed first and scaled once (one multiply per group, not per
 // weight); R independent accumulator chains hide the FMA latency.
-template <int BITS, int R>
+template <int BITS, int R, typename S>
 inline void vector_rows(
     const QmmArgs& a,
     const float* x,
@@ -131,7 +193,7 @@ inline void vector_rows(
   const int64_t groups = a.K / a.group_size;
   const int64_t row_bytes = a.K * BITS / 8;
   const uint8_t* w = reinterpret_cast<const uint8_t*>(a.w) + n * row_bytes;
-  const float* scales = a.scales + n * groups;
+  const S* scales = scales_of<S>(a) + n * groups;
   __m256 acc[R];
   for (int r = 0; r < R; ++r) {
     acc[r] = _mm256_setzero_ps();
@@ -156,40 +218,40 @@ inline void vector_rows(
       }
     }
     for (int r = 0; r < R; ++r) {
-      acc[r] = _mm256_fmadd_ps(part[r], _mm256_broadcast_ss(scales + r * groups + g), acc[r]);
+      acc[r] = _mm256_fmadd_ps(part[r], broadcast(scales + r * groups + g), acc[r]);
     }
   }
   for (int r = 0; r < R; ++r) {
-    a.y[n + r] = hsum(acc[r]) + dot(a.biases + (n + r) * groups, xsum, groups);
+    a.y[n + r] = hsum(acc[r]) + dot(biases_of<S>(a) + (n + r) * groups, xsum, groups);
   }
 }
 
-template <int BITS>
+template <int BITS, typename S>
 void rows(const QmmArgs& a, const float* x, const float* xsum, int64_t n0, int64_t n1) {
   if (a.M == 1) {
     int64_t n = n0;
     for (; n + 4 <= n1; n += 4) {
-      vector_rows<BITS, 4>(a, x, xsum, n);
+      vector_rows<BITS, 4, S>(a, x, xsum, n);
     }
     for (; n < n1; ++n) {
-      vector_rows<BITS, 1>(a, x, xsum, n);
+      vector_rows<BITS, 1, S>(a, x, xsum, n);
     }
     return;
   }
   constexpr int TILE = 8;
   int64_t m0 = 0;
   for (; m0 + TILE <= a.M; m0 += TILE) {
-    rows_tile<BITS, TILE>(a, x, xsum, m0, n0, n1);
+    rows_tile<BITS, TILE, S>(a, x, xsum, m0, n0, n1);
   }
   switch (a.M - m0) {
     case 0: break;
-    case 1: rows_tile<BITS, 1>(a, x, xsum, m0, n0, n1); break;
-    case 2: rows_tile<BITS, 2>(a, x, xsum, m0, n0, n1); break;
-    case 3: rows_tile<BITS, 3>(a, x, xsum, m0, n0, n1); break;
-    case 4: rows_tile<BITS, 4>(a, x, xsum, m0, n0, n1); break;
-    case 5: rows_tile<BITS, 5>(a, x, xsum, m0, n0, n1); break;
-    case 6: rows_tile<BITS, 6>(a, x, xsum, m0, n0, n1); break;
-    default: rows_tile<BITS, 7>(a, x, xsum, m0, n0, n1); break;
+    case 1: rows_tile<BITS, 1, S>(a, x, xsum, m0, n0, n1); break;
+    case 2: rows_tile<BITS, 2, S>(a, x, xsum, m0, n0, n1); break;
+    case 3: rows_tile<BITS, 3, S>(a, x, xsum, m0, n0, n1); break;
+    case 4: rows_tile<BITS, 4, S>(a, x, xsum, m0, n0, n1); break;
+    case 5: rows_tile<BITS, 5, S>(a, x, xsum, m0, n0, n1); break;
+    case 6: rows_tile<BITS, 6, S>(a, x, xsum, m0, n0, n1); break;
+    default: rows_tile<BITS, 7, S>(a, x, xsum, m0, n0, n1); break;
   }
 }
 
@@ -216,21 +278,6 @@ inline __m256 exp256(__m256 x) {
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
-inline float dot(const float* a, const float* b, int64_t D) {
-  __m256 acc0 = _mm256_setzero_ps();
-  __m256 acc1 = _mm256_setzero_ps();
-  int64_t d = 0;
-  for (; d + 16 <= D; d += 16) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d + 8), _mm256_loadu_ps(b + d + 8), acc1);
-  }
-  float s = hsum(_mm256_add_ps(acc0, acc1));
-  for (; d < D; ++d) {
-    s += a[d] * b[d];
-  }
-  return s;
-}
-
 // acc[0:D] += p * v[0:D]
 inline void axpy(float* acc, float p, const float* v, int64_t D) {
   const __m256 pv = _mm256_set1_ps(p);
@@ -246,14 +293,20 @@ inline void axpy(float* acc, float p, const float* v, int64_t D) {
 } // namespace
 
 void qmm_rows(const QmmArgs& a, const float* x_perm, const float* xsum, int64_t n0, int64_t n1) {
+  const bool f16 = a.scales_f16 != nullptr;
   if (a.bits == 4) {
-    rows<4>(a, x_perm, xsum, n0, n1);
+    f16 ? rows<4, uint16_t>(a, x_perm, xsum, n0, n1) : rows<4, float>(a, x_perm, xsum, n0, n1);
   } else {
-    rows<8>(a, a.x, xsum, n0, n1);
+    f16 ? rows<8, uint16_t>(a, a.x, xsum, n0, n1) : rows<8, float>(a, a.x, xsum, n0, n1);
   }
 }
 
-void dequantize_rows(const QmmArgs& a, int64_t n0, int64_t n1) {
+namespace {
+
+template <typename S>
+void dequantize_rows_as(const QmmArgs& a, int64_t n0, int64_t n1) {
+  const S* scales = scales_of<S>(a);
+  const S* biases = biases_of<S>(a);
   const int64_t groups = a.K / a.group_size;
   const int64_t row_bytes = a.K * a.bits / 8;
   const uint8_t* w = reinterpret_cast<const uint8_t*>(a.w);
@@ -262,8 +315,8 @@ void dequantize_rows(const QmmArgs& a, int64_t n0, int64_t n1) {
     const uint8_t* row = w + n * row_bytes;
     float* out = a.y + n * a.K;
     for (int64_t g = 0; g < groups; ++g) {
-      const __m256 scale = _mm256_broadcast_ss(a.scales + n * groups + g);
-      const __m256 bias = _mm256_broadcast_ss(a.biases + n * groups + g);
+      const __m256 scale = broadcast(scales + n * groups + g);
+      const __m256 bias = broadcast(biases + n * groups + g);
       for (int64_t k = g * a.group_size; k < (g + 1) * a.group_size; k += 32) {
         __m128i e0, e1;
         if (a.bits == 4) { // interleave low/high nibbles back into element order
@@ -282,6 +335,16 @@ void dequantize_rows(const QmmArgs& a, int64_t n0, int64_t n1) {
         _mm256_storeu_ps(out + k + 24, _mm256_fmadd_ps(bytes_to_float(_mm_srli_si128(e1, 8)), scale, bias));
       }
     }
+  }
+}
+
+} // namespace
+
+void dequantize_rows(const QmmArgs& a, int64_t n0, int64_t n1) {
+  if (a.scales_f16 != nullptr) {
+    dequantize_rows_as<uint16_t>(a, n0, n1);
+  } else {
+    dequantize_rows_as<float>(a, n0, n1);
   }
 }
 
