@@ -153,13 +153,17 @@ def test_decode_steps_reach_the_native_attention(monkeypatch: pytest.MonkeyPatch
     assert len(calls) == 2 * 3  # 2 layers x 3 decode steps (the first token is the prefill's)
 
 
+@pytest.mark.parametrize("half", [False, True])
 @pytest.mark.parametrize("blas", [True, False])
-def test_prefill_blocks_dequantize_once_when_openblas_multiplies(monkeypatch, blas: bool) -> None:
-    model = quantized_llama(4, 32)
+def test_prefill_blocks_dequantize_once_when_openblas_multiplies(
+    monkeypatch, blas: bool, half: bool
+) -> None:
+    model = gguf_like(quantized_llama(4, 32)) if half else quantized_llama(4, 32)
     layer = model.model.layers[1].self_attn.o_proj
     x = mx.random.normal((2, 70, layer.weight.shape[1] * 8), key=mx.random.key(1))
     want = layer(x)
     patch.enable(model)
+    assert layer.scales.dtype == (mx.float16 if half else mx.float32)
     monkeypatch.setattr(patch, "_BLAS_PRELOADED", blas)
     calls: list[int] = []
     real = native.dequantize
