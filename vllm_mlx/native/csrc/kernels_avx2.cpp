@@ -64,7 +64,7 @@ inline float dot(const S* a, const float* b, int64_t D) {
 
 // `count` scales as floats: float ones in place; half ones converted into buf (8 per
 // vcvtph2ps), so the hot loops broadcast a float from L1 either way instead of
-// converting one half per group (≈10% slower in-cache).
+// converting one half per group (4-12% slower in cache).
 inline const float* as_floats(const float* s, int64_t, float*) {
   return s;
 }
