@@ -4,8 +4,9 @@
 
 1. Memory bandwidth: a STREAM-like copy (numpy, one and two threads) in this run.
 2. Kernel GB/s: every quantized matmul of the default model for one token (M=1), a
-   4-token batch and a 64-token block, native vs ``mx.quantized_matmul``: bytes of
-   weights + scales + biases read / wall time.
+   4-token batch and a 64-token block, native (float16 and float32 scales) vs
+   ``mx.quantized_matmul``: bytes of weights + scales + biases read / wall time, and
+   those bytes (what one decode step reads for its matmuls).
 3. End to end, one subprocess per path (so RSS is each path's own): decode tok/s after a
    128-token and a ``--long-context`` prompt, prefill tok/s, TTFT of an 8-token suffix on
    a cached long prefix, peak RSS. Paths: native-quantized, float32 + OpenBLAS, and MLX's
@@ -33,7 +34,9 @@ import numpy as np
 from vllm_mlx.engine.cpu import find_openblas
 
 PATHS = {  # name -> (cpu_weights, environment)
-    "native": ("quantized", {"VLLM_MLX_NATIVE": "1"}),
+    "native": ("quantized", {"VLLM_MLX_NATIVE": "1", "VLLM_MLX_NATIVE_F16": "1"}),
+    # the same kernels on float32 scales and biases (8 bytes per group, not 4)
+    "native-f32": ("quantized", {"VLLM_MLX_NATIVE": "1", "VLLM_MLX_NATIVE_F16": "0"}),
     "float32": ("float32", {"VLLM_MLX_NATIVE": "0"}),
     "stock": ("quantized", {"VLLM_MLX_NATIVE": "0"}),
 }
@@ -58,14 +61,14 @@ def copy_bandwidth(mb: int = 256, threads: int = 2, rounds: int = 5) -> float:
     return 2 * src.nbytes / best / 1e9
 
 
-def kernel_bandwidth(rows: int, native_on: bool, reps: int) -> float:
-    """GB/s over all of the default model's quantized matmuls for ``rows`` rows of x."""
+def kernel_bandwidth(rows: int, path: str, reps: int) -> tuple[float, int]:
+    """(GB/s, bytes) over all of the default model's quantized matmuls for ``rows`` rows."""
     import mlx.core as mx
     import mlx.nn as nn
 
     from vllm_mlx.models import load_model
 
-    os.environ["VLLM_MLX_NATIVE"] = "1" if native_on else "0"
+    os.environ.update(PATHS[path][1])
     model = load_model(None, cpu_weights="quantized", progress=False).model
     layers = [m for _, m in model.named_modules() if isinstance(m, nn.QuantizedLinear)]
     embedding = model.model.embed_tokens
@@ -87,7 +90,7 @@ def kernel_bandwidth(rows: int, native_on: bool, reps: int) -> float:
         start = time.perf_counter()
         step()
         best = min(best, time.perf_counter() - start)
-    return nbytes / best / 1e9
+    return nbytes / best / 1e9, nbytes
 
 
 def resident_gb(field: str = "VmRSS") -> float:
@@ -254,12 +257,13 @@ def main() -> None:
         return
     report: dict = {"copy_gb_s": {t: round(copy_bandwidth(threads=t), 2) for t in (1, 2)}}
     if not args.skip_kernels:
-        report["kernel_gb_s"] = {
-            f"{name}@M={rows}": round(kernel_bandwidth(rows, name == "native", reps), 2)
-            for rows, reps in ((1, 10), (4, 5), (64, 3))
-            for name in ("native", "stock")
-            if not (name == "stock" and rows == 64)
-        }
+        report["kernel_gb_s"], report["matmul_mb_per_token"] = {}, {}
+        for rows, reps in ((1, 10), (4, 5), (64, 3)):
+            for name in ("native", "native-f32", "stock"):
+                if not (name == "stock" and rows == 64):
+                    gb_s, nbytes = kernel_bandwidth(rows, name, reps)
+                    report["kernel_gb_s"][f"{name}@M={rows}"] = round(gb_s, 2)
+                    report["matmul_mb_per_token"][name] = round(nbytes / 1e6, 1)
     print(json.dumps(report, indent=1), flush=True)
     paths = {name: run_worker(name, args) for name in args.paths.split(",")}
     report["paths"] = paths

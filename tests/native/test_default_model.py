@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import httpx
 import mlx.core as mx
+import mlx.nn as nn
 import pytest
 from mlx_lm import stream_generate
 
@@ -33,6 +34,14 @@ def test_greedy_text_equals_the_float32_path() -> None:
     routed = load_model(None, cpu_weights="quantized", progress=False)
     dense = load_model(None, cpu_weights="float32", progress=False)
     assert routed.kernels.startswith("native") and dense.kernels == "mlx"
+    quantized = [
+        layer
+        for _, layer in routed.model.named_modules()
+        if isinstance(layer, nn.QuantizedLinear | nn.QuantizedEmbedding)
+    ]
+    # the GGUF's fp16 scales and mins, kept float16 (4 bytes a group, not 8)
+    assert len(quantized) == 211
+    assert {(q.scales.dtype, q.biases.dtype) for q in quantized} == {(mx.float16, mx.float16)}
     for question in PROMPTS:
         want = greedy_text(dense.model, dense.tokenizer, question)
         assert greedy_text(routed.model, routed.tokenizer, question) == want

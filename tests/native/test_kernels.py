@@ -159,3 +159,67 @@ def test_status_reports_the_kernels() -> None:
     assert info["kernels"] == list(native.KERNELS)
     assert {"quantized_matmul", "attention", "mlp_block", "attention_input"} <= set(info["kernels"])
     assert info["isa"] in ("avx2", "generic") and info["threads"] >= 1
+
+
+@st.composite
+def half_cases(draw):
+    """Decode rows (1-9, the vector path and every tile width) and prefill blocks (64+)."""
+    bits = draw(st.sampled_from([4, 8]))
+    group_size = draw(st.sampled_from([32, 64, 128]))
+    k = group_size * draw(st.integers(1, 8))
+    n = draw(st.integers(1, 160))
+    m = draw(st.one_of(st.integers(1, 9), st.integers(64, 72)))
+    seed = draw(st.integers(0, 2**31 - 1))
+    return bits, group_size, k, n, m, seed
+
+
+def half_weights(n: int, k: int, group_size: int, bits: int, seed: int):
+    """Quantized weights with float16 scales/biases (GGUF's) and their float32 copies."""
+    w, scales, biases = mx.quantize(
+        mx.random.normal((n, k), key=mx.random.key(seed)), group_size, bits
+    )
+    s16, b16 = scales.astype(mx.float16), biases.astype(mx.float16)
+    return w, (s16, b16), (s16.astype(mx.float32), b16.astype(mx.float32))
+
+
+@given(case=half_cases())
+@SETTINGS
+def test_float16_scales_match_mlx_on_their_float32_values(isa, case) -> None:
+    bits, group_size, k, n, m, seed = case
+    w, half, full = half_weights(n, k, group_size, bits, seed)
+    x = mx.random.normal((m, k), key=mx.random.key(seed + 1))
+    ref = mx.quantized_matmul(x, w, *full, transpose=True, group_size=group_size, bits=bits)
+    assert_close(native.quantized_matmul(x, w, *half, group_size, bits), ref)
+    ref = mx.dequantize(w, *full, group_size, bits)
+    assert_close(native.dequantize(w, *half, group_size, bits), ref, rtol=1e-6)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_every_finite_half_converts_exactly(isa, bits: int) -> None:
+    """All 63,488 finite half values (subnormals, -0, the largest) as scales of q = 1 with
+    zero biases, then as biases of q = 0: dequantize returns each value exactly."""
+    patterns = np.arange(2**16, dtype=np.uint16)
+    halves = patterns.view(np.float16)
+    values = halves[np.isfinite(halves)].reshape(-1, 4)  # 15,872 rows of 4 groups of 32
+    one = 0x11111111 if bits == 4 else 0x01010101
+    words = values.shape[1] * 32 * bits // 32
+    for q_word, scales, biases in [
+        (one, values, np.zeros_like(values)),
+        (0, np.ones_like(values), values),
+    ]:
+        w = mx.array(np.full((values.shape[0], words), q_word, dtype=np.uint32))
+        out = native.dequantize(w, mx.array(scales), mx.array(biases), 32, bits)
+        want = np.repeat(values.astype(np.float32), 32, axis=1)
+        assert np.array_equal(np.array(out), want)
+
+
+@pytest.mark.parametrize(
+    "scales_dtype, biases_dtype",
+    [(mx.float16, mx.float32), (mx.float32, mx.float16), (mx.bfloat16, mx.bfloat16)],
+)
+def test_scales_and_biases_must_share_float32_or_float16(scales_dtype, biases_dtype) -> None:
+    w, scales, biases = mx.quantize(mx.zeros((8, 128)), 32, 4)
+    with pytest.raises(ValueError, match="float16"):
+        native.quantized_matmul(
+            mx.zeros((1, 128)), w, scales.astype(scales_dtype), biases.astype(biases_dtype), 32, 4
+        )

@@ -34,6 +34,26 @@ def quantized_llama(bits: int, group_size: int, seed: int = 0) -> nn.Module:
     return model
 
 
+def gguf_like(model: nn.Module) -> nn.Module:
+    """Round every quantized layer's scales and biases to float16 values (GGUF's fp16
+    scale and min), kept as float32 as the loader leaves them."""
+    for _, layer in model.named_modules():
+        if isinstance(layer, nn.QuantizedLinear | nn.QuantizedEmbedding):
+            for name in ("scales", "biases"):
+                layer[name] = layer[name].astype(mx.float16).astype(mx.float32)
+    mx.eval(model.parameters())
+    return model
+
+
+def scale_dtypes(model: nn.Module) -> set[mx.Dtype]:
+    return {
+        layer[name].dtype
+        for _, layer in model.named_modules()
+        if isinstance(layer, nn.QuantizedLinear | nn.QuantizedEmbedding)
+        for name in ("scales", "biases")
+    }
+
+
 def greedy(model: nn.Module, steps: int = 24) -> tuple[list[int], list[np.ndarray]]:
     """Prefill the prompt, then decode one token at a time (the path the server runs)."""
     cache = make_prompt_cache(model)
@@ -63,6 +83,65 @@ def test_routed_model_gives_mlx_logits_and_tokens(bits: int, group_size: int) ->
         assert np.abs(got - want).max() <= 1e-4 * (1 + np.abs(want).max())
 
 
+@pytest.mark.parametrize("bits, group_size", [(4, 32), (8, 32), (4, 64), (8, 128)])
+def test_gguf_like_scales_run_as_float16_with_mlx_logits(bits: int, group_size: int) -> None:
+    model = gguf_like(quantized_llama(bits, group_size, seed=2))
+    want_tokens, want_rows = greedy(model)
+    assert scale_dtypes(model) == {mx.float32}
+    patch.enable(model)
+    assert scale_dtypes(model) == {mx.float16}
+    got_tokens, got_rows = greedy(model)
+    assert got_tokens == want_tokens
+    for got, want in zip(got_rows, want_rows, strict=True):
+        assert np.abs(got - want).max() <= 1e-4 * (1 + np.abs(want).max())
+
+
+def test_only_lossless_scales_become_float16(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = quantized_llama(4, 32)  # mx.quantize's float32 scales: not half values
+    gguf_like(model.model.layers[0])
+    attn = model.model.layers[1].self_attn
+    attn.q_proj.scales = attn.q_proj.scales.astype(mx.float16).astype(mx.float32)  # not biases
+    attn.k_proj.biases = mx.full(attn.k_proj.biases.shape, 1e5)  # exact but past float16
+    attn.k_proj.scales = mx.zeros(attn.k_proj.scales.shape)
+    patch.enable(model)
+    assert scale_dtypes(model.model.layers[0]) == {mx.float16}
+    assert scale_dtypes(model.model.layers[1]) == {mx.float32}
+    assert model.model.embed_tokens.scales.dtype == mx.float32
+    switched_off = gguf_like(quantized_llama(4, 32))
+    monkeypatch.setenv(patch.HALF_ENV, "0")
+    patch.enable(switched_off)
+    assert scale_dtypes(switched_off) == {mx.float32}
+
+
+def test_float16_layers_fall_back_to_mlx_in_float32(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MLX's ops, where routed layers fall back to them, see float32 scales: the same
+    results and dtypes as before the patch (its float16 math would be slow and half)."""
+    model = gguf_like(quantized_llama(4, 32))
+    layer, embed = model.model.layers[0].mlp.down_proj, model.model.embed_tokens
+    x = mx.random.normal((3, layer.weight.shape[1] * 8), key=mx.random.key(0))
+    h = mx.random.normal((1, 2, embed.weight.shape[1] * 8), key=mx.random.key(1))
+    ids = mx.array([[3, 0, 259]])
+    half_x, half_h = x.astype(mx.float16), h.astype(mx.float16)
+    calls = {
+        "half-precision linear": lambda: layer(half_x),
+        "embedding lookup": lambda: embed(ids),
+        "half-precision as_linear": lambda: embed.as_linear(half_h),
+    }
+    off = {"linear": lambda: layer(x), "as_linear": lambda: embed.as_linear(h)}
+    want = {name: call() for name, call in {**calls, **off}.items()}
+    want_tokens, _ = greedy(model, steps=3)
+    patch.enable(model)
+    assert layer.scales.dtype == embed.biases.dtype == mx.float16
+    for name, call in calls.items():
+        got = call()
+        assert got.dtype == want[name].dtype and mx.array_equal(got, want[name]).item(), name
+    monkeypatch.setenv(native.DISABLE_ENV, "0")  # switched off at run time: MLX's ops
+    for name, call in off.items():
+        got = call()
+        assert got.dtype == mx.float32 and mx.array_equal(got, want[name]).item(), name
+    assert greedy(model, steps=3)[0] == want_tokens  # the whole model on MLX's ops
+
+
 def test_decode_steps_reach_the_native_attention(monkeypatch: pytest.MonkeyPatch) -> None:
     model = quantized_llama(4, 32)
     patch.enable(model)
@@ -76,13 +155,17 @@ def test_decode_steps_reach_the_native_attention(monkeypatch: pytest.MonkeyPatch
     assert len(calls) == 2 * 3  # 2 layers x 3 decode steps (the first token is the prefill's)
 
 
+@pytest.mark.parametrize("half", [False, True])
 @pytest.mark.parametrize("blas", [True, False])
-def test_prefill_blocks_dequantize_once_when_openblas_multiplies(monkeypatch, blas: bool) -> None:
-    model = quantized_llama(4, 32)
+def test_prefill_blocks_dequantize_once_when_openblas_multiplies(
+    monkeypatch, blas: bool, half: bool
+) -> None:
+    model = gguf_like(quantized_llama(4, 32)) if half else quantized_llama(4, 32)
     layer = model.model.layers[1].self_attn.o_proj
     x = mx.random.normal((2, 70, layer.weight.shape[1] * 8), key=mx.random.key(1))
     want = layer(x)
     patch.enable(model)
+    assert layer.scales.dtype == (mx.float16 if half else mx.float32)
     monkeypatch.setattr(patch, "_BLAS_PRELOADED", blas)
     calls: list[int] = []
     real = native.dequantize
@@ -118,6 +201,7 @@ def test_loader_runs_quantized_weights_natively(tmp_path: Path, monkeypatch) -> 
     source = write_tiny_gguf(tmp_path / "tiny-q.gguf", tensor_types=types)
     loaded = load_model(str(tmp_path / "tiny-q.gguf"), cpu_weights="quantized", progress=False)
     assert loaded.weights == "quantized" and loaded.kernels.startswith("native")
+    assert scale_dtypes(loaded.model) == {mx.float16}  # GGUF's fp16 scales, lossless
     assert choose_weights("auto") == "quantized"  # the kernels are built
     ids = mx.array([[1, 5, 9, 40, 77, 200]])
     got, want = loaded.model(ids), source(ids)

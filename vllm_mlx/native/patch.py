@@ -5,10 +5,16 @@ changes class to a subclass whose matmul calls the kernel, and the model module'
 ``scaled_dot_product_attention`` (the one name every mlx-lm model calls) is wrapped.
 Anything the kernels do not cover (other bits or modes, half-precision activations, mask
 arrays, quantized KV caches, long query blocks) goes to MLX's own op unchanged.
+
+A routed layer's scales and biases become float16 when that is lossless (always for
+GGUF-derived weights, whose values were fp16): the kernels then read 4 bytes per group
+instead of 8. MLX's own ops, where a routed layer falls back to them, get float32 copies
+made on the fly, so their results and dtypes are what they were.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +35,7 @@ GROUP_SIZES = (32, 64, 128)
 # (measured crossover 64-256 rows, docs/native-kernels.md). Needs OpenBLAS preloaded: the
 # bundled reference BLAS is slower than the native kernel at any size.
 DEQUANTIZE_ROWS = 64
+HALF_ENV = "VLLM_MLX_NATIVE_F16"  # "0": keep float32 scales and biases (for comparisons)
 
 
 _BLAS_PRELOADED = openblas_preloaded()  # fixed for the process: set before it started
@@ -64,8 +71,43 @@ def _eligible(layer: Any) -> bool:
         and layer.bits in BITS
         and layer.group_size in GROUP_SIZES
         and layer.get("biases") is not None
-        and layer["scales"].dtype == mx.float32
-        and layer["biases"].dtype == mx.float32
+        and layer["scales"].dtype in (mx.float32, mx.float16)
+        and layer["biases"].dtype == layer["scales"].dtype
+    )
+
+
+def _lossless_half(a: mx.array) -> mx.array | None:
+    """``a`` as float16 if every value survives the round trip (and stays finite)."""
+    half = a.astype(mx.float16)
+    exact = mx.all(half.astype(mx.float32) == a) & mx.all(mx.isfinite(half))
+    return half if exact.item() else None
+
+
+def _halve_scales(layer: Any) -> None:
+    """Store a routed layer's float32 scales and biases as float16 when that is lossless."""
+    if os.environ.get(HALF_ENV, "1") == "0" or layer["scales"].dtype != mx.float32:
+        return
+    scales, biases = _lossless_half(layer["scales"]), _lossless_half(layer["biases"])
+    if scales is not None and biases is not None:
+        mx.eval(scales, biases)
+        layer["scales"], layer["biases"] = scales, biases
+
+
+def _float32(a: mx.array) -> mx.array:
+    return a if a.dtype == mx.float32 else a.astype(mx.float32)
+
+
+def _mlx_matmul(layer: Any, x: mx.array) -> mx.array:
+    """MLX's own ``quantized_matmul`` on float32 scales and biases (the fallback)."""
+    return mx.quantized_matmul(
+        x,
+        layer["weight"],
+        scales=_float32(layer["scales"]),
+        biases=_float32(layer["biases"]),
+        transpose=True,
+        group_size=layer.group_size,
+        bits=layer.bits,
+        mode=layer.mode,
     )
 
 
@@ -84,16 +126,27 @@ class NativeQuantizedLinear(nn.QuantizedLinear):
     def __call__(self, x: mx.array) -> mx.array:
         out = _native_matmul(self, x)
         if out is None:
-            return super().__call__(x)
+            out = _mlx_matmul(self, x)
         return out + self["bias"] if "bias" in self else out
 
 
 class NativeQuantizedEmbedding(nn.QuantizedEmbedding):
     """``nn.QuantizedEmbedding`` whose tied output projection runs on the native kernel."""
 
+    def __call__(self, x: mx.array) -> mx.array:
+        # the looked-up rows only, in float32 (MLX's float16 dequantize is slow on a CPU)
+        return mx.dequantize(
+            self["weight"][x],
+            scales=_float32(self["scales"][x]),
+            biases=_float32(self["biases"][x]),
+            group_size=self.group_size,
+            bits=self.bits,
+            mode=self.mode,
+        )
+
     def as_linear(self, x: mx.array) -> mx.array:
         out = _native_matmul(self, x)
-        return super().as_linear(x) if out is None else out
+        return _mlx_matmul(self, x) if out is None else out
 
 
 def _route_attention(module_name: str) -> bool:
@@ -205,9 +258,11 @@ def enable(model: nn.Module) -> Patched:
     for _, layer in model.named_modules():
         if type(layer) is nn.QuantizedLinear and _eligible(layer):
             layer.__class__ = NativeQuantizedLinear
+            _halve_scales(layer)
             patched.linear += 1
         elif type(layer) is nn.QuantizedEmbedding and _eligible(layer):
             layer.__class__ = NativeQuantizedEmbedding
+            _halve_scales(layer)
             patched.embedding += 1
         elif type(layer) is nn.RMSNorm:
             layer.__class__ = NativeRMSNorm

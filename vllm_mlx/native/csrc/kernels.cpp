@@ -18,7 +18,7 @@ namespace {
 
 bool cpu_has_avx2() {
 #if defined(VMLX_HAVE_AVX2)
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 #else
   return false;
 #endif
@@ -37,7 +37,7 @@ bool use_avx2() {
 // the pool's hand-off stays small next to the work, and a prefill task's weight
 // block stays in L2 while every row of x passes over it.
 int64_t rows_per_task(const QmmArgs& a, int threads) {
-  int64_t row_bytes = a.K * a.bits / 8 + 2 * (a.K / a.group_size) * 4;
+  int64_t row_bytes = a.K * a.bits / 8 + 2 * (a.K / a.group_size) * (a.scales_f16 ? 2 : 4);
   int64_t min_rows = std::max<int64_t>(1, (32 * 1024) / std::max<int64_t>(1, row_bytes));
   int64_t even = (a.N + 4 * threads - 1) / (4 * threads);
   int64_t rows = std::max(min_rows, even);
@@ -72,7 +72,20 @@ bool set_isa(const char* name) {
 
 namespace generic {
 
-void qmm_rows(const QmmArgs& a, const float* xsum, int64_t n0, int64_t n1) {
+namespace {
+
+inline float scale_value(float s) {
+  return s;
+}
+
+inline float scale_value(uint16_t s) {
+  return half_to_float(s);
+}
+
+// S: float or uint16_t (half bits) scales and biases, one instantiation each so the
+// inner loops carry no per-element branch.
+template <typename S>
+void qmm_rows_as(const QmmArgs& a, const S* scales, const S* biases, const float* xsum, int64_t n0, int64_t n1) {
   const int64_t groups = a.K / a.group_size;
   const int64_t words = a.K * a.bits / 32;
   const uint32_t mask = (1u << a.bits) - 1u;
@@ -81,21 +94,23 @@ void qmm_rows(const QmmArgs& a, const float* xsum, int64_t n0, int64_t n1) {
   std::vector<float> acc(a.M);
   for (int64_t n = n0; n < n1; ++n) {
     const uint32_t* wrow = a.w + n * words;
-    const float* srow = a.scales + n * groups;
-    const float* brow = a.biases + n * groups;
+    const S* srow = scales + n * groups;
+    const S* brow = biases + n * groups;
     std::fill(acc.begin(), acc.end(), 0.0f);
     for (int64_t g = 0; g < groups; ++g) {
       const uint32_t* wg = wrow + g * a.group_size / per_word;
       for (int j = 0; j < a.group_size; ++j) {
         q[j] = static_cast<float>((wg[j / per_word] >> ((j % per_word) * a.bits)) & mask);
       }
+      const float scale = scale_value(srow[g]);
+      const float bias = scale_value(brow[g]);
       for (int64_t m = 0; m < a.M; ++m) {
         const float* xg = a.x + m * a.K + g * a.group_size;
         float dot = 0.0f;
         for (int j = 0; j < a.group_size; ++j) {
           dot += q[j] * xg[j];
         }
-        acc[m] += srow[g] * dot + brow[g] * xsum[m * groups + g];
+        acc[m] += scale * dot + bias * xsum[m * groups + g];
       }
     }
     for (int64_t m = 0; m < a.M; ++m) {
@@ -104,17 +119,39 @@ void qmm_rows(const QmmArgs& a, const float* xsum, int64_t n0, int64_t n1) {
   }
 }
 
-void dequantize_rows(const QmmArgs& a, int64_t n0, int64_t n1) {
+template <typename S>
+void dequantize_rows_as(const QmmArgs& a, const S* scales, const S* biases, int64_t n0, int64_t n1) {
   const int64_t groups = a.K / a.group_size;
   const int64_t words = a.K * a.bits / 32;
   const uint32_t mask = (1u << a.bits) - 1u;
   const int per_word = 32 / a.bits;
   for (int64_t n = n0; n < n1; ++n) {
-    for (int64_t k = 0; k < a.K; ++k) {
-      const uint32_t q = (a.w[n * words + k / per_word] >> ((k % per_word) * a.bits)) & mask;
-      const int64_t g = n * groups + k / a.group_size;
-      a.y[n * a.K + k] = static_cast<float>(q) * a.scales[g] + a.biases[g];
+    for (int64_t g = 0; g < groups; ++g) {
+      const float scale = scale_value(scales[n * groups + g]);
+      const float bias = scale_value(biases[n * groups + g]);
+      for (int64_t k = g * a.group_size; k < (g + 1) * a.group_size; ++k) {
+        const uint32_t q = (a.w[n * words + k / per_word] >> ((k % per_word) * a.bits)) & mask;
+        a.y[n * a.K + k] = static_cast<float>(q) * scale + bias;
+      }
     }
+  }
+}
+
+} // namespace
+
+void qmm_rows(const QmmArgs& a, const float* xsum, int64_t n0, int64_t n1) {
+  if (a.scales_f16 != nullptr) {
+    qmm_rows_as(a, a.scales_f16, a.biases_f16, xsum, n0, n1);
+  } else {
+    qmm_rows_as(a, a.scales, a.biases, xsum, n0, n1);
+  }
+}
+
+void dequantize_rows(const QmmArgs& a, int64_t n0, int64_t n1) {
+  if (a.scales_f16 != nullptr) {
+    dequantize_rows_as(a, a.scales_f16, a.biases_f16, n0, n1);
+  } else {
+    dequantize_rows_as(a, a.scales, a.biases, n0, n1);
   }
 }
 

@@ -2,6 +2,7 @@
 // them from a dispatched CPU task.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 
 namespace vmlx {
@@ -9,6 +10,8 @@ namespace vmlx {
 // y[M, N] = x[M, K] @ dequantize(w, scales, biases)^T for MLX's affine layout: w is
 // [N, K * bits / 32] uint32 with element j of a word in bits [j*bits, (j+1)*bits),
 // scales and biases are [N, K / group_size] float32, w_real = q * scale + bias.
+// scales_f16/biases_f16 (IEEE half bits, both or neither): used instead of scales and
+// biases when set, 4 bytes per group instead of 8 (lossless for GGUF-derived weights).
 struct QmmArgs {
   const float* x;
   const uint32_t* w;
@@ -18,7 +21,25 @@ struct QmmArgs {
   int64_t M, N, K;
   int group_size;
   int bits;
+  const uint16_t* scales_f16 = nullptr;
+  const uint16_t* biases_f16 = nullptr;
 };
+
+// IEEE half bits -> float, portable (the generic bodies; the AVX2 ones use F16C).
+inline float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t em = h & 0x7fffu;
+  uint32_t bits;
+  if (em >= 0x7c00u) { // inf / nan
+    bits = sign | 0x7f800000u | ((em & 0x3ffu) << 13);
+  } else if (em >= 0x0400u) { // normal: rebias the exponent by 127 - 15
+    bits = sign | ((em << 13) + 0x38000000u);
+  } else { // zero or subnormal: em * 2^-24, exact in float
+    const float f = static_cast<float>(em) * 5.9604644775390625e-8f;
+    bits = sign | std::bit_cast<uint32_t>(f);
+  }
+  return std::bit_cast<float>(bits);
+}
 
 // Decode-time attention for one query block: q [B, Hq, Lq, D], k/v [B, Hkv, Lk, D]
 // given by element strides, out [B, Hq, Lq, D] contiguous. Query row i of Lq sees keys 0 .. Lk - Lq + i (causal) or all keys.

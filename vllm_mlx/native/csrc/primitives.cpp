@@ -42,7 +42,9 @@ void check_weights(
   require(bits == 4 || bits == 8, "bits must be 4 or 8");
   require(group_size == 32 || group_size == 64 || group_size == 128, "group size must be 32, 64 or 128");
   require(w.dtype() == mx::uint32 && w.ndim() == 2, "w must be a 2-D uint32 array");
-  require(scales.dtype() == mx::float32 && biases.dtype() == mx::float32, "scales and biases must be float32");
+  require(
+      scales.dtype() == biases.dtype() && (scales.dtype() == mx::float32 || scales.dtype() == mx::float16),
+      "scales and biases must both be float32 or both float16");
   require(static_cast<int64_t>(w.shape(1)) * 32 / bits == K, "w does not match x's last dimension");
   require(K % group_size == 0, "K must be a multiple of the group size");
   const mx::Shape group_shape{w.shape(0), K / group_size};
@@ -56,17 +58,23 @@ QmmArgs weight_args(
     int64_t M,
     int group_size,
     int bits) {
-  return QmmArgs{
+  const bool f16 = scales.dtype() == mx::float16; // check_weights: biases the same
+  QmmArgs args{
       nullptr,
       w.data<uint32_t>(),
-      scales.data<float>(),
-      biases.data<float>(),
+      f16 ? nullptr : scales.data<float>(),
+      f16 ? nullptr : biases.data<float>(),
       nullptr,
       M,
       static_cast<int64_t>(w.shape(0)),
       static_cast<int64_t>(w.shape(1)) * 32 / bits,
       group_size,
       bits};
+  if (f16) { // mx::float16_t is IEEE half: its bits are what the kernels convert
+    args.scales_f16 = reinterpret_cast<const uint16_t*>(scales.data<mx::float16_t>());
+    args.biases_f16 = reinterpret_cast<const uint16_t*>(biases.data<mx::float16_t>());
+  }
+  return args;
 }
 
 mx::array quantized_matmul(
@@ -156,17 +164,8 @@ void Dequantize::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::
   encoder.set_input_array(scales);
   encoder.set_input_array(biases);
   encoder.set_output_array(out);
-  QmmArgs args{
-      nullptr,
-      w.data<uint32_t>(),
-      scales.data<float>(),
-      biases.data<float>(),
-      out.data<float>(),
-      0,
-      static_cast<int64_t>(out.shape(0)),
-      static_cast<int64_t>(out.shape(1)),
-      group_size_,
-      bits_};
+  QmmArgs args = weight_args(w, scales, biases, 0, group_size_, bits_);
+  args.y = out.data<float>();
   encoder.dispatch([args]() { dequantize_weights(args); });
 }
 

@@ -38,8 +38,8 @@ QmmArgs weight_args(
     int bits);
 
 // x[..., K] @ dequantize(w, scales, biases)^T, MLX affine layout, bits 4 or 8,
-// group size 32, 64 or 128, float32 x, scales and biases. Throws std::invalid_argument
-// for anything else, so the caller can use MLX's own op instead.
+// group size 32, 64 or 128, float32 x, float32 or float16 scales and biases (one dtype).
+// Throws std::invalid_argument for anything else, so the caller can use MLX's own op.
 mx::array quantized_matmul(
     const mx::array& x,
     const mx::array& w,
