@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -67,6 +68,29 @@ def computes_on_cpu() -> bool:
     return mx.default_device().type == mx.DeviceType.cpu
 
 
+# MLX keeps freed buffers for reuse; on the CPU backend that pool is process memory, and
+# a prompt leaves ~40 MB score blocks and dequantized weight blocks in it. Decode reuses
+# only small buffers, so a cap costs prefill a few allocations and frees the rest.
+BUFFER_CACHE_ENV = "VLLM_MLX_CPU_BUFFER_CACHE_MB"
+BUFFER_CACHE_MB = 64
+
+
+def limit_buffer_cache() -> int | None:
+    """Cap MLX's buffer cache on the CPU backend (``VLLM_MLX_CPU_BUFFER_CACHE_MB``, default
+    64; a negative value keeps MLX's own limit). Returns the cap in MB, or None."""
+    import mlx.core as mx
+
+    raw = os.environ.get(BUFFER_CACHE_ENV, str(BUFFER_CACHE_MB))
+    try:
+        mb = int(raw)
+    except ValueError:
+        raise ModelLoadError(f"{BUFFER_CACHE_ENV} must be an integer (MB), not {raw!r}") from None
+    if mb < 0:
+        return None
+    mx.set_cache_limit(mb << 20)
+    return mb
+
+
 def choose_weights(cpu_weights: CpuWeights) -> Literal["quantized", "float32"]:
     """Resolve ``auto``: on Linux when MLX computes on the CPU, quantized if the native
     kernels are built and float32 otherwise; quantized everywhere else."""
@@ -116,6 +140,8 @@ def load_model(
     except (OSError, ValueError, KeyError, TypeError, RuntimeError, json.JSONDecodeError) as error:
         raise ModelLoadError(f"could not load model from {path}: {error}") from error
     kernels = "mlx"
+    if computes_on_cpu():
+        limit_buffer_cache()
     if weights == "float32":
         model = to_float32(model, evaluate=shard is None)
     elif computes_on_cpu():
