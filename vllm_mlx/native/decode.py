@@ -151,16 +151,9 @@ class NativeLlamaModel(llama.LlamaModel):
         return super().__call__(inputs, cache, input_embeddings)
 
     def _decode(self, h: mx.array, cache: list[Any], at: _Position) -> mx.array:
-        # MLX lends kv_write a cache's buffer (no copy) only once nothing holds it, and
-        # the step that last read it (the previous decode step, or the prompt) holds it
-        # until it has run: so wait for that step first, then finish the previous
-        # writes (mlx-lm's generate loop would wait for its token a moment later anyway).
-        if self.pending.rows is not None:
-            mx.eval(self.pending.rows)
         caches: list[mx.array] = []
         for c in cache:
             caches += (c.keys, c.values)
-        mx.eval(caches)
         stack = self.stack
         weights: list[mx.array] = []
         for block in self.layers:
@@ -180,5 +173,12 @@ class NativeLlamaModel(llama.LlamaModel):
                 c._idx += 1
             else:
                 c.offset += 1
+        # MLX lends kv_write a cache's buffer (no copy) only once nothing holds it, and
+        # the step that last read it (the previous decode step, or the prompt) holds it
+        # until it has run: wait for that step, now that this one is built (mlx-lm's loop
+        # would wait for its token a moment later anyway), then finish its writes.
+        if self.pending.rows is not None:
+            mx.eval(self.pending.rows)
+        mx.eval(caches)
         self.pending.rows = rows
         return self["norm"](h)
