@@ -344,6 +344,29 @@ void dequantize_rows(const QmmArgs& a, int64_t n0, int64_t n1) {
   }
 }
 
+namespace {
+
+// out[0 : 8 V] = sum over keys l in [l0, l1) of p[l - l0] * value row l, in registers.
+template <int V>
+void weighted_sum(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, const float* p, float* out) {
+  __m256 acc[V];
+  for (int j = 0; j < V; ++j) {
+    acc[j] = _mm256_setzero_ps();
+  }
+  for (int64_t l = l0; l < l1; ++l) {
+    const float* v = sdpa_value(a, b, hkv, l);
+    const __m256 w = _mm256_set1_ps(p[l - l0]);
+    for (int j = 0; j < V; ++j) {
+      acc[j] = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 8 * j), acc[j]);
+    }
+  }
+  for (int j = 0; j < V; ++j) {
+    _mm256_storeu_ps(out + 8 * j, acc[j]);
+  }
+}
+
+} // namespace
+
 void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part) {
   const int64_t group = a.Hq / a.Hkv;
   const int64_t D = a.D;
@@ -358,13 +381,21 @@ void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1
     const int64_t i = row % a.Lq;
     limit[row] = a.causal ? std::min(l1, a.Lk - a.Lq + i + 1) : l1;
   }
+  // each row's query and head once, not an integer division per key and row
+  thread_local std::vector<const float*> query;
+  thread_local std::vector<int64_t> head;
+  query.resize(rows);
+  head.resize(rows);
+  for (int64_t row = 0; row < rows; ++row) {
+    head[row] = hkv * group + row / a.Lq;
+    query[row] = a.q + b * a.q_strides[0] + head[row] * a.q_strides[1] + (row % a.Lq) * a.q_strides[2];
+  }
+  const bool unmasked = a.mask == nullptr && a.key_start == nullptr;
   for (int64_t l = l0; l < l1; ++l) {
     const float* k = sdpa_key(a, b, hkv, l);
     for (int64_t row = 0; row < rows; ++row) {
-      const int64_t h = hkv * group + row / a.Lq;
-      const float* q = a.q + b * a.q_strides[0] + h * a.q_strides[1] + (row % a.Lq) * a.q_strides[2];
-      scores[row * span + (l - l0)] = l < limit[row] && sdpa_allowed(a, b, h, row % a.Lq, l)
-          ? dot(q, k, D) * a.scale
+      scores[row * span + (l - l0)] = l < limit[row] && (unmasked || sdpa_allowed(a, b, head[row], row % a.Lq, l))
+          ? dot(query[row], k, D) * a.scale
           : -std::numeric_limits<float>::infinity();
     }
   }
@@ -417,7 +448,21 @@ void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1
     out[1] = sum;
     std::fill(out + 2, out + 2 + D, 0.0f);
   }
-  // Pass 3: weighted sum of the value rows, each read once for every query row.
+  // Pass 3: weighted sum of the value rows. Head sizes 64 and 128 keep a row's sum in
+  // registers over its keys (the task's value rows stay in L2 for the next row);
+  // others add into memory, each value row read once for every query row.
+  if (D == 64 || D == 128) {
+    for (int64_t row = 0; row < rows; ++row) {
+      float* out = part + row * (D + 2) + 2;
+      const float* p = scores.data() + row * span;
+      if (D == 64) {
+        weighted_sum<8>(a, b, hkv, l0, limit[row], p, out);
+      } else {
+        weighted_sum<16>(a, b, hkv, l0, limit[row], p, out);
+      }
+    }
+    return;
+  }
   for (int64_t l = l0; l < l1; ++l) {
     const float* v = sdpa_value(a, b, hkv, l);
     for (int64_t row = 0; row < rows; ++row) {
