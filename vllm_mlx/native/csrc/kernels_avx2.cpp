@@ -346,6 +346,21 @@ void dequantize_rows(const QmmArgs& a, int64_t n0, int64_t n1) {
 
 namespace {
 
+// dots[r] = q[r] . k over 8 V floats, for n <= 4 query rows sharing each load of k.
+template <int V>
+inline void row_dots(const float* const* q, int n, const float* k, float* dots) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int j = 0; j < V; ++j) {
+    const __m256 kv = _mm256_loadu_ps(k + 8 * j);
+    for (int r = 0; r < n; ++r) {
+      acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + 8 * j), kv, acc[r]);
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    dots[r] = hsum(acc[r]);
+  }
+}
+
 // out[0 : 8 V] = sum over keys l in [l0, l1) of p[l - l0] * value row l, in registers.
 template <int V>
 void weighted_sum(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, const float* p, float* out) {
@@ -391,6 +406,24 @@ void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1
     query[row] = a.q + b * a.q_strides[0] + head[row] * a.q_strides[1] + (row % a.Lq) * a.q_strides[2];
   }
   const bool unmasked = a.mask == nullptr && a.key_start == nullptr;
+  if (unmasked && (D == 64 || D == 128)) { // rows in fours share each key row's loads
+    for (int64_t l = l0; l < l1; ++l) {
+      const float* k = sdpa_key(a, b, hkv, l);
+      for (int64_t row = 0; row < rows; row += 4) {
+        const int n = static_cast<int>(std::min<int64_t>(4, rows - row));
+        float dots[4];
+        if (D == 64) {
+          row_dots<8>(query.data() + row, n, k, dots);
+        } else {
+          row_dots<16>(query.data() + row, n, k, dots);
+        }
+        for (int r = 0; r < n; ++r) {
+          scores[(row + r) * span + (l - l0)] =
+              l < limit[row + r] ? dots[r] * a.scale : -std::numeric_limits<float>::infinity();
+        }
+      }
+    }
+  } else {
   for (int64_t l = l0; l < l1; ++l) {
     const float* k = sdpa_key(a, b, hkv, l);
     for (int64_t row = 0; row < rows; ++row) {
@@ -398,6 +431,7 @@ void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1
           ? dot(query[row], k, D) * a.scale
           : -std::numeric_limits<float>::infinity();
     }
+  }
   }
   // Pass 2: softmax numerators, vectorized.
   for (int64_t row = 0; row < rows; ++row) {
