@@ -218,7 +218,7 @@ def llama_cpp_worker(decode_tokens: int, long_context: int) -> dict:
 
 
 def run_worker(path: str, args: argparse.Namespace) -> dict:
-    env = {**os.environ, **PATHS[path][1]}
+    env = {**os.environ, **(PATHS[path][1] if path in PATHS else {})}
     if (blas := find_openblas()) and "openblas" not in env.get("LD_PRELOAD", ""):
         env["LD_PRELOAD"] = blas
     command = [sys.executable, __file__, "--worker", path]
