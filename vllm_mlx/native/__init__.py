@@ -27,6 +27,9 @@ KERNELS = (
     "rope_offsets",
     "mlp_block",
     "attention_input",
+    "decode_layers",
+    "kv_write",
+    "softmax_causal",
 )
 DISABLE_ENV = "VLLM_MLX_NATIVE"  # "0" turns the kernels off without rebuilding
 _routed: list[str] = []  # what patch.enable routed, latest last (for status())
