@@ -141,8 +141,7 @@ def test_rejected_arguments_raise_value_error() -> None:
     for block in inner.layers:
         weights += layer_weights(block)
     caches = [a for c in cache for a in (c.keys, c.values)]
-    stack = inner.stack
-    dims, traditional, rope_scale = stack.rope
+    eps, shape = inner.stack.eps, inner.stack.layer
 
     def call(**changes):
         args = dict(h=h, weights=weights, caches=caches, positions=mx.array([11], mx.int32),
@@ -150,8 +149,8 @@ def test_rejected_arguments_raise_value_error() -> None:
         args.update(changes)
         return native.decode_layers(
             args["h"], args["weights"], args["caches"], args["positions"], args["key_start"],
-            stack.inv_freq, stack.eps, *stack.attention_quant, *stack.mlp_quant, *stack.heads,
-            dims, traditional, rope_scale, stack.scale, args["index"],
+            shape.inv_freq, eps, *shape.attention_quant, *shape.mlp_quant, *shape.heads,
+            *shape.rope, shape.scale, args["index"],
         )  # fmt: skip
 
     mx.eval(call())

@@ -140,11 +140,12 @@ def load_model(
     except (OSError, ValueError, KeyError, TypeError, RuntimeError, json.JSONDecodeError) as error:
         raise ModelLoadError(f"could not load model from {path}: {error}") from error
     kernels = "mlx"
-    if computes_on_cpu():
+    on_cpu = computes_on_cpu()
+    if on_cpu:
         limit_buffer_cache()
     if weights == "float32":
         model = to_float32(model, evaluate=shard is None)
-    elif computes_on_cpu():
+    elif on_cpu:
         # float16/bfloat16 scales or weights would make every activation half precision,
         # ~28x slower on x86 CPUs; packed quantized weights are integers and stay as they are.
         model.set_dtype(mx.float32)

@@ -19,7 +19,7 @@ from mlx_lm.models import llama
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
 from vllm_mlx import native
-from vllm_mlx.native.layers import NativeLlamaBlock
+from vllm_mlx.native.layers import BlockShape, NativeLlamaBlock
 
 
 @dataclass(frozen=True)
@@ -27,12 +27,7 @@ class StackShape:
     """What every layer of the stack shares (checked once, when the model is routed)."""
 
     eps: float
-    attention_quant: tuple[int, int]
-    mlp_quant: tuple[int, int]
-    heads: tuple[int, int]
-    rope: tuple[int, bool, float]
-    scale: float
-    inv_freq: mx.array
+    layer: BlockShape  # every layer's, with the attention input fused
 
 
 def stack_shape(model: Any) -> StackShape | None:
@@ -43,24 +38,17 @@ def stack_shape(model: Any) -> StackShape | None:
         return None
     if not all(type(b) is NativeLlamaBlock and b.shape.attention_quant for b in layers):
         return None
-    eps = {(b.input_layernorm.eps, b.post_attention_layernorm.eps) for b in layers}
-    keys = {
-        (b.shape.attention_quant, b.shape.mlp_quant, b.shape.heads, b.shape.rope, b.shape.scale)
-        for b in layers
-    }
-    if len(eps) != 1 or len(keys) != 1 or len(set(next(iter(eps)))) != 1:
-        return None
     first = layers[0].shape
-    assert first.attention_quant is not None and first.inv_freq is not None
-    return StackShape(
-        eps=float(next(iter(eps))[0]),
-        attention_quant=first.attention_quant,
-        mlp_quant=first.mlp_quant,
-        heads=first.heads,
-        rope=first.rope,
-        scale=float(first.scale),
-        inv_freq=first.inv_freq,
+    eps = {n.eps for b in layers for n in (b.input_layernorm, b.post_attention_layernorm)}
+    # BlockShape holds an array, so compare it field by field: inv_freq is cached per
+    # (dims, base), so one object means one base
+    same = all(
+        b.shape.inv_freq is first.inv_freq
+        and (b.shape.attention_quant, b.shape.mlp_quant, b.shape.heads, b.shape.rope, b.shape.scale)
+        == (first.attention_quant, first.mlp_quant, first.heads, first.rope, first.scale)
+        for b in layers
     )
+    return StackShape(eps=float(eps.pop()), layer=first) if same and len(eps) == 1 else None
 
 
 class _Pending:
@@ -154,15 +142,15 @@ class NativeLlamaModel(llama.LlamaModel):
         caches: list[mx.array] = []
         for c in cache:
             caches += (c.keys, c.values)
-        stack = self.stack
+        shape = self.stack.layer
+        assert shape.attention_quant is not None and shape.inv_freq is not None
         weights: list[mx.array] = []
         for block in self.layers:
             weights += layer_weights(block)
-        dims, traditional, rope_scale = stack.rope
         h, rows = native.decode_layers(
-            h, weights, caches, at.positions, at.key_start, stack.inv_freq, stack.eps,
-            *stack.attention_quant, *stack.mlp_quant, *stack.heads,
-            dims, traditional, rope_scale, stack.scale, at.write_index,
+            h, weights, caches, at.positions, at.key_start, shape.inv_freq, self.stack.eps,
+            *shape.attention_quant, *shape.mlp_quant, *shape.heads, *shape.rope,
+            shape.scale, at.write_index,
         )  # fmt: skip
         offset = at.positions + 1 if at.batched else None
         for layer, c in enumerate(cache):

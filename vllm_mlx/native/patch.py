@@ -178,30 +178,35 @@ def _bool_mask(mask: Any) -> bool:
     return isinstance(mask, mx.array) and mask.dtype == mx.bool_ and mask.ndim == 4
 
 
-def _attention_eligible(queries, keys, cache, mask, sinks) -> bool:
+def _plain_float32(queries, keys, cache, sinks) -> bool:
+    """What both native attention paths need: float32 4-D arrays (not a quantized KV
+    cache's tuples), no attention sinks."""
     return (
         native.available()
         and sinks is None
         and not hasattr(cache, "bits")  # quantized KV cache: tuples, not arrays
-        and (mask is None or (isinstance(mask, str) and mask == "causal") or _bool_mask(mask))
         and isinstance(keys, mx.array)
         and queries.dtype == mx.float32
         and keys.dtype == mx.float32
         and queries.ndim == 4
+    )
+
+
+def _attention_eligible(queries, keys, cache, mask, sinks) -> bool:
+    return (
+        _plain_float32(queries, keys, cache, sinks)
+        and (mask is None or (isinstance(mask, str) and mask == "causal") or _bool_mask(mask))
         and queries.shape[2] <= MAX_NATIVE_QUERY
     )
 
 
 def _prefill_eligible(queries, keys, values, cache, mask, sinks) -> bool:
     return (
-        native.available()
-        and sinks is None
-        and not hasattr(cache, "bits")
+        _plain_float32(queries, keys, cache, sinks)
         and (mask is None or (isinstance(mask, str) and mask == "causal"))
-        and all(
-            isinstance(a, mx.array) and a.dtype == mx.float32 and a.ndim == 4
-            for a in (queries, keys, values)
-        )
+        and isinstance(values, mx.array)
+        and values.dtype == mx.float32
+        and keys.ndim == values.ndim == 4
         and queries.shape[1] % keys.shape[1] == 0
         and keys.shape[2] >= queries.shape[2]
     )

@@ -4,6 +4,11 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
 namespace vmlx::avx2 {
 
 inline float hsum(__m256 v) {
@@ -34,6 +39,40 @@ inline __m256 exp256(__m256 x) {
   p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
   __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+// max(s[0, n)), -inf for n == 0.
+inline float row_max(const float* s, int64_t n) {
+  __m256 vmax = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + j));
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, vmax);
+  float max_score = *std::max_element(lanes, lanes + 8);
+  for (; j < n; ++j) {
+    max_score = std::max(max_score, s[j]);
+  }
+  return max_score;
+}
+
+// s[j] = exp(s[j] - max_score) over [0, n), in place; returns their sum (softmax numerators).
+inline float exp_sum(float* s, int64_t n, float max_score) {
+  const __m256 vm = _mm256_set1_ps(max_score);
+  __m256 vsum = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
+    _mm256_storeu_ps(s + j, e);
+    vsum = _mm256_add_ps(vsum, e);
+  }
+  float sum = hsum(vsum);
+  for (; j < n; ++j) {
+    s[j] = std::exp(s[j] - max_score);
+    sum += s[j];
+  }
+  return sum;
 }
 
 } // namespace vmlx::avx2

@@ -22,13 +22,13 @@ constexpr int kFixed = 4;
 
 std::atomic<int64_t> write_copies{0};
 
-void check_projection(const std::vector<mx::array>& w, int at, int K, int N, int group_size, int bits) {
+void check_projection(const mx::array* w, int at, int K, int N, int group_size, int bits) {
   check_weights(w[at], w[at + 1], w[at + 2], K, group_size, bits);
   require(w[at].shape(0) == N, "a projection has the wrong output width");
 }
 
 void check_layer(const std::vector<mx::array>& w, int base, int D, const DecodeParams& p, int head_dim, int hidden) {
-  std::vector<mx::array> layer(w.begin() + base, w.begin() + base + kLayerWeights);
+  const mx::array* layer = w.data() + base;
   for (int norm : {kInNorm, kPostNorm}) {
     require(layer[norm].dtype() == mx::float32 && layer[norm].ndim() == 1 && layer[norm].shape(0) == D, "norm weights must be float32 [D]");
   }
@@ -44,12 +44,11 @@ void check_layer(const std::vector<mx::array>& w, int base, int D, const DecodeP
 
 // The per-step scratch rows of one sequence batch (thread_local on MLX's CPU stream).
 struct Scratch {
-  std::vector<float> normed, q, k, v, q_rot, attn, proj, gate, up;
+  std::vector<float> normed, q, k, q_rot, attn, proj, gate, up;
   void size(int64_t B, int64_t D, int64_t q_width, int64_t kv_width, int64_t hidden) {
     normed.resize(B * D);
     q.resize(B * q_width);
     k.resize(B * kv_width);
-    v.resize(B * kv_width);
     q_rot.resize(B * q_width);
     attn.resize(B * q_width);
     proj.resize(B * D);
@@ -78,18 +77,8 @@ struct Step {
 };
 
 RopeArgs rope_rows(const Step& s, const float* x, float* y, int64_t heads) {
-  RopeArgs r{};
-  r.x = x;
-  r.y = y;
+  RopeArgs r = rope_heads(x, y, s.B, heads, 1, s.head_dim);
   r.inv_freq = s.inv_freq;
-  r.B = s.B;
-  r.H = heads;
-  r.L = 1;
-  r.D = s.head_dim;
-  r.strides[0] = heads * s.head_dim;
-  r.strides[1] = s.head_dim;
-  r.strides[2] = heads * s.head_dim;
-  r.strides[3] = 1;
   r.dims = s.p.rope_dims;
   r.traditional = s.p.traditional;
   r.scale = s.p.rope_scale;
@@ -106,18 +95,16 @@ void add_rows(float* h, const float* r, int64_t n) {
 void run_layer(const Step& s, Layer& L, Scratch& t) {
   const int64_t B = s.B, D = s.D, Dh = s.head_dim;
   const int64_t Hkv = s.p.n_kv_heads;
-  const int64_t kv_width = Hkv * Dh;
   // attention half: norm, q/k/v in one fork-join, RoPE, this token's cache row
   rms_norm(s.h, L.in_norm, t.normed.data(), B, D, s.p.eps);
   L.q.x = L.k.x = L.v.x = t.normed.data();
   L.q.y = t.q.data();
   L.k.y = t.k.data();
-  L.v.y = t.v.data();
+  L.v.y = L.v_new; // [B, 1, Hkv*Dh] rows are [B, Hkv, Dh]
   const QmmArgs qkv[3] = {L.q, L.k, L.v};
   qmm_many(qkv, 3);
   rope(rope_rows(s, t.q.data(), t.q_rot.data(), s.p.n_heads));
-  rope(rope_rows(s, t.k.data(), L.k_new, Hkv)); // [B, 1, Hkv*Dh] rows are [B, Hkv, Dh]
-  std::memcpy(L.v_new, t.v.data(), B * kv_width * sizeof(float));
+  rope(rope_rows(s, t.k.data(), L.k_new, Hkv));
   SdpaArgs a{};
   a.q = t.q_rot.data();
   a.k = L.k_cache;

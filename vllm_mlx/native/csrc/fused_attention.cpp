@@ -27,22 +27,6 @@ QmmArgs projection(const std::vector<mx::array>& in, int first, int64_t M, int g
   return weight_args(in[first], in[first + 1], in[first + 2], M, group_size, bits);
 }
 
-// [B*L, H*Dh] rows as [B, H, L, Dh] element strides, for rope / the copy of v.
-RopeArgs heads_view(const float* src, float* dst, int64_t B, int64_t H, int64_t L, int64_t Dh) {
-  RopeArgs a{};
-  a.x = src;
-  a.y = dst;
-  a.B = B;
-  a.H = H;
-  a.L = L;
-  a.D = Dh;
-  a.strides[0] = L * H * Dh;
-  a.strides[1] = Dh;
-  a.strides[2] = H * Dh;
-  a.strides[3] = 1;
-  return a;
-}
-
 } // namespace
 
 std::vector<mx::array> attention_input(
@@ -110,8 +94,8 @@ void AttentionInput::eval_cpu(const std::vector<mx::array>& inputs, std::vector<
   QmmArgs q = projection(inputs, kQ, M, p_.group_size, p_.bits);
   QmmArgs k = projection(inputs, kK, M, p_.group_size, p_.bits);
   QmmArgs v = projection(inputs, kV, M, p_.group_size, p_.bits);
-  RopeArgs rq = heads_view(nullptr, outputs[0].data<float>(), B, p_.n_heads, L, Dh);
-  RopeArgs rk = heads_view(nullptr, outputs[1].data<float>(), B, p_.n_kv_heads, L, Dh);
+  RopeArgs rq = rope_heads(nullptr, outputs[0].data<float>(), B, p_.n_heads, L, Dh);
+  RopeArgs rk = rope_heads(nullptr, outputs[1].data<float>(), B, p_.n_kv_heads, L, Dh);
   for (RopeArgs* r : {&rq, &rk}) {
     r->inv_freq = inputs[kFreq].data<float>();
     r->dims = p_.rope_dims;

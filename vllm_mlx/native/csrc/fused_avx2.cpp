@@ -28,31 +28,10 @@ void silu_mul(const float* g, const float* u, float* y, int64_t n) {
 }
 
 void softmax_row(float* s, int64_t n, int64_t width) {
-  __m256 vmax = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  const float sum = exp_sum(s, n, row_max(s, n));
+  const __m256 inv = _mm256_set1_ps(1.0f / sum);
   int64_t j = 0;
   for (; j + 8 <= n; j += 8) {
-    vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + j));
-  }
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, vmax);
-  float max_score = *std::max_element(lanes, lanes + 8);
-  for (; j < n; ++j) {
-    max_score = std::max(max_score, s[j]);
-  }
-  const __m256 vm = _mm256_set1_ps(max_score);
-  __m256 vsum = _mm256_setzero_ps();
-  for (j = 0; j + 8 <= n; j += 8) {
-    const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
-    _mm256_storeu_ps(s + j, e);
-    vsum = _mm256_add_ps(vsum, e);
-  }
-  float sum = hsum(vsum);
-  for (; j < n; ++j) {
-    s[j] = std::exp(s[j] - max_score);
-    sum += s[j];
-  }
-  const __m256 inv = _mm256_set1_ps(1.0f / sum);
-  for (j = 0; j + 8 <= n; j += 8) {
     _mm256_storeu_ps(s + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), inv));
   }
   for (; j < n; ++j) {

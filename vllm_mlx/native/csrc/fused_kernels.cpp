@@ -25,6 +25,21 @@ void rms_norm(const float* x, const float* w, float* y, int64_t M, int64_t D, fl
   }
 }
 
+RopeArgs rope_heads(const float* src, float* dst, int64_t B, int64_t H, int64_t L, int64_t Dh) {
+  RopeArgs a{};
+  a.x = src;
+  a.y = dst;
+  a.B = B;
+  a.H = H;
+  a.L = L;
+  a.D = Dh;
+  a.strides[0] = L * H * Dh;
+  a.strides[1] = Dh;
+  a.strides[2] = H * Dh;
+  a.strides[3] = 1;
+  return a;
+}
+
 void rope(const RopeArgs& a) {
   const int half = a.dims / 2;
   std::vector<float> cos_t(half), sin_t(half);

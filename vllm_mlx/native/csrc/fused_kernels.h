@@ -28,6 +28,10 @@ struct RopeArgs {
 };
 void rope(const RopeArgs& a);
 
+// RopeArgs reading rows [B*L, H*Dh] (a projection's output, heads side by side) as
+// [B, H, L, Dh] into contiguous dst; the rotation's parameters are the caller's to set.
+RopeArgs rope_heads(const float* src, float* dst, int64_t B, int64_t H, int64_t L, int64_t Dh);
+
 // y[i] = silu(g[i]) * u[i], silu(t) = t * sigmoid(t) (mlx-lm's swiglu).
 void silu_mul(const float* g, const float* u, float* y, int64_t n);
 

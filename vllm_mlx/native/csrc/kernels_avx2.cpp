@@ -444,20 +444,7 @@ void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1
       std::fill(out + 2, out + 2 + D, 0.0f);
       continue;
     }
-    __m256 vmax = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-    int64_t j = 0;
-    for (; j + 8 <= n; j += 8) {
-      vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + j));
-    }
-    float max_score = -std::numeric_limits<float>::infinity();
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, vmax);
-    for (float lane : lanes) {
-      max_score = std::max(max_score, lane);
-    }
-    for (; j < n; ++j) {
-      max_score = std::max(max_score, s[j]);
-    }
+    const float max_score = row_max(s, n);
     if (max_score == -std::numeric_limits<float>::infinity()) { // every key masked
       out[0] = max_score;
       out[1] = 0.0f;
@@ -465,19 +452,7 @@ void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1
       limit[row] = l0; // and no value rows in pass 3
       continue;
     }
-    const __m256 vm = _mm256_set1_ps(max_score);
-    __m256 vsum = _mm256_setzero_ps();
-    j = 0;
-    for (; j + 8 <= n; j += 8) {
-      __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
-      _mm256_storeu_ps(s + j, e);
-      vsum = _mm256_add_ps(vsum, e);
-    }
-    float sum = hsum(vsum);
-    for (; j < n; ++j) {
-      s[j] = std::exp(s[j] - max_score);
-      sum += s[j];
-    }
+    const float sum = exp_sum(s, n, max_score);
     out[0] = max_score;
     out[1] = sum;
     std::fill(out + 2, out + 2 + D, 0.0f);
