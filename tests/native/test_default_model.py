@@ -14,6 +14,7 @@ from vllm_mlx.models import load_model
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.default_activations,  # the text a user gets: int16 decode products
     pytest.mark.skipif(not native.available(), reason="vllm_mlx.native is not built"),
 ]
 PROMPTS = [

@@ -159,10 +159,11 @@ def test_status_reports_the_kernels() -> None:
     assert info["kernels"] == list(native.KERNELS)
     # every compute entry point of the extension is listed, and nothing else
     extension = native._extension()
-    helpers = {"isa", "set_isa", "threads", "kv_write_copies"}
+    helpers = {"isa", "set_isa", "activations", "set_activations", "threads", "kv_write_copies"}
     entry_points = {n for n in dir(extension) if not n.startswith("_")} - helpers
     assert entry_points == set(native.KERNELS)
     assert info["isa"] in ("avx2", "generic") and info["threads"] >= 1
+    assert info["activations"] == "float"  # this module's tests run the exact body
 
 
 @st.composite
@@ -227,3 +228,58 @@ def test_scales_and_biases_must_share_float32_or_float16(scales_dtype, biases_dt
         native.quantized_matmul(
             mx.zeros((1, 128)), w, scales.astype(scales_dtype), biases.astype(biases_dtype), 32, 4
         )
+
+
+def int16_bound(x: np.ndarray, w, scales, group_size: int, bits: int) -> np.ndarray:
+    """kernels.h's bound for the int16 body, per output: x rounded to sx_g * xq with
+    sx_g = max|x_g| / 32767 errs by at most sx_g / 2 per element, so y errs by at most
+    sum_g |scale_g| * sum_k q_k * sx_g / 2 (plus float rounding, allowed separately)."""
+    n, k = scales.shape[0], x.shape[-1]
+    unit = mx.dequantize(w, mx.ones_like(scales), mx.zeros_like(scales), group_size, bits)
+    q_sums = np.array(unit).reshape(n, k // group_size, group_size).sum(-1)
+    sx = np.abs(x).reshape(k // group_size, group_size).max(-1) / 32767
+    return (np.abs(np.array(scales, dtype=np.float32)) * q_sums * sx / 2).sum(-1)
+
+
+@given(case=half_cases())
+@SETTINGS
+@pytest.mark.default_activations
+def test_int16_decode_products_stay_within_their_bound(isa, case) -> None:
+    """One row of x (decode) on the default body against MLX's float op, for float16 and
+    float32 scales; several rows use the exact body."""
+    bits, group_size, k, n, m, seed = case
+    assert native.status()["activations"] == "int16"
+    w, half, full = half_weights(n, k, group_size, bits, seed)
+    x = mx.random.normal((1, k), key=mx.random.key(seed + 1)) * 4
+    ref = np.array(
+        mx.quantized_matmul(x, w, *full, transpose=True, group_size=group_size, bits=bits)
+    )
+    bound = int16_bound(np.array(x[0]), w, full[0], group_size, bits)
+    for scales in (half, full):
+        got = np.array(native.quantized_matmul(x, w, *scales, group_size, bits))[0]
+        assert (np.abs(got - ref[0]) <= bound + 2e-5 * (1 + np.abs(ref).max())).all()
+    rows = mx.random.normal((m + 1, k), key=mx.random.key(seed + 2))
+    ref = mx.quantized_matmul(rows, w, *full, transpose=True, group_size=group_size, bits=bits)
+    assert_close(native.quantized_matmul(rows, w, *half, group_size, bits), ref)
+
+
+@pytest.mark.default_activations
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("special", [np.inf, -np.inf, np.nan, 0.0])
+def test_int16_decode_products_leave_special_x_to_the_float_body(isa, bits: int, special) -> None:
+    """inf and nan go through the float body (rounding them to int16 would hide them), so
+    both bodies give the same non-finite outputs; an all-zero group has scale 0."""
+    w, scales, biases = mx.quantize(mx.random.normal((40, 128), key=mx.random.key(5)), 32, bits)
+    x = np.array(mx.random.normal((1, 128), key=mx.random.key(6)))
+    x[0, 32:64] = 0.0
+    x[0, 70] = special
+    x = mx.array(x)
+    got = np.array(native.quantized_matmul(x, w, scales, biases, 32, bits))
+    native.set_activations("float")
+    exact = np.array(native.quantized_matmul(x, w, scales, biases, 32, bits))
+    native.set_activations("int16")
+    if np.isfinite(special):
+        ref = mx.quantized_matmul(x, w, scales, biases, transpose=True, group_size=32, bits=bits)
+        assert np.allclose(got, np.array(ref), rtol=1e-3, atol=1e-2)
+    else:
+        assert not np.isfinite(got).any() and np.array_equal(got, exact, equal_nan=True)

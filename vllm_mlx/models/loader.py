@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any, Literal
 
 from vllm_mlx.models.default_model import DEFAULT_MODEL_NAME, is_default_model_name
 from vllm_mlx.models.errors import ModelLoadError
+from vllm_mlx.models.memory import fix_malloc_threshold, limit_buffer_cache
 from vllm_mlx.models.resolve import resolve_model
 from vllm_mlx.native import available as native_available
 from vllm_mlx.native import status as native_status
@@ -66,29 +66,6 @@ def computes_on_cpu() -> bool:
     import mlx.core as mx
 
     return mx.default_device().type == mx.DeviceType.cpu
-
-
-# MLX keeps freed buffers for reuse; on the CPU backend that pool is process memory, and
-# a prompt leaves ~40 MB score blocks and dequantized weight blocks in it. Decode reuses
-# only small buffers, so a cap costs prefill a few allocations and frees the rest.
-BUFFER_CACHE_ENV = "VLLM_MLX_CPU_BUFFER_CACHE_MB"
-BUFFER_CACHE_MB = 64
-
-
-def limit_buffer_cache() -> int | None:
-    """Cap MLX's buffer cache on the CPU backend (``VLLM_MLX_CPU_BUFFER_CACHE_MB``, default
-    64; a negative value keeps MLX's own limit). Returns the cap in MB, or None."""
-    import mlx.core as mx
-
-    raw = os.environ.get(BUFFER_CACHE_ENV, str(BUFFER_CACHE_MB))
-    try:
-        mb = int(raw)
-    except ValueError:
-        raise ModelLoadError(f"{BUFFER_CACHE_ENV} must be an integer (MB), not {raw!r}") from None
-    if mb < 0:
-        return None
-    mx.set_cache_limit(mb << 20)
-    return mb
 
 
 def choose_weights(cpu_weights: CpuWeights) -> Literal["quantized", "float32"]:
@@ -143,6 +120,7 @@ def load_model(
     on_cpu = computes_on_cpu()
     if on_cpu:
         limit_buffer_cache()
+        fix_malloc_threshold()
     if weights == "float32":
         model = to_float32(model, evaluate=shard is None)
     elif on_cpu:

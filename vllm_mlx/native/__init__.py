@@ -68,6 +68,7 @@ def status() -> dict[str, Any]:
         "built": True,
         "enabled": enabled,
         "isa": kernels.isa(),
+        "activations": kernels.activations(),
         "threads": kernels.threads(),
         "kernels": list(KERNELS) if enabled else [],
         # None: no model in this process runs on them (e.g. float32 weights)
@@ -184,6 +185,13 @@ def kv_write(cache, rows, layer: int, which: int, index: int):
 def kv_write_copies() -> int:
     """How many cache buffers ``kv_write`` had to copy (a steady decode donates all)."""
     return int(_extension().kv_write_copies())
+
+
+def set_activations(name: str) -> bool:
+    """Select how single-row products read x: "int16" (the default, bounded error) or
+    "float" (exact to float rounding), for tests and benchmarks."""
+    kernels = _load()[0]
+    return kernels is not None and kernels.set_activations(name)
 
 
 def set_isa(name: str) -> bool:

@@ -183,6 +183,13 @@ NB_MODULE(_kernels, m) {
       "name"_a,
       "Select 'avx2' or 'generic'; False when this CPU lacks it.");
   m.def(
+      "activations", []() { return std::string(vmlx::activations()); }, "How decode products read x.");
+  m.def(
+      "set_activations",
+      [](const std::string& name) { return vmlx::set_activations(name.c_str()); },
+      "name"_a,
+      "Select 'int16' (default) or 'float' (exact) for single-row products.");
+  m.def(
       "threads",
       []() { return vmlx::ThreadPool::instance().size(); },
       "Threads the kernels use.");

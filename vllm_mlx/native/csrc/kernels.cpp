@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <vector>
@@ -33,6 +34,15 @@ bool use_avx2() {
   return avx2_selected().load(std::memory_order_relaxed);
 }
 
+// VLLM_MLX_NATIVE_ACTIVATIONS=float selects the exact body for the whole process.
+std::atomic<bool>& int16_selected() {
+  static std::atomic<bool> selected{[] {
+    const char* env = std::getenv("VLLM_MLX_NATIVE_ACTIVATIONS");
+    return env == nullptr || std::string(env) != "float";
+  }()};
+  return selected;
+}
+
 // Rows of the weight per task: a task should read at least ~32 KB of weights, so
 // the pool's hand-off stays small next to the work, and a prefill task's weight
 // block stays in L2 while every row of x passes over it.
@@ -51,6 +61,19 @@ int64_t rows_per_task(const QmmArgs& a, int threads) {
 
 bool avx2_enabled() {
   return use_avx2();
+}
+
+const char* activations() {
+  return int16_selected().load() ? "int16" : "float";
+}
+
+bool set_activations(const char* name) {
+  const std::string wanted(name);
+  if (wanted != "int16" && wanted != "float") {
+    return false;
+  }
+  int16_selected().store(wanted == "int16");
+  return true;
 }
 
 const char* isa() {
@@ -198,8 +221,71 @@ void qmm(const QmmArgs& a) {
   qmm_many(&a, 1);
 }
 
+namespace {
+
+// The task layout of one fork-join over several projections: task t -> (projection j,
+// rows [n0, n1)).
+struct Tasks {
+  std::vector<int64_t> first, rows;
+
+  Tasks(const QmmArgs* list, int count, int threads) : first(count + 1, 0), rows(count) {
+    for (int j = 0; j < count; ++j) {
+      rows[j] = rows_per_task(list[j], threads);
+      first[j + 1] = first[j] + (list[j].N + rows[j] - 1) / rows[j];
+    }
+  }
+
+  int count() const {
+    return static_cast<int>(first.back());
+  }
+
+  // (projection, n0, n1) of task t
+  void locate(const QmmArgs* list, int t, int& j, int64_t& n0, int64_t& n1) const {
+    j = 0;
+    while (t >= first[j + 1]) {
+      ++j;
+    }
+    n0 = (t - first[j]) * rows[j];
+    n1 = std::min(list[j].N, n0 + rows[j]);
+  }
+};
+
+#if defined(VMLX_HAVE_AVX2)
+// One row of x through the int16 body; false when x is not finite (then the float body runs).
+bool qmm_many_int16(const QmmArgs* list, int count) {
+  const QmmArgs& a = list[0];
+  const int64_t groups = a.K / a.group_size;
+  thread_local std::vector<int16_t> q;
+  thread_local std::vector<float> scale, sum;
+  q.resize(a.K);
+  scale.resize(groups);
+  sum.resize(groups);
+  avx2::Int16X x{q.data(), scale.data(), sum.data()};
+  if (!avx2::quantize_int16(a.x, a.K, a.group_size, a.bits, x)) {
+    return false;
+  }
+  ThreadPool& pool = ThreadPool::instance();
+  const Tasks tasks(list, count, pool.size());
+  pool.parallel_for(tasks.count(), [&](int t) {
+    int j;
+    int64_t n0, n1;
+    tasks.locate(list, t, j, n0, n1);
+    avx2::qmm_rows_int16(list[j], x, n0, n1);
+  });
+  return true;
+}
+#endif
+
+} // namespace
+
 void qmm_many(const QmmArgs* list, int count) {
   const QmmArgs& a = list[0];
+#if defined(VMLX_HAVE_AVX2)
+  if (a.M == 1 && use_avx2() && int16_selected().load(std::memory_order_relaxed) && a.group_size % 32 == 0 &&
+      qmm_many_int16(list, count)) {
+    return;
+  }
+#endif
   const int64_t groups = a.K / a.group_size;
   // sum of each group of x, for the bias term: sum_k (q s + b) x = s q.x + b sum(x)
   thread_local std::vector<float> xsum; // reused: a decode step runs ~200 of these
@@ -233,27 +319,15 @@ void qmm_many(const QmmArgs* list, int count) {
     }
   }
   ThreadPool& pool = ThreadPool::instance();
-  // task t of the whole fork-join -> (projection, its row range)
-  thread_local std::vector<int64_t> first_task, rows;
-  first_task.assign(count + 1, 0);
-  rows.resize(count);
-  for (int j = 0; j < count; ++j) {
-    rows[j] = rows_per_task(list[j], pool.size());
-    first_task[j + 1] = first_task[j] + (list[j].N + rows[j] - 1) / rows[j];
-  }
+  const Tasks tasks(list, count, pool.size());
   // thread_local buffers: the tasks run on other threads, so hand them pointers
   const float* xp = x_perm.empty() ? nullptr : x_perm.data();
   const float* xs = xsum.data();
-  const int64_t* starts = first_task.data();
-  const int64_t* per_task = rows.data();
-  pool.parallel_for(static_cast<int>(first_task[count]), [&](int t) {
-    int j = 0;
-    while (t >= starts[j + 1]) {
-      ++j;
-    }
+  pool.parallel_for(tasks.count(), [&](int t) {
+    int j;
+    int64_t n0, n1;
+    tasks.locate(list, t, j, n0, n1);
     const QmmArgs& p = list[j];
-    const int64_t n0 = (t - starts[j]) * per_task[j];
-    const int64_t n1 = std::min(p.N, n0 + per_task[j]);
 #if defined(VMLX_HAVE_AVX2)
     if (fast) {
       avx2::qmm_rows(p, xp, xs, n0, n1);

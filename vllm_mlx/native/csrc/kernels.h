@@ -87,6 +87,14 @@ inline bool sdpa_allowed(const SdpaArgs& a, int64_t b, int64_t h, int64_t i, int
       a.mask[b * a.mask_strides[0] + h * a.mask_strides[1] + i * a.mask_strides[2] + l * a.mask_strides[3]];
 }
 
+// How single-row products (decode) read x: "int16" (the default) rounds each group of x
+// to int16 against its largest magnitude, x_k = sx_g * xq_k with sx_g = max|x_g| / 32767,
+// and sums integer products exactly: |y - y_float| <= sum_g |scale_g| * sum_k q_k * sx_g / 2
+// (relative ~2^-16 per group), twice as fast as "float", which is exact to float
+// rounding like MLX. Products of several rows always use float.
+const char* activations();
+bool set_activations(const char* name);
+
 void qmm(const QmmArgs& args);
 // Several projections of one x (q/k/v, gate/up: same x, M, K, group size and bits) in
 // one fork-join, x's group sums and permutation computed once.
@@ -120,6 +128,17 @@ void qmm_rows(
     int64_t n1);
 void dequantize_rows(const QmmArgs& a, int64_t n0, int64_t n1);
 void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part);
+
+// One row of x in int16 (qmm_int16_avx2.cpp): q [K] in each weight layout's element
+// order, and per group its scale sx and float sum.
+struct Int16X {
+  int16_t* q;
+  float* scale;
+  float* sum;
+};
+// False (and out unfinished) when x holds inf or nan: the float body takes those.
+bool quantize_int16(const float* x, int64_t K, int group_size, int bits, Int16X& out);
+void qmm_rows_int16(const QmmArgs& a, const Int16X& x, int64_t n0, int64_t n1);
 } // namespace avx2
 
 } // namespace vmlx

@@ -226,6 +226,8 @@ inline void vector_rows(
       const __m256 x3 = _mm256_loadu_ps(x + k + 24);
       for (int r = 0; r < R; ++r) {
         __m256 q[4];
+        // the next block of R rows (see qmm_int16_avx2.cpp)
+        _mm_prefetch(reinterpret_cast<const char*>(w + (r + R) * row_bytes + k * BITS / 8), _MM_HINT_T0);
         unpack32<BITS>(w + r * row_bytes, k, q);
         part[r] = _mm256_fmadd_ps(q[0], x0, part[r]);
         part[r] = _mm256_fmadd_ps(q[1], x1, part[r]);
