@@ -258,8 +258,8 @@ bool qmm_many_int16(const QmmArgs* list, int count) {
   thread_local std::vector<int16_t> q;
   thread_local std::vector<float> scale, sum;
   q.resize(a.K);
-  scale.resize(groups);
-  sum.resize(groups);
+  scale.resize(avx2::INT16_ROWS * groups);
+  sum.resize(avx2::INT16_ROWS * groups);
   avx2::Int16X x{q.data(), scale.data(), sum.data()};
   if (!avx2::quantize_int16(a.x, a.K, a.group_size, a.bits, x)) {
     return false;

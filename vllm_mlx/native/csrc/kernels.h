@@ -130,7 +130,9 @@ void dequantize_rows(const QmmArgs& a, int64_t n0, int64_t n1);
 void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part);
 
 // One row of x in int16 (qmm_int16_avx2.cpp): q [K] in each weight layout's element
-// order, and per group its scale sx and float sum.
+// order, and per group its scale sx and float sum, each repeated INT16_ROWS times (the
+// rows a kernel pass covers, whose groups are contiguous).
+constexpr int INT16_ROWS = 4;
 struct Int16X {
   int16_t* q;
   float* scale;
