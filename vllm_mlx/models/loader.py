@@ -108,6 +108,10 @@ def load_model(
     import mlx.core as mx
     from mlx_lm.utils import load
 
+    on_cpu = computes_on_cpu()
+    if on_cpu:  # before any weight is read: loading leaves the most freed blocks
+        limit_buffer_cache()
+        fix_malloc_threshold()
     try:
         model, tokenizer, config = load(  # type: ignore[misc]
             str(path), return_config=True, lazy=shard is not None
@@ -117,10 +121,6 @@ def load_model(
     except (OSError, ValueError, KeyError, TypeError, RuntimeError, json.JSONDecodeError) as error:
         raise ModelLoadError(f"could not load model from {path}: {error}") from error
     kernels = "mlx"
-    on_cpu = computes_on_cpu()
-    if on_cpu:
-        limit_buffer_cache()
-        fix_malloc_threshold()
     if weights == "float32":
         model = to_float32(model, evaluate=shard is None)
     elif on_cpu:
