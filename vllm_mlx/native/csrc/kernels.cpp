@@ -46,6 +46,9 @@ std::atomic<bool>& int16_selected() {
 // Rows of the weight per task: a task should read at least ~32 KB of weights, so
 // the pool's hand-off stays small next to the work, and a prefill task's weight
 // block stays in L2 while every row of x passes over it.
+// Rows of x up to which the int16 body runs (decode batches); prefill blocks use float.
+constexpr int64_t INT16_MAX_M = 8;
+
 int64_t rows_per_task(const QmmArgs& a, int threads) {
   int64_t row_bytes = a.K * a.bits / 8 + 2 * (a.K / a.group_size) * (a.scales_f16 ? 2 : 4);
   int64_t min_rows = std::max<int64_t>(1, (32 * 1024) / std::max<int64_t>(1, row_bytes));
@@ -251,26 +254,39 @@ struct Tasks {
 };
 
 #if defined(VMLX_HAVE_AVX2)
-// One row of x through the int16 body; false when x is not finite (then the float body runs).
+// Decode rows of x (one per sequence, up to INT16_MAX_M) through the int16 body; false
+// when x is not finite (then the float body runs). Each task runs its weight rows for
+// every row of x in turn, so the rows after the first read that block from L2, and each
+// output is the one-row product's, bit for bit: batching never changes a sequence's
+// numbers.
 bool qmm_many_int16(const QmmArgs* list, int count) {
   const QmmArgs& a = list[0];
   const int64_t groups = a.K / a.group_size;
+  const int64_t per_row = avx2::INT16_ROWS * groups;
   thread_local std::vector<int16_t> q;
   thread_local std::vector<float> scale, sum;
-  q.resize(a.K);
-  scale.resize(avx2::INT16_ROWS * groups);
-  sum.resize(avx2::INT16_ROWS * groups);
-  avx2::Int16X x{q.data(), scale.data(), sum.data()};
-  if (!avx2::quantize_int16(a.x, a.K, a.group_size, a.bits, x)) {
-    return false;
+  thread_local std::vector<avx2::Int16X> rows;
+  q.resize(a.M * a.K);
+  scale.resize(a.M * per_row);
+  sum.resize(a.M * per_row);
+  rows.resize(a.M);
+  for (int64_t m = 0; m < a.M; ++m) {
+    rows[m] = {q.data() + m * a.K, scale.data() + m * per_row, sum.data() + m * per_row};
+    if (!avx2::quantize_int16(a.x + m * a.K, a.K, a.group_size, a.bits, rows[m])) {
+      return false;
+    }
   }
   ThreadPool& pool = ThreadPool::instance();
   const Tasks tasks(list, count, pool.size());
+  const avx2::Int16X* xs = rows.data(); // thread_local: hand the tasks a pointer
   pool.parallel_for(tasks.count(), [&](int t) {
     int j;
     int64_t n0, n1;
     tasks.locate(list, t, j, n0, n1);
-    avx2::qmm_rows_int16(list[j], x, n0, n1);
+    QmmArgs row = list[j];
+    for (int64_t m = 0; m < a.M; ++m, row.y += row.N) {
+      avx2::qmm_rows_int16(row, xs[m], n0, n1);
+    }
   });
   return true;
 }
@@ -281,7 +297,7 @@ bool qmm_many_int16(const QmmArgs* list, int count) {
 void qmm_many(const QmmArgs* list, int count) {
   const QmmArgs& a = list[0];
 #if defined(VMLX_HAVE_AVX2)
-  if (a.M == 1 && use_avx2() && int16_selected().load(std::memory_order_relaxed) && a.group_size % 32 == 0 &&
+  if (a.M <= INT16_MAX_M && use_avx2() && int16_selected().load(std::memory_order_relaxed) && a.group_size % 32 == 0 &&
       qmm_many_int16(list, count)) {
     return;
   }

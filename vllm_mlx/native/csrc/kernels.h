@@ -87,11 +87,12 @@ inline bool sdpa_allowed(const SdpaArgs& a, int64_t b, int64_t h, int64_t i, int
       a.mask[b * a.mask_strides[0] + h * a.mask_strides[1] + i * a.mask_strides[2] + l * a.mask_strides[3]];
 }
 
-// How single-row products (decode) read x: "int16" (the default) rounds each group of x
+// How decode products (up to 8 rows of x) read x: "int16" (the default) rounds each group of x
 // to int16 against its largest magnitude, x_k = sx_g * xq_k with sx_g = max|x_g| / 32767,
 // and sums integer products exactly: |y - y_float| <= sum_g |scale_g| * sum_k q_k * sx_g / 2
 // (relative ~2^-16 per group), twice as fast as "float", which is exact to float
-// rounding like MLX. Products of several rows always use float.
+// rounding like MLX. Each row's result is the same in any batch. Longer blocks (prefill)
+// always use float.
 const char* activations();
 bool set_activations(const char* name);
 
