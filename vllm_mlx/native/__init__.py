@@ -30,6 +30,7 @@ KERNELS = (
     "decode_layers",
     "kv_write",
     "softmax_causal",
+    "logsumexp",
 )
 DISABLE_ENV = "VLLM_MLX_NATIVE"  # "0" turns the kernels off without rebuilding
 _routed: list[str] = []  # what patch.enable routed, latest last (for status())
@@ -180,6 +181,12 @@ def kv_write(cache, rows, layer: int, which: int, index: int):
     """``cache`` with row ``index`` set to ``rows[layer, which]``; in place when MLX may
     donate the cache's buffer (nothing else holds it), else into a copy."""
     return _extension().kv_write(cache, rows, layer, which, index)
+
+
+def logsumexp(x):
+    """``log(sum(exp(x)))`` over the last axis of float32 ``x``, kept with size 1 (MLX's
+    semantics for nan and infinities)."""
+    return _extension().logsumexp(x)
 
 
 def kv_write_copies() -> int:

@@ -27,6 +27,7 @@ from vllm_mlx import native
 from vllm_mlx.engine.cpu import openblas_preloaded
 from vllm_mlx.native.decode import route_model, stack_shape
 from vllm_mlx.native.layers import MAX_NATIVE_QUERY, NativeRMSNorm, NativeRoPE, route_block
+from vllm_mlx.native.sampling import route_logsumexp
 
 BITS = (4, 8)
 GROUP_SIZES = (32, 64, 128)
@@ -61,7 +62,7 @@ class Patched:
             f"{self.norms} RMSNorm, {self.ropes} RoPE, {self.mlp_blocks} fused MLP + "
             f"{self.attention_inputs} fused attention-input blocks, "
             f"{self.decode_stacks} one-node decode stacks, "
-            f"attention in {attention}"
+            f"attention in {attention}, logsumexp in mlx_lm.generate"
         )
 
 
@@ -294,5 +295,6 @@ def enable(model: nn.Module) -> Patched:
     patched.attention_modules = tuple(
         sorted(name for name in attention_modules if _route_attention(name))
     )
+    route_logsumexp()
     native.record_routed(patched.describe())
     return patched

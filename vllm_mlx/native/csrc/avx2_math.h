@@ -57,22 +57,38 @@ inline float row_max(const float* s, int64_t n) {
   return max_score;
 }
 
-// s[j] = exp(s[j] - max_score) over [0, n), in place; returns their sum (softmax numerators).
-inline float exp_sum(float* s, int64_t n, float max_score) {
+// sum of exp(s[j] - max_score) over [0, n); STORE also writes each term to out[j].
+template <bool STORE>
+inline float exp_terms(const float* s, float* out, int64_t n, float max_score) {
   const __m256 vm = _mm256_set1_ps(max_score);
   __m256 vsum = _mm256_setzero_ps();
   int64_t j = 0;
   for (; j + 8 <= n; j += 8) {
     const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
-    _mm256_storeu_ps(s + j, e);
+    if constexpr (STORE) {
+      _mm256_storeu_ps(out + j, e);
+    }
     vsum = _mm256_add_ps(vsum, e);
   }
   float sum = hsum(vsum);
   for (; j < n; ++j) {
-    s[j] = std::exp(s[j] - max_score);
-    sum += s[j];
+    const float e = std::exp(s[j] - max_score);
+    if constexpr (STORE) {
+      out[j] = e;
+    }
+    sum += e;
   }
   return sum;
+}
+
+// s[j] = exp(s[j] - max_score) over [0, n), in place; returns their sum (softmax numerators).
+inline float exp_sum(float* s, int64_t n, float max_score) {
+  return exp_terms<true>(s, s, n, max_score);
+}
+
+// sum of exp(s[j] - max_score) over [0, n), s unchanged.
+inline float exp_total(const float* s, int64_t n, float max_score) {
+  return exp_terms<false>(s, nullptr, n, max_score);
 }
 
 } // namespace vmlx::avx2

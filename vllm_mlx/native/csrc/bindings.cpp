@@ -175,6 +175,7 @@ NB_MODULE(_kernels, m) {
       "scores"_a,
       "offset"_a,
       "softmax over the last axis, query row i seeing keys 0 .. offset + i (CPU).");
+  m.def("logsumexp", &vmlx::logsumexp, "x"_a, "log(sum(exp(x))) over the last axis, kept (CPU).");
   m.def("kv_write_copies", &vmlx::kv_write_copies, "Cache buffers kv_write had to copy.");
   m.def("isa", []() { return std::string(vmlx::isa()); }, "The instruction set in use.");
   m.def(

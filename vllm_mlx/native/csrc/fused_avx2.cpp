@@ -40,4 +40,30 @@ void softmax_row(float* s, int64_t n, int64_t width) {
   std::fill(s + n, s + width, 0.0f);
 }
 
+float logsumexp_row(const float* x, int64_t n) {
+  __m256 vmax = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  __m256 unordered = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 v = _mm256_loadu_ps(x + j);
+    vmax = _mm256_max_ps(vmax, v);
+    unordered = _mm256_or_ps(unordered, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, vmax);
+  float top = *std::max_element(lanes, lanes + 8);
+  bool nan = _mm256_movemask_ps(unordered) != 0;
+  for (; j < n; ++j) {
+    nan = nan || std::isnan(x[j]);
+    top = std::max(top, x[j]);
+  }
+  if (nan) {
+    return std::numeric_limits<float>::quiet_NaN();
+  }
+  if (std::isinf(top)) {
+    return top; // +inf dominates; all -inf sums to nothing
+  }
+  return top + std::log(exp_total(x, n, top));
+}
+
 } // namespace vmlx::avx2

@@ -103,7 +103,42 @@ void softmax_row(float* s, int64_t n, int64_t width) {
   std::fill(s + n, s + width, 0.0f);
 }
 
+float logsumexp_row(const float* x, int64_t n) {
+  float top = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < n; ++j) {
+    if (std::isnan(x[j])) {
+      return x[j];
+    }
+    top = std::max(top, x[j]);
+  }
+  if (std::isinf(top)) {
+    return top;
+  }
+  double sum = 0.0; // one float running sum over a 49k vocabulary errs ~1e-5
+  for (int64_t j = 0; j < n; ++j) {
+    sum += std::exp(x[j] - top);
+  }
+  return top + static_cast<float>(std::log(sum));
+}
+
 } // namespace
+
+void logsumexp_rows(const float* x, float* out, int64_t rows, int64_t width) {
+  ThreadPool& pool = ThreadPool::instance();
+  const int64_t per_task = std::max<int64_t>(1, rows / (4 * pool.size()));
+  const bool fast = avx2_enabled();
+  pool.parallel_for(static_cast<int>((rows + per_task - 1) / per_task), [&](int t) {
+    for (int64_t r = t * per_task; r < std::min(rows, (t + 1) * per_task); ++r) {
+#if defined(VMLX_HAVE_AVX2)
+      if (fast) {
+        out[r] = avx2::logsumexp_row(x + r * width, width);
+        continue;
+      }
+#endif
+      out[r] = logsumexp_row(x + r * width, width);
+    }
+  });
+}
 
 void softmax_causal(float* s, int64_t rows, int64_t width, int64_t period, int64_t offset) {
   ThreadPool& pool = ThreadPool::instance();

@@ -40,7 +40,12 @@ void silu_mul(const float* g, const float* u, float* y, int64_t n);
 // `period` query rows whose first row sees keys 0 .. offset); rows spread over the pool.
 void softmax_causal(float* s, int64_t rows, int64_t width, int64_t period, int64_t offset);
 
+// out[r] = log(sum_j exp(x[r, j])) over `rows` rows of `width` floats, as MLX's
+// logsumexp: nan if a row holds one, +inf if it holds +inf, -inf if all are -inf.
+void logsumexp_rows(const float* x, float* out, int64_t rows, int64_t width);
+
 namespace avx2 {
+float logsumexp_row(const float* x, int64_t n);
 void silu_mul(const float* g, const float* u, float* y, int64_t n);
 // softmax over s[0, n), zeros in s[n, width)
 void softmax_row(float* s, int64_t n, int64_t width);

@@ -48,4 +48,35 @@ std::vector<mx::Shape> SoftmaxCausal::output_shapes(const std::vector<mx::array>
   return {inputs[0].shape()};
 }
 
+mx::array logsumexp(const mx::array& x) {
+  require(x.dtype() == mx::float32 && x.ndim() >= 1 && x.shape(-1) > 0, "x must be float32 [..., n > 0]");
+  mx::Shape shape = x.shape();
+  shape.back() = 1;
+  return mx::array(shape, mx::float32, std::make_shared<LogSumExp>(cpu_stream()), {x});
+}
+
+void LogSumExp::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
+  auto& encoder = mx::cpu::get_command_encoder(stream());
+  const mx::array x = packed_input(inputs[0], encoder);
+  auto& out = outputs[0];
+  out.set_data(mx::allocator::malloc(out.nbytes()));
+  const int64_t width = x.shape(-1);
+  const int64_t rows = static_cast<int64_t>(x.size()) / width;
+  encoder.set_input_array(x);
+  encoder.set_output_array(out);
+  encoder.dispatch([src = x.data<float>(), dst = out.data<float>(), rows, width]() {
+    vmlx::logsumexp_rows(src, dst, rows, width);
+  });
+}
+
+void LogSumExp::eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) {
+  cpu_only();
+}
+
+std::vector<mx::Shape> LogSumExp::output_shapes(const std::vector<mx::array>& inputs) {
+  mx::Shape shape = inputs[0].shape();
+  shape.back() = 1;
+  return {shape};
+}
+
 } // namespace vmlx
