@@ -38,3 +38,18 @@ def probe(mode: str) -> str:
 def test_a_fixed_threshold_maps_large_blocks_on_their_own() -> None:
     assert probe("fix") == "True True"
     assert probe("default") == "False False"  # glibc's own behaviour, which the fix replaces
+
+
+def test_loading_a_model_freezes_what_it_loaded() -> None:
+    """The collector skips the objects alive after a load (a fresh process: the count is
+    zero before)."""
+    script = (
+        "import gc; from vllm_mlx.models import load_model; "
+        "before = gc.get_freeze_count(); load_model(None, progress=False); "
+        "print(before, gc.get_freeze_count())"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    before, after = map(int, done.stdout.split()[-2:])
+    assert before == 0 and after > 10_000

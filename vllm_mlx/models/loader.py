@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from vllm_mlx.models.default_model import DEFAULT_MODEL_NAME, is_default_model_name
 from vllm_mlx.models.errors import ModelLoadError
-from vllm_mlx.models.memory import fix_malloc_threshold, limit_buffer_cache
+from vllm_mlx.models.memory import fix_malloc_threshold, freeze_loaded_objects, limit_buffer_cache
 from vllm_mlx.models.resolve import resolve_model
 from vllm_mlx.native import available as native_available
 from vllm_mlx.native import status as native_status
@@ -134,6 +134,7 @@ def load_model(
         mx.eval(model.parameters())
     loaded = _loaded(spec, path, model, tokenizer, config, weights)
     loaded.kernels = kernels
+    freeze_loaded_objects()
     return loaded
 
 

@@ -1,4 +1,5 @@
-"""Process memory on MLX's CPU backend: how much freed memory the process keeps.
+"""Process memory on MLX's CPU backend: how much freed memory the process keeps, and
+what the garbage collector has to scan.
 
 Two pools hold freed buffers there. MLX keeps its own (capped here). glibc's malloc keeps
 large freed blocks on its heap once its mmap threshold has grown past their size, which
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import os
 import sys
 
@@ -54,3 +56,12 @@ def fix_malloc_threshold() -> bool:
     except (OSError, AttributeError):
         return False
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+
+
+def freeze_loaded_objects() -> None:
+    """Move every object alive now (the libraries, the model, its tokenizer: ~90k) out of
+    the garbage collector's reach. A decode step allocates a few thousand objects, so a
+    full collection came every ~35 tokens and scanned them all (~60 ms here): ~2 ms a
+    token on average, on a thread that competes with the kernels for the cores."""
+    gc.collect()
+    gc.freeze()
