@@ -1,10 +1,12 @@
-"""Shared by the kernel tests: run each on every instruction set this CPU has."""
+"""Shared by the kernel tests: run each on every instruction set this CPU has, and on
+float32 KV caches (MLX's own, what most tests compare with) unless a test takes ``kv``."""
 
 from __future__ import annotations
 
 import pytest
 
 from vllm_mlx import native
+from vllm_mlx.native.layers import KV_ENV
 
 ISAS = [isa for isa in ("avx2", "generic") if native.available() and native.set_isa(isa)]
 
@@ -14,3 +16,17 @@ def isa(request: pytest.FixtureRequest):
     assert native.set_isa(request.param)
     yield request.param
     native.set_isa(ISAS[0])  # back to the best one
+
+
+@pytest.fixture(autouse=True)
+def _float32_kv_unless_asked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    if "kv" not in request.fixturenames:
+        monkeypatch.setenv(KV_ENV, "f32")
+
+
+@pytest.fixture(params=["f32", "f16"])
+def kv(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """The native path's KV cache dtype for this test (``VLLM_MLX_NATIVE_KV``); True: float16
+    (then MLX's reference runs on caches given float16 keys and values too)."""
+    monkeypatch.setenv(KV_ENV, request.param)
+    return request.param == "f16"

@@ -14,24 +14,29 @@ namespace vmlx::avx2 {
 
 namespace {
 
+// Keys and values are float or uint16_t (half bits, converted 8 at a time by F16C's
+// vcvtph2ps): the bodies are templates on that type T, so the float32 path is the same
+// code as before.
+
 // acc[0:D] += p * v[0:D]
-inline void axpy(float* acc, float p, const float* v, int64_t D) {
+template <typename T>
+inline void axpy(float* acc, float p, const T* v, int64_t D) {
   const __m256 pv = _mm256_set1_ps(p);
   int64_t d = 0;
   for (; d + 8 <= D; d += 8) {
-    _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(pv, _mm256_loadu_ps(v + d), _mm256_loadu_ps(acc + d)));
+    _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(pv, load8(v + d), _mm256_loadu_ps(acc + d)));
   }
   for (; d < D; ++d) {
-    acc[d] += p * v[d];
+    acc[d] += p * scalar(v[d]);
   }
 }
 
 // dots[r] = q[r] . k over 8 V floats, for n <= 4 query rows sharing each load of k.
-template <int V>
-inline void row_dots(const float* const* q, int n, const float* k, float* dots) {
+template <int V, typename T>
+inline void row_dots(const float* const* q, int n, const T* k, float* dots) {
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   for (int j = 0; j < V; ++j) {
-    const __m256 kv = _mm256_loadu_ps(k + 8 * j);
+    const __m256 kv = load8(k + 8 * j);
     for (int r = 0; r < n; ++r) {
       acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + 8 * j), kv, acc[r]);
     }
@@ -42,17 +47,17 @@ inline void row_dots(const float* const* q, int n, const float* k, float* dots) 
 }
 
 // out[0 : 8 V] = sum over keys l in [l0, l1) of p[l - l0] * value row l, in registers.
-template <int V>
+template <int V, typename T>
 void weighted_sum(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, const float* p, float* out) {
   __m256 acc[V];
   for (int j = 0; j < V; ++j) {
     acc[j] = _mm256_setzero_ps();
   }
   for (int64_t l = l0; l < l1; ++l) {
-    const float* v = sdpa_value(a, b, hkv, l);
+    const T* v = sdpa_value<T>(a, b, hkv, l);
     const __m256 w = _mm256_set1_ps(p[l - l0]);
     for (int j = 0; j < V; ++j) {
-      acc[j] = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 8 * j), acc[j]);
+      acc[j] = _mm256_fmadd_ps(w, load8(v + 8 * j), acc[j]);
     }
   }
   for (int j = 0; j < V; ++j) {
@@ -60,9 +65,8 @@ void weighted_sum(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t
   }
 }
 
-} // namespace
-
-void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part) {
+template <typename T>
+void sdpa_task_as(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part) {
   const int64_t group = a.Hq / a.Hkv;
   const int64_t D = a.D;
   const int64_t rows = group * a.Lq;
@@ -88,14 +92,14 @@ void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1
   const bool unmasked = a.mask == nullptr && a.key_start == nullptr;
   if (unmasked && (D == 64 || D == 128)) { // rows in fours share each key row's loads
     for (int64_t l = l0; l < l1; ++l) {
-      const float* k = sdpa_key(a, b, hkv, l);
+      const T* k = sdpa_key<T>(a, b, hkv, l);
       for (int64_t row = 0; row < rows; row += 4) {
         const int n = static_cast<int>(std::min<int64_t>(4, rows - row));
         float dots[4];
         if (D == 64) {
-          row_dots<8>(query.data() + row, n, k, dots);
+          row_dots<8, T>(query.data() + row, n, k, dots);
         } else {
-          row_dots<16>(query.data() + row, n, k, dots);
+          row_dots<16, T>(query.data() + row, n, k, dots);
         }
         for (int r = 0; r < n; ++r) {
           scores[(row + r) * span + (l - l0)] =
@@ -105,10 +109,10 @@ void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1
     }
   } else {
   for (int64_t l = l0; l < l1; ++l) {
-    const float* k = sdpa_key(a, b, hkv, l);
+    const T* k = sdpa_key<T>(a, b, hkv, l);
     for (int64_t row = 0; row < rows; ++row) {
       scores[row * span + (l - l0)] = l < limit[row] && (unmasked || sdpa_allowed(a, b, head[row], row % a.Lq, l))
-          ? dot(query[row], k, D) * a.scale
+          ? dot(k, query[row], D) * a.scale
           : -std::numeric_limits<float>::infinity();
     }
   }
@@ -145,20 +149,30 @@ void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1
       float* out = part + row * (D + 2) + 2;
       const float* p = scores.data() + row * span;
       if (D == 64) {
-        weighted_sum<8>(a, b, hkv, l0, limit[row], p, out);
+        weighted_sum<8, T>(a, b, hkv, l0, limit[row], p, out);
       } else {
-        weighted_sum<16>(a, b, hkv, l0, limit[row], p, out);
+        weighted_sum<16, T>(a, b, hkv, l0, limit[row], p, out);
       }
     }
     return;
   }
   for (int64_t l = l0; l < l1; ++l) {
-    const float* v = sdpa_value(a, b, hkv, l);
+    const T* v = sdpa_value<T>(a, b, hkv, l);
     for (int64_t row = 0; row < rows; ++row) {
       if (l < limit[row]) {
         axpy(part + row * (D + 2) + 2, scores[row * span + (l - l0)], v, D);
       }
     }
+  }
+}
+
+} // namespace
+
+void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part) {
+  if (a.k_f16 != nullptr) {
+    sdpa_task_as<uint16_t>(a, b, hkv, l0, l1, part);
+  } else {
+    sdpa_task_as<float>(a, b, hkv, l0, l1, part);
   }
 }
 
