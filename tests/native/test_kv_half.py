@@ -19,7 +19,7 @@ from test_prefill import prefill_cases
 
 from vllm_mlx import native
 from vllm_mlx.native import patch
-from vllm_mlx.native.layers import KV_ENV, kv_dtype
+from vllm_mlx.native.layers import KV_ENV, kv_dtype, kv_namespace
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="vllm_mlx.native is not built")
 HALF_ULP = 2.0**-11  # float16's relative rounding error (round to nearest)
@@ -170,3 +170,11 @@ def test_the_switch_reads_f16_f32_and_rejects_the_rest(monkeypatch: pytest.Monke
     monkeypatch.setenv(KV_ENV, "bf16")
     with pytest.raises(ValueError, match=KV_ENV):
         patch.enable(quantized_llama(4, 32))  # at load time, not on the first request
+
+
+def test_float16_entries_get_their_own_disk_namespace(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(KV_ENV, "f16")
+    assert kv_namespace("native (avx2, 2 threads) for ...") == {"native_kv": "f16"}
+    assert kv_namespace("mlx") == {}  # MLX's own ops: caches stay as mlx-lm makes them
+    monkeypatch.setenv(KV_ENV, "f32")
+    assert kv_namespace("native (avx2, 2 threads) for ...") == {}  # the namespace as before

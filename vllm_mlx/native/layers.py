@@ -43,6 +43,14 @@ def kv_dtype() -> mx.Dtype:
     return _KV_DTYPES[value]
 
 
+def kv_namespace(kernels: str) -> dict[str, str]:
+    """What the prefix cache's disk namespace adds for float16 caches (``kernels``: the
+    loaded model's ``LoadedModel.kernels``), so their files never serve a float32 server or
+    back; nothing for float32, whose namespace stays what it was."""
+    native = kernels.startswith("native")
+    return {"native_kv": "f16"} if native and kv_dtype() == mx.float16 else {}
+
+
 class HalfWrites:
     """mlx-lm's plain or batched KV cache whose ``update_and_fetch`` gets float16 keys and
     values, so the cache it allocates is float16; every other attribute is the cache's
