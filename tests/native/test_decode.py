@@ -37,12 +37,18 @@ def count_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 @pytest.mark.parametrize(
-    "bits, group_size, traditional", [(4, 32, False), (8, 64, False), (4, 128, True)]
+    "bits, group_size, traditional, hidden",
+    [(4, 32, False, 128), (8, 64, False, 128), (4, 128, True, 128), (4, 64, False, 256)],
 )
 def test_decode_stack_gives_mlx_logits_and_tokens(
-    monkeypatch: pytest.MonkeyPatch, kv: bool, bits: int, group_size: int, traditional: bool
+    monkeypatch: pytest.MonkeyPatch,
+    kv: bool,
+    bits: int,
+    group_size: int,
+    traditional: bool,
+    hidden: int,
 ) -> None:
-    model = quantized_llama(bits, group_size, seed=bits + group_size)
+    model = quantized_llama(bits, group_size, seed=bits + group_size, hidden=hidden)
     for block in model.model.layers:
         block.self_attn.rope.traditional = traditional
     want_tokens, want_rows = greedy(model, half=kv)
@@ -114,10 +120,11 @@ def test_a_shared_prefix_cache_is_never_changed(kv: bool) -> None:
         assert np.array_equal(np.array(c.keys), rows)
 
 
+@pytest.mark.parametrize("hidden", [128, 256])  # head size 32; 64 (the kernels' tiled path)
 def test_batched_steps_with_left_padding_agree_with_mlx(
-    monkeypatch: pytest.MonkeyPatch, kv: bool
+    monkeypatch: pytest.MonkeyPatch, kv: bool, hidden: int
 ) -> None:
-    model = quantized_llama(4, 32, seed=5)
+    model = quantized_llama(4, 32, seed=5, hidden=hidden)
     prompt = mx.array([[0, 0, 5, 9, 40], [1, 7, 8, 3, 2], [0, 4, 4, 4, 9]])
 
     def run(half: bool) -> list[np.ndarray]:

@@ -24,9 +24,10 @@ pytestmark = pytest.mark.skipif(not native.available(), reason="vllm_mlx.native 
 PROMPT = mx.array([[1, 5, 9, 40, 77, 200, 259, 260, 2, 31, 7]])
 
 
-def quantized_llama(bits: int, group_size: int, seed: int = 0) -> nn.Module:
+def quantized_llama(bits: int, group_size: int, seed: int = 0, hidden: int = 128) -> nn.Module:
+    """A tiny random Llama (4 query heads, 2 KV heads: head size hidden / 4), quantized."""
     model = build_tiny_model(
-        build_tiny_tokenizer(), seed=seed, arch="llama", hidden_size=128, num_layers=2
+        build_tiny_tokenizer(), seed=seed, arch="llama", hidden_size=hidden, num_layers=2
     )
     nn.quantize(model, group_size=group_size, bits=bits)
     model.set_dtype(mx.float32)

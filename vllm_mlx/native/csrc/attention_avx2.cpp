@@ -46,22 +46,104 @@ inline void row_dots(const float* const* q, int n, const T* k, float* dots) {
   }
 }
 
-// out[0 : 8 V] = sum over keys l in [l0, l1) of p[l - l0] * value row l, in registers.
-template <int V, typename T>
-void weighted_sum(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, const float* p, float* out) {
-  __m256 acc[V];
-  for (int j = 0; j < V; ++j) {
-    acc[j] = _mm256_setzero_ps();
-  }
-  for (int64_t l = l0; l < l1; ++l) {
-    const T* v = sdpa_value<T>(a, b, hkv, l);
-    const __m256 w = _mm256_set1_ps(p[l - l0]);
-    for (int j = 0; j < V; ++j) {
-      acc[j] = _mm256_fmadd_ps(w, load8(v + 8 * j), acc[j]);
+// dots[r][j] = q[r] . k[j] over 8 V floats for R <= 3 query rows and 4 key rows: 4R
+// independent FMA chains (row_dots has one per row, latency-bound), and the 4 sums of a
+// row reduced at once (a 4x4 transpose), in hsum's order, so each dot is row_dots' bits.
+template <int V, int R, typename T>
+inline void dots_4keys(const float* const* q, const T* const* k, float dots[][4]) {
+  __m256 acc[R][4];
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < 4; ++j) {
+      acc[r][j] = _mm256_setzero_ps();
     }
   }
-  for (int j = 0; j < V; ++j) {
-    _mm256_storeu_ps(out + 8 * j, acc[j]);
+  for (int d = 0; d < V; ++d) {
+    __m256 kv[4];
+    for (int j = 0; j < 4; ++j) {
+      kv[j] = load8(k[j] + 8 * d);
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m256 qv = _mm256_loadu_ps(q[r] + 8 * d);
+      for (int j = 0; j < 4; ++j) {
+        acc[r][j] = _mm256_fmadd_ps(qv, kv[j], acc[r][j]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    __m128 s[4];
+    for (int j = 0; j < 4; ++j) {
+      s[j] = _mm_add_ps(_mm256_castps256_ps128(acc[r][j]), _mm256_extractf128_ps(acc[r][j], 1));
+    }
+    _MM_TRANSPOSE4_PS(s[0], s[1], s[2], s[3]); // s[i]: element i of each key's sum
+    _mm_storeu_ps(dots[r], _mm_add_ps(_mm_add_ps(s[0], s[2]), _mm_add_ps(s[1], s[3])));
+  }
+}
+
+template <int V, typename T>
+inline void dots_tile(int rows, const float* const* q, const T* const* k, float dots[][4]) {
+  switch (rows) {
+    case 1: dots_4keys<V, 1, T>(q, k, dots); break;
+    case 2: dots_4keys<V, 2, T>(q, k, dots); break;
+    default: dots_4keys<V, 3, T>(q, k, dots); break;
+  }
+}
+
+// out[r][0 : 8 V] = sum over keys l in [l0, l1) of p[r][l - l0] * value row l for R <= 3
+// rows with one key range: each value row loaded (and, if half, converted) once for all
+// R rows, 4 vectors at a time so the 4R sums stay in registers. Each sum runs over the
+// keys in order, one FMA per key, so every row gets the bits a row on its own gets.
+template <int V, int R, typename T>
+void weighted_sums(
+    const SdpaArgs& a,
+    int64_t b,
+    int64_t hkv,
+    int64_t l0,
+    int64_t l1,
+    const float* const* p,
+    float* const* out) {
+  constexpr int W = 4; // vectors of a value row per pass
+  for (int h = 0; h < V; h += W) {
+    __m256 acc[R][W];
+    for (int r = 0; r < R; ++r) {
+      for (int i = 0; i < W; ++i) {
+        acc[r][i] = _mm256_setzero_ps();
+      }
+    }
+    for (int64_t l = l0; l < l1; ++l) {
+      const T* v = sdpa_value<T>(a, b, hkv, l) + 8 * h;
+      __m256 vv[W];
+      for (int i = 0; i < W; ++i) {
+        vv[i] = load8(v + 8 * i);
+      }
+      for (int r = 0; r < R; ++r) {
+        const __m256 w = _mm256_set1_ps(p[r][l - l0]);
+        for (int i = 0; i < W; ++i) {
+          acc[r][i] = _mm256_fmadd_ps(w, vv[i], acc[r][i]);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      for (int i = 0; i < W; ++i) {
+        _mm256_storeu_ps(out[r] + 8 * (h + i), acc[r][i]);
+      }
+    }
+  }
+}
+
+template <int V, typename T>
+void weighted_tile(
+    int rows,
+    const SdpaArgs& a,
+    int64_t b,
+    int64_t hkv,
+    int64_t l0,
+    int64_t l1,
+    const float* const* p,
+    float* const* out) {
+  switch (rows) {
+    case 1: weighted_sums<V, 1, T>(a, b, hkv, l0, l1, p, out); break;
+    case 2: weighted_sums<V, 2, T>(a, b, hkv, l0, l1, p, out); break;
+    default: weighted_sums<V, 3, T>(a, b, hkv, l0, l1, p, out); break;
   }
 }
 
@@ -90,8 +172,32 @@ void sdpa_task_as(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t
     query[row] = a.q + b * a.q_strides[0] + head[row] * a.q_strides[1] + (row % a.Lq) * a.q_strides[2];
   }
   const bool unmasked = a.mask == nullptr && a.key_start == nullptr;
-  if (unmasked && (D == 64 || D == 128)) { // rows in fours share each key row's loads
-    for (int64_t l = l0; l < l1; ++l) {
+  // a left-padded batch's first key: the ones before it score -inf (weight 0)
+  const int64_t first = a.key_start != nullptr ? a.key_start[b] : 0;
+  if (a.mask == nullptr && (D == 64 || D == 128)) { // key rows in fours, query rows in threes
+    int64_t l = l0;
+    for (; l + 4 <= l1; l += 4) {
+      const T* k[4] = {
+          sdpa_key<T>(a, b, hkv, l), sdpa_key<T>(a, b, hkv, l + 1), sdpa_key<T>(a, b, hkv, l + 2),
+          sdpa_key<T>(a, b, hkv, l + 3)};
+      for (int64_t row = 0; row < rows; row += 3) {
+        const int n = static_cast<int>(std::min<int64_t>(3, rows - row));
+        float dots[3][4];
+        if (D == 64) {
+          dots_tile<8, T>(n, query.data() + row, k, dots);
+        } else {
+          dots_tile<16, T>(n, query.data() + row, k, dots);
+        }
+        for (int r = 0; r < n; ++r) {
+          for (int j = 0; j < 4; ++j) {
+            const bool seen = l + j >= first && l + j < limit[row + r];
+            scores[(row + r) * span + (l + j - l0)] =
+                seen ? dots[r][j] * a.scale : -std::numeric_limits<float>::infinity();
+          }
+        }
+      }
+    }
+    for (; l < l1; ++l) {
       const T* k = sdpa_key<T>(a, b, hkv, l);
       for (int64_t row = 0; row < rows; row += 4) {
         const int n = static_cast<int>(std::min<int64_t>(4, rows - row));
@@ -102,8 +208,8 @@ void sdpa_task_as(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t
           row_dots<16, T>(query.data() + row, n, k, dots);
         }
         for (int r = 0; r < n; ++r) {
-          scores[(row + r) * span + (l - l0)] =
-              l < limit[row + r] ? dots[r] * a.scale : -std::numeric_limits<float>::infinity();
+          const bool seen = l >= first && l < limit[row + r];
+          scores[(row + r) * span + (l - l0)] = seen ? dots[r] * a.scale : -std::numeric_limits<float>::infinity();
         }
       }
     }
@@ -141,18 +247,27 @@ void sdpa_task_as(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t
     out[1] = sum;
     std::fill(out + 2, out + 2 + D, 0.0f);
   }
-  // Pass 3: weighted sum of the value rows. Head sizes 64 and 128 keep a row's sum in
-  // registers over its keys (the task's value rows stay in L2 for the next row);
-  // others add into memory, each value row read once for every query row.
+  // Pass 3: weighted sum of the value rows. Head sizes 64 and 128 keep up to 3 rows'
+  // sums in registers over their keys, each value row read once for them; others add
+  // into memory, each value row read once for every query row.
   if (D == 64 || D == 128) {
-    for (int64_t row = 0; row < rows; ++row) {
-      float* out = part + row * (D + 2) + 2;
-      const float* p = scores.data() + row * span;
-      if (D == 64) {
-        weighted_sum<8, T>(a, b, hkv, l0, limit[row], p, out);
-      } else {
-        weighted_sum<16, T>(a, b, hkv, l0, limit[row], p, out);
+    for (int64_t row = 0; row < rows;) {
+      int n = 1; // up to 3 rows with one key range (a decode step's rows all have one)
+      while (n < 3 && row + n < rows && limit[row + n] == limit[row]) {
+        ++n;
       }
+      const float* p[3];
+      float* out[3];
+      for (int r = 0; r < n; ++r) {
+        p[r] = scores.data() + (row + r) * span;
+        out[r] = part + (row + r) * (D + 2) + 2;
+      }
+      if (D == 64) {
+        weighted_tile<8, T>(n, a, b, hkv, l0, limit[row], p, out);
+      } else {
+        weighted_tile<16, T>(n, a, b, hkv, l0, limit[row], p, out);
+      }
+      row += n;
     }
     return;
   }
