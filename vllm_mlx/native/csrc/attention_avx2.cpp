@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "avx2_math.h"
@@ -174,7 +175,10 @@ void sdpa_task_as(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t
   const bool unmasked = a.mask == nullptr && a.key_start == nullptr;
   // a left-padded batch's first key: the ones before it score -inf (weight 0)
   const int64_t first = a.key_start != nullptr ? a.key_start[b] : 0;
-  if (a.mask == nullptr && (D == 64 || D == 128)) { // key rows in fours, query rows in threes
+  // float32 caches with key_start (decode_layers) keep the body they had, whose dots sum
+  // in dot's order: VLLM_MLX_NATIVE_KV=f32 gives the bits it gave before float16 caches
+  const bool tiled = a.mask == nullptr && (a.key_start == nullptr || std::is_same_v<T, uint16_t>);
+  if (tiled && (D == 64 || D == 128)) { // key rows in fours, query rows in threes
     int64_t l = l0;
     for (; l + 4 <= l1; l += 4) {
       const T* k[4] = {
