@@ -26,6 +26,7 @@ from .engine.sources import ModelBatchSource, ReplayBatchSource, TokenSource
 from .families.formats import ReasoningFormat, ToolCallFormat
 from .models.loader import CpuWeights, LoadedModel, load_model, load_tokenizer_only
 from .models.sampling_defaults import model_sampling
+from .native.layers import kv_namespace
 from .pipeline import Pipeline
 from .reasoning import ReasoningParserManager
 from .request import ChatRequest, RequestLimits, Sampling
@@ -119,6 +120,7 @@ def build_runtime(
         disk_gb=prefix_cache_disk_gb,
         kv_bits=kv_bits,
         kv_group_size=kv_group_size if kv_bits else None,
+        **kv_namespace(loaded.kernels),
     )
     source = ModelBatchSource(
         loaded.model,

@@ -1,6 +1,8 @@
 """The one-node decode stack (``native/decode.py``) gives MLX's own logits and tokens on
 plain and batched caches, writes the caches in place in a steady loop, never changes a
-buffer another cache shares, and leaves every step it does not cover to mlx-lm."""
+buffer another cache shares, and leaves every step it does not cover to mlx-lm; each on
+float32 and on float16 KV caches (``kv``: MLX's reference then runs on caches given the
+same float16 keys and values)."""
 
 from __future__ import annotations
 
@@ -9,12 +11,13 @@ import numpy as np
 import pytest
 from mlx_lm.models import llama
 from mlx_lm.models.cache import BatchKVCache, make_prompt_cache
-from test_patch import PROMPT, greedy, quantized_llama
+from test_patch import PROMPT, greedy, half_writes, quantized_llama
 
 from vllm_mlx import native
 from vllm_mlx.engine.prefix_cache import shared_copy
 from vllm_mlx.native import patch
 from vllm_mlx.native.decode import NativeLlamaModel, layer_weights
+from vllm_mlx.native.layers import KV_ENV
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="vllm_mlx.native is not built")
 
@@ -34,15 +37,21 @@ def count_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 @pytest.mark.parametrize(
-    "bits, group_size, traditional", [(4, 32, False), (8, 64, False), (4, 128, True)]
+    "bits, group_size, traditional, hidden",
+    [(4, 32, False, 128), (8, 64, False, 128), (4, 128, True, 128), (4, 64, False, 256)],
 )
 def test_decode_stack_gives_mlx_logits_and_tokens(
-    monkeypatch: pytest.MonkeyPatch, bits: int, group_size: int, traditional: bool
+    monkeypatch: pytest.MonkeyPatch,
+    kv: bool,
+    bits: int,
+    group_size: int,
+    traditional: bool,
+    hidden: int,
 ) -> None:
-    model = quantized_llama(bits, group_size, seed=bits + group_size)
+    model = quantized_llama(bits, group_size, seed=bits + group_size, hidden=hidden)
     for block in model.model.layers:
         block.self_attn.rope.traditional = traditional
-    want_tokens, want_rows = greedy(model)
+    want_tokens, want_rows = greedy(model, half=kv)
     routed = patch.enable(model)
     assert routed.decode_stacks == 1 and type(model.model) is NativeLlamaModel
     calls = count_calls(monkeypatch)
@@ -52,7 +61,7 @@ def test_decode_stack_gives_mlx_logits_and_tokens(
     assert all(close(g, w) for g, w in zip(got_rows, want_rows, strict=True))
 
 
-def test_steady_decode_writes_the_caches_in_place() -> None:
+def test_steady_decode_writes_the_caches_in_place(kv: bool) -> None:
     model = quantized_llama(4, 32)
     patch.enable(model)
     before = native.kv_write_copies()
@@ -60,35 +69,43 @@ def test_steady_decode_writes_the_caches_in_place() -> None:
     assert native.kv_write_copies() == before  # every write reused its cache's buffer
 
 
-def test_a_step_past_the_cache_capacity_goes_to_mlx_lm(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_step_past_the_cache_capacity_goes_to_mlx_lm(
+    monkeypatch: pytest.MonkeyPatch, kv: bool
+) -> None:
     model = quantized_llama(4, 32, seed=2)
     prompt = mx.array([[(7 * i) % 250 + 1 for i in range(250)]])
 
-    def run() -> list[int]:
+    def run(half: bool) -> list[int]:
         cache = make_prompt_cache(model)
-        logits = model(prompt, cache=cache)[:, -1, :]
+        feed = half_writes(cache) if half else cache
+        logits = model(prompt, cache=feed)[:, -1, :]
         tokens = []
         for _ in range(12):  # positions 250..261: the 256-row buffer grows at 256
             token = mx.argmax(logits, axis=-1)
             tokens.append(token.item())
-            logits = model(token[None], cache=cache)[:, -1, :]
+            logits = model(token[None], cache=feed)[:, -1, :]
+        # grown by mlx-lm's concatenate, still in the dtype the native path writes
+        assert cache[0].keys.shape[2] == 512
+        assert cache[0].keys.dtype == (mx.float16 if kv else mx.float32)
         return tokens
 
-    want = run()
+    want = run(half=kv)
     patch.enable(model)
     calls = count_calls(monkeypatch)
-    assert run() == want
+    assert run(half=False) == want
     assert len(calls) == 11  # every step but the one that grows the buffer
 
 
-def test_a_shared_prefix_cache_is_never_changed() -> None:
+def test_a_shared_prefix_cache_is_never_changed(kv: bool) -> None:
     """The prefix cache hands a request views of an entry's buffers: decoding from them
     must leave the entry's own rows as they were (MLX's value semantics)."""
     model = quantized_llama(4, 32, seed=4)
     patch.enable(model)
     entry = make_prompt_cache(model)
     mx.eval(model(PROMPT, cache=entry))
+    assert entry[0].keys.dtype == (mx.float16 if kv else mx.float32)
     saved = [np.array(c.keys) for c in entry]
+    copies = native.kv_write_copies()
     request = shared_copy(entry)
     for c in request:
         c.trim(5)  # serve a shorter prefix: its next rows overwrite the entry's rows
@@ -97,34 +114,59 @@ def test_a_shared_prefix_cache_is_never_changed() -> None:
         logits = model(token, cache=request)
         token = mx.argmax(logits[:, -1, :], axis=-1)[None]
         mx.eval(token)
+    assert native.kv_write_copies() > copies  # the shared buffers were copied, not written
+    assert request[0].keys.dtype == entry[0].keys.dtype
     for c, rows in zip(entry, saved, strict=True):
         assert np.array_equal(np.array(c.keys), rows)
 
 
-def test_batched_steps_with_left_padding_agree_with_mlx(monkeypatch: pytest.MonkeyPatch) -> None:
-    model = quantized_llama(4, 32, seed=5)
+@pytest.mark.parametrize("hidden", [128, 256])  # head size 32; 64 (the kernels' tiled path)
+def test_batched_steps_with_left_padding_agree_with_mlx(
+    monkeypatch: pytest.MonkeyPatch, kv: bool, hidden: int
+) -> None:
+    model = quantized_llama(4, 32, seed=5, hidden=hidden)
     prompt = mx.array([[0, 0, 5, 9, 40], [1, 7, 8, 3, 2], [0, 4, 4, 4, 9]])
 
-    def run() -> list[np.ndarray]:
+    def run(half: bool) -> list[np.ndarray]:
         cache = [BatchKVCache(left_padding=[2, 0, 1]) for _ in model.layers]
-        logits = model(prompt, cache=cache)[:, -1, :]
+        feed = half_writes(cache) if half else cache
+        logits = model(prompt, cache=feed)[:, -1, :]
         rows = []
         for _ in range(4):
             rows.append(np.array(logits))
-            logits = model(mx.argmax(logits, axis=-1)[:, None], cache=cache)[:, -1, :]
+            logits = model(mx.argmax(logits, axis=-1)[:, None], cache=feed)[:, -1, :]
+        assert cache[0].keys.dtype == (mx.float16 if kv else mx.float32)
         return rows
 
-    want = run()
+    want = run(half=kv)
     patch.enable(model)
     calls = count_calls(monkeypatch)
-    got = run()
+    got = run(half=False)
     assert calls == [3, 3, 3, 3]
     assert all(close(g, w) for g, w in zip(got, want, strict=True))
 
 
-def test_the_per_layer_path_still_serves_when_the_stack_is_off() -> None:
+def test_float16_kv_stays_within_its_bound_of_float32(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Float16 keys and values (each rounded by at most 2^-11 relative) against the float32
+    path on one routed model: the same greedy tokens and logits within 5e-3 of the largest
+    (measured <= 3e-4 on these tiny models); not identical, so the switch took effect."""
+    model = quantized_llama(4, 32, seed=8)
+    patch.enable(model)
+    monkeypatch.setenv(KV_ENV, "f32")
+    want_tokens, want_rows = greedy(model)
+    monkeypatch.setenv(KV_ENV, "f16")
+    got_tokens, got_rows = greedy(model)
+    assert got_tokens == want_tokens
+    errors = [
+        np.abs(g - w).max() / (1 + np.abs(w).max())
+        for g, w in zip(got_rows, want_rows, strict=True)
+    ]
+    assert 0 < max(errors) <= 5e-3
+
+
+def test_the_per_layer_path_still_serves_when_the_stack_is_off(kv: bool) -> None:
     model = quantized_llama(8, 32, seed=6)
-    want, _ = greedy(model, steps=8)
+    want, _ = greedy(model, steps=8, half=kv)
     patch.enable(model)
     model.model.__class__ = llama.LlamaModel  # the fused blocks alone
     assert greedy(model, steps=8)[0] == want
@@ -163,8 +205,16 @@ def test_rejected_arguments_raise_value_error() -> None:
         dict(index=-1),
         dict(h=mx.zeros((1, 2, h.shape[-1]))),
         dict(h=h.astype(mx.float16)),
+        dict(caches=[caches[0].astype(mx.float16), *caches[1:]]),  # one dtype for all
+        dict(caches=[c.astype(mx.bfloat16) for c in caches]),
     ):
         with pytest.raises(ValueError):
             call(**bad)
-    with pytest.raises(ValueError):
-        native.kv_write(caches[0], mx.zeros((2, 2, 1, 2, 8)), 0, 0, 0)
+    _, rows = call()
+    for cache_array, new_rows in (
+        (caches[0], mx.zeros((2, 2, 1, 2, 8))),  # another shape
+        (caches[0], rows.astype(mx.float16)),  # half rows for a float32 cache
+        (caches[0].astype(mx.bfloat16), rows),
+    ):
+        with pytest.raises(ValueError):
+            native.kv_write(cache_array, new_rows, 0, 0, 0)

@@ -1,5 +1,6 @@
 """The embedded default model on the native kernels: the server picks them by default and
-says so, and greedy text equals the float32 path's."""
+says so, and greedy text equals the float32 path's, on float16 KV caches (the default) as
+on float32 ones, at a short and at a ~1,700-token context."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import mlx.core as mx
 import mlx.nn as nn
 import pytest
 from mlx_lm import stream_generate
+from mlx_lm.models.cache import make_prompt_cache
 
 from vllm_mlx import native
 from vllm_mlx.models import load_model
+from vllm_mlx.native.layers import KV_ENV
 
 pytestmark = [
     pytest.mark.slow,
@@ -23,6 +26,13 @@ PROMPTS = [
     "List three uses of a paperclip, one per line.",
 ]
 
+COLORS = ("red", "blue", "green", "yellow", "black", "white", "orange")
+# a long context (~1,700 tokens) whose answer needs a row far back in the cache
+LONG_PROMPT = (
+    "".join(f"Box {i} is {COLORS[i % 7]} and holds {(i * 37) % 101} marbles.\n" for i in range(120))
+    + "How many marbles does box 17 hold, and what color is it?"
+)
+
 
 def greedy_text(model, tokenizer, question: str, max_tokens: int = 40) -> str:
     prompt = tokenizer.apply_chat_template(
@@ -31,7 +41,7 @@ def greedy_text(model, tokenizer, question: str, max_tokens: int = 40) -> str:
     return "".join(r.text for r in stream_generate(model, tokenizer, prompt, max_tokens=max_tokens))
 
 
-def test_greedy_text_equals_the_float32_path() -> None:
+def test_greedy_text_equals_the_float32_path(monkeypatch: pytest.MonkeyPatch) -> None:
     routed = load_model(None, cpu_weights="quantized", progress=False)
     dense = load_model(None, cpu_weights="float32", progress=False)
     assert routed.kernels.startswith("native") and dense.kernels == "mlx"
@@ -43,12 +53,18 @@ def test_greedy_text_equals_the_float32_path() -> None:
     # the GGUF's fp16 scales and mins, kept float16 (4 bytes a group, not 8)
     assert len(quantized) == 211
     assert {(q.scales.dtype, q.biases.dtype) for q in quantized} == {(mx.float16, mx.float16)}
-    for question in PROMPTS:
+    for question in [*PROMPTS, LONG_PROMPT]:
         want = greedy_text(dense.model, dense.tokenizer, question)
-        assert greedy_text(routed.model, routed.tokenizer, question) == want
-    # and the logits of a long prompt stay within float32 accumulation noise
+        for kv in ("f16", "f32"):
+            monkeypatch.setenv(KV_ENV, kv)
+            assert greedy_text(routed.model, routed.tokenizer, question) == want, kv
+    # and the logits of a long prompt stay within float32 accumulation noise (f16 KV: its
+    # rounding too), the cache float16
+    monkeypatch.setenv(KV_ENV, "f16")
     ids = mx.array([[1, *range(200, 1200)]])
-    got, want = routed.model(ids)[0, -1], dense.model(ids)[0, -1]
+    cache = make_prompt_cache(routed.model)
+    got, want = routed.model(ids, cache=cache)[0, -1], dense.model(ids)[0, -1]
+    assert cache[0].keys.dtype == mx.float16
     assert mx.abs(got - want).max().item() < 2e-2 * (1 + mx.abs(want).max().item())
 
 

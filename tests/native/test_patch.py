@@ -18,15 +18,16 @@ from vllm_mlx import native
 from vllm_mlx.models import load_model
 from vllm_mlx.models.loader import choose_weights
 from vllm_mlx.native import patch
-from vllm_mlx.native.layers import NativeLlamaBlock, NativeRMSNorm, NativeRoPE
+from vllm_mlx.native.layers import HalfWrites, NativeLlamaBlock, NativeRMSNorm, NativeRoPE
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="vllm_mlx.native is not built")
 PROMPT = mx.array([[1, 5, 9, 40, 77, 200, 259, 260, 2, 31, 7]])
 
 
-def quantized_llama(bits: int, group_size: int, seed: int = 0) -> nn.Module:
+def quantized_llama(bits: int, group_size: int, seed: int = 0, hidden: int = 128) -> nn.Module:
+    """A tiny random Llama (4 query heads, 2 KV heads: head size hidden / 4), quantized."""
     model = build_tiny_model(
-        build_tiny_tokenizer(), seed=seed, arch="llama", hidden_size=128, num_layers=2
+        build_tiny_tokenizer(), seed=seed, arch="llama", hidden_size=hidden, num_layers=2
     )
     nn.quantize(model, group_size=group_size, bits=bits)
     model.set_dtype(mx.float32)
@@ -54,9 +55,20 @@ def scale_dtypes(model: nn.Module) -> set[mx.Dtype]:
     }
 
 
-def greedy(model: nn.Module, steps: int = 24) -> tuple[list[int], list[np.ndarray]]:
-    """Prefill the prompt, then decode one token at a time (the path the server runs)."""
+def half_writes(cache: list) -> list:
+    """An unpatched model's caches written in float16, as the native path's (the reference
+    for a float16 KV cache: MLX's own ops on the same rounded keys and values)."""
+    return [HalfWrites(c) for c in cache]
+
+
+def greedy(
+    model: nn.Module, steps: int = 24, half: bool = False
+) -> tuple[list[int], list[np.ndarray]]:
+    """Prefill the prompt, then decode one token at a time (the path the server runs);
+    ``half``: the caches are given float16 keys and values (``half_writes``)."""
     cache = make_prompt_cache(model)
+    if half:
+        cache = half_writes(cache)
     logits = model(PROMPT, cache=cache)[:, -1, :]
     tokens, rows = [], []
     for _ in range(steps):
@@ -68,9 +80,9 @@ def greedy(model: nn.Module, steps: int = 24) -> tuple[list[int], list[np.ndarra
 
 
 @pytest.mark.parametrize("bits, group_size", [(4, 32), (8, 32), (4, 64), (8, 128)])
-def test_routed_model_gives_mlx_logits_and_tokens(bits: int, group_size: int) -> None:
+def test_routed_model_gives_mlx_logits_and_tokens(kv: bool, bits: int, group_size: int) -> None:
     model = quantized_llama(bits, group_size)
-    want_tokens, want_rows = greedy(model)
+    want_tokens, want_rows = greedy(model, half=kv)
     routed = patch.enable(model)
     assert routed.linear == 2 * 7 and routed.embedding == 1
     assert routed.attention_modules == ("mlx_lm.models.llama",)
@@ -222,21 +234,23 @@ def test_decode_steps_are_a_few_native_nodes_per_layer(monkeypatch) -> None:
     assert calls.count("attention_input") == calls.count("mlp_block") == 2 * 4
 
 
-def test_batched_caches_agree_with_mlx() -> None:
+def test_batched_caches_agree_with_mlx(kv: bool) -> None:
     """BatchKVCache (array offsets, padding masks): unfused attention, native RoPE and
     masked attention kernel, the same logits as MLX."""
     model = quantized_llama(4, 32, seed=3)
     prompt = mx.array([[0, 5, 9, 40], [1, 7, 8, 3]])
 
-    def run() -> np.ndarray:
+    def run(half: bool) -> np.ndarray:
         cache = [BatchKVCache(left_padding=[1, 0]) for _ in model.layers]
-        first = model(prompt, cache=cache)[:, -1, :]
-        step = model(mx.argmax(first, axis=-1)[:, None], cache=cache)[:, -1, :]
+        feed = half_writes(cache) if half else cache
+        first = model(prompt, cache=feed)[:, -1, :]
+        step = model(mx.argmax(first, axis=-1)[:, None], cache=feed)[:, -1, :]
+        assert cache[0].keys.dtype == (mx.float16 if kv else mx.float32)
         return np.array(step)
 
-    want = run()
+    want = run(half=kv)
     patch.enable(model)
-    got = run()
+    got = run(half=False)
     assert np.abs(got - want).max() <= 1e-4 * (1 + np.abs(want).max())
 
 

@@ -5,7 +5,9 @@ nodes and spent ~4 ms in Python per token next to ~13 ms of weight reads. For on
 token per sequence on mlx-lm's plain or batched KV cache, ``NativeLlamaModel`` runs all
 layers in ``native.decode_layers`` and puts each layer's new key/value row in its cache
 with ``native.kv_write`` (in place when MLX may donate the buffer, as its own slice
-update does). Anything else — prompt blocks, other caches, a cache that must grow this
+update does). The caches are float32 or float16 (``layers.kv_dtype``: the fused blocks
+write a prompt's keys and values as float16), every layer's of one dtype; the new rows
+come out in that dtype. Anything else — prompt blocks, other caches, a cache that must grow this
 step, sliding-window layers — calls mlx-lm's ``LlamaModel`` unchanged.
 """
 
@@ -93,13 +95,17 @@ def _position(cache: list[Any], batch: int) -> _Position | None:
     kind = type(first)
     if kind not in (KVCache, BatchKVCache) or first.keys is None:
         return None
+    dtype = first.keys.dtype
+    if dtype not in (mx.float32, mx.float16):
+        return None
     index = first.offset if kind is KVCache else first._idx
     capacity = first.keys.shape[2]
     for c in cache:
         if (
             type(c) is not kind
             or c.keys is None
-            or c.keys.dtype != mx.float32
+            or c.keys.dtype != dtype
+            or c.values.dtype != dtype
             or c.keys.shape[0] != batch
             or c.keys.shape[2] != capacity
             or (c.offset if kind is KVCache else c._idx) != index

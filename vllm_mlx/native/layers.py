@@ -6,22 +6,73 @@ decode step of a 30-layer model spent more time in graph evaluation than in the 
 ``patch.enable`` changes eligible instances to these subclasses; anything they do not
 cover (other dtypes, array offsets of batched caches, long prefill blocks) calls the
 parent class unchanged.
+
+A fused block writes mlx-lm's plain and batched KV caches in float16 (``VLLM_MLX_NATIVE_KV``,
+default ``f16``; ``f32`` keeps float32): those caches take the dtype of the first keys
+written, and at a 2k-token context a decode step reads as many bytes of float32 cache as
+of weights. The native attention kernels read half keys and values; every other reader
+upcasts (``patch.py``).
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models import llama
+from mlx_lm.models.cache import BatchKVCache, KVCache
 
 from vllm_mlx import native
 
 # Longer query blocks (prefill) are matmul-shaped: MLX's SDPA (BLAS) does them better.
 MAX_NATIVE_QUERY = 8
+KV_ENV = "VLLM_MLX_NATIVE_KV"  # "f16" (default) or "f32": the dtype of the native path's KV
+_KV_DTYPES = {"f16": mx.float16, "f32": mx.float32}
+
+
+def kv_dtype() -> mx.Dtype:
+    """The dtype fused blocks write KV caches in (read at run time, as ``VLLM_MLX_NATIVE``
+    is, so a test or benchmark can compare both in one process)."""
+    value = os.environ.get(KV_ENV, "f16")
+    if value not in _KV_DTYPES:
+        raise ValueError(f"{KV_ENV} must be f16 or f32, not {value!r}")
+    return _KV_DTYPES[value]
+
+
+def kv_namespace(kernels: str) -> dict[str, str]:
+    """What the prefix cache's disk namespace adds for float16 caches (``kernels``: the
+    loaded model's ``LoadedModel.kernels``), so their files never serve a float32 server or
+    back; nothing for float32, whose namespace stays what it was."""
+    native = kernels.startswith("native")
+    return {"native_kv": "f16"} if native and kv_dtype() == mx.float16 else {}
+
+
+class HalfWrites:
+    """mlx-lm's plain or batched KV cache whose ``update_and_fetch`` gets float16 keys and
+    values, so the cache it allocates is float16; every other attribute is the cache's
+    (mlx-lm's attention reads ``offset`` and checks for ``bits``)."""
+
+    def __init__(self, cache: Any):
+        self.cache = cache
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.cache, name)
+
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        return self.cache.update_and_fetch(keys.astype(mx.float16), values.astype(mx.float16))
+
+
+def _kv_writes(cache: Any) -> Any:
+    """``cache`` as the block writes it: wrapped in ``HalfWrites`` for mlx-lm's exact
+    ``KVCache`` / ``BatchKVCache`` when the KV dtype is float16, else itself (quantized
+    and rotating caches keep their own dtype)."""
+    if type(cache) in (KVCache, BatchKVCache) and kv_dtype() == mx.float16:
+        return HalfWrites(cache)
+    return cache
 
 
 @functools.cache
@@ -114,11 +165,10 @@ class NativeLlamaBlock(llama.TransformerBlock):
     shape: BlockShape
 
     def __call__(self, x: mx.array, mask: Any = None, cache: Any = None) -> mx.array:
-        if (
-            x.dtype != mx.float32
-            or (self.max_rows is not None and x.size > self.max_rows * x.shape[-1])
-            or not native.available()
-        ):
+        if x.dtype != mx.float32 or not native.available():
+            return super().__call__(x, mask, cache)
+        cache = _kv_writes(cache)
+        if self.max_rows is not None and x.size > self.max_rows * x.shape[-1]:
             return super().__call__(x, mask, cache)
         shape = self.shape
         offset = _cache_offset(cache)

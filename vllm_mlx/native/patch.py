@@ -10,6 +10,10 @@ A routed layer's scales and biases become float16 when that is lossless (always 
 GGUF-derived weights, whose values were fp16): the kernels then read 4 bytes per group
 instead of 8. MLX's own ops, where a routed layer falls back to them, get float32 copies
 made on the fly, so their results and dtypes are what they were.
+
+Fused Llama blocks keep their KV caches in float16 (``layers.kv_dtype``): the native
+attention reads half keys and values; the prefill matmuls and MLX's SDPA fallback get
+them upcast to the query's dtype.
 """
 
 from __future__ import annotations
@@ -26,7 +30,13 @@ from mlx_lm.models import llama
 from vllm_mlx import native
 from vllm_mlx.engine.cpu import openblas_preloaded
 from vllm_mlx.native.decode import route_model, stack_shape
-from vllm_mlx.native.layers import MAX_NATIVE_QUERY, NativeRMSNorm, NativeRoPE, route_block
+from vllm_mlx.native.layers import (
+    MAX_NATIVE_QUERY,
+    NativeRMSNorm,
+    NativeRoPE,
+    kv_dtype,
+    route_block,
+)
 from vllm_mlx.native.sampling import route_logsumexp
 
 BITS = (4, 8)
@@ -160,12 +170,13 @@ def _route_attention(module_name: str) -> bool:
         return True
 
     def scaled_dot_product_attention(queries, keys, values, cache, scale, mask, sinks=None):
-        if _attention_eligible(queries, keys, cache, mask, sinks):
+        if _attention_eligible(queries, keys, values, cache, mask, sinks):
             if isinstance(mask, mx.array):  # a batched cache's padding mask
                 return native.attention_masked(queries, keys, values, scale, mask)
             return native.attention(queries, keys, values, scale, mask == "causal")
         if _prefill_eligible(queries, keys, values, cache, mask, sinks):
             return prefill_attention(queries, keys, values, scale, mask == "causal")
+        keys, values = _like_queries(queries, keys, values)
         return original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
 
     scaled_dot_product_attention._vllm_mlx_native = True  # type: ignore[attr-defined]
@@ -179,23 +190,36 @@ def _bool_mask(mask: Any) -> bool:
     return isinstance(mask, mx.array) and mask.dtype == mx.bool_ and mask.ndim == 4
 
 
-def _plain_float32(queries, keys, cache, sinks) -> bool:
-    """What both native attention paths need: float32 4-D arrays (not a quantized KV
-    cache's tuples), no attention sinks."""
+KV_DTYPES = (mx.float32, mx.float16)  # float16: a fused block's KV cache
+
+
+def _like_queries(queries, keys, values) -> tuple[Any, Any]:
+    """Keys and values in the queries' dtype for MLX's SDPA (a float16 KV cache read by
+    float32 queries), unchanged otherwise (a quantized cache's tuples among them)."""
+    if isinstance(keys, mx.array) and keys.dtype != queries.dtype and keys.dtype == mx.float16:
+        return keys.astype(queries.dtype), values.astype(queries.dtype)
+    return keys, values
+
+
+def _plain_arrays(queries, keys, values, cache, sinks) -> bool:
+    """What both native attention paths need: float32 4-D queries, float32 or float16
+    keys and values of one dtype (not a quantized KV cache's tuples), no attention sinks."""
     return (
         native.available()
         and sinks is None
         and not hasattr(cache, "bits")  # quantized KV cache: tuples, not arrays
         and isinstance(keys, mx.array)
+        and isinstance(values, mx.array)
         and queries.dtype == mx.float32
-        and keys.dtype == mx.float32
+        and keys.dtype in KV_DTYPES
+        and values.dtype == keys.dtype
         and queries.ndim == 4
     )
 
 
-def _attention_eligible(queries, keys, cache, mask, sinks) -> bool:
+def _attention_eligible(queries, keys, values, cache, mask, sinks) -> bool:
     return (
-        _plain_float32(queries, keys, cache, sinks)
+        _plain_arrays(queries, keys, values, cache, sinks)
         and (mask is None or (isinstance(mask, str) and mask == "causal") or _bool_mask(mask))
         and queries.shape[2] <= MAX_NATIVE_QUERY
     )
@@ -203,10 +227,8 @@ def _attention_eligible(queries, keys, cache, mask, sinks) -> bool:
 
 def _prefill_eligible(queries, keys, values, cache, mask, sinks) -> bool:
     return (
-        _plain_float32(queries, keys, cache, sinks)
+        _plain_arrays(queries, keys, values, cache, sinks)
         and (mask is None or (isinstance(mask, str) and mask == "causal"))
-        and isinstance(values, mx.array)
-        and values.dtype == mx.float32
         and keys.ndim == values.ndim == 4
         and queries.shape[1] % keys.shape[1] == 0
         and keys.shape[2] >= queries.shape[2]
@@ -217,7 +239,8 @@ def prefill_attention(queries, keys, values, scale: float, causal: bool) -> mx.a
     """Attention for a block of query rows: MLX's matmuls (BLAS) for the scores and the
     weighted values, the native softmax between them (MLX's CPU softmax runs its exp
     one lane at a time: ≈28% of a 2k-token prefill). Grouped-query heads share their
-    KV head's matmul."""
+    KV head's matmul; a float16 cache is upcast for the float32 matmuls."""
+    keys, values = _like_queries(queries, keys, values)
     B, Hq, L, D = queries.shape
     Hkv, Lk = keys.shape[1], keys.shape[2]
     rows = (queries * scale).reshape(B, Hkv, (Hq // Hkv) * L, D)
@@ -258,6 +281,7 @@ def _fusable_attention(block: Any) -> bool:
 
 def enable(model: nn.Module) -> Patched:
     """Route ``model``'s eligible layers and attention to the native kernels."""
+    kv_dtype()  # a bad VLLM_MLX_NATIVE_KV fails the load, not the first request
     patched = Patched()
     attention_modules: set[str] = set()
     blocks, stacks = [], []

@@ -1,5 +1,5 @@
-// AVX2 + FMA vector math shared by the kernel bodies: include only from files compiled
-// with -mavx2 -mfma (kernels_avx2.cpp, fused_avx2.cpp).
+// AVX2 + FMA + F16C vector math shared by the kernel bodies: include only from files
+// compiled with -mavx2 -mfma -mf16c (kernels_avx2.cpp, attention_avx2.cpp, fused_avx2.cpp).
 #pragma once
 
 #include <immintrin.h>
@@ -16,6 +16,40 @@ inline float hsum(__m256 v) {
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
+}
+
+// Eight floats from float or uint16_t (IEEE half bits, F16C) storage: the kernels are
+// templates on that element type, so their float32 path is the same code as before.
+inline __m256 load8(const float* p) {
+  return _mm256_loadu_ps(p);
+}
+
+inline __m256 load8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+inline float scalar(float s) {
+  return s;
+}
+
+inline float scalar(uint16_t s) {
+  return _cvtsh_ss(s);
+}
+
+template <typename S>
+inline float dot(const S* a, const float* b, int64_t D) {
+  __m256 acc0 = _mm256_setzero_ps();
+  __m256 acc1 = _mm256_setzero_ps();
+  int64_t d = 0;
+  for (; d + 16 <= D; d += 16) {
+    acc0 = _mm256_fmadd_ps(load8(a + d), _mm256_loadu_ps(b + d), acc0);
+    acc1 = _mm256_fmadd_ps(load8(a + d + 8), _mm256_loadu_ps(b + d + 8), acc1);
+  }
+  float s = hsum(_mm256_add_ps(acc0, acc1));
+  for (; d < D; ++d) {
+    s += scalar(a[d]) * b[d];
+  }
+  return s;
 }
 
 // exp(x) for x <= 0 (softmax after subtracting the max): Cephes-style range

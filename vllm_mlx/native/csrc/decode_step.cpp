@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstring>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "fused_kernels.h"
@@ -44,11 +45,13 @@ void check_layer(const std::vector<mx::array>& w, int base, int D, const DecodeP
 
 // The per-step scratch rows of one sequence batch (thread_local on MLX's CPU stream).
 struct Scratch {
-  std::vector<float> normed, q, k, q_rot, attn, proj, gate, up;
+  std::vector<float> normed, q, k, k_rot, v, q_rot, attn, proj, gate, up;
   void size(int64_t B, int64_t D, int64_t q_width, int64_t kv_width, int64_t hidden) {
     normed.resize(B * D);
     q.resize(B * q_width);
     k.resize(B * kv_width);
+    k_rot.resize(B * kv_width); // float16 caches: the rows before rounding
+    v.resize(B * kv_width);
     q_rot.resize(B * q_width);
     attn.resize(B * q_width);
     proj.resize(B * D);
@@ -61,10 +64,16 @@ struct Layer {
   const float* in_norm;
   const float* post_norm;
   QmmArgs q, k, v, o, gate, up, down;
-  const float* k_cache; // [B, Hkv, capacity, Dh], rows < write_index
-  const float* v_cache;
-  float* k_new; // [B, Hkv, Dh]: this token's rows
-  float* v_new;
+  // float32 caches: k_cache, v_cache [B, Hkv, capacity, Dh] (rows < write_index) and
+  // this token's rows k_new, v_new [B, Hkv, Dh]; float16 caches: the *_f16 ones (half bits)
+  const float* k_cache = nullptr;
+  const float* v_cache = nullptr;
+  float* k_new = nullptr;
+  float* v_new = nullptr;
+  const uint16_t* k_cache_f16 = nullptr;
+  const uint16_t* v_cache_f16 = nullptr;
+  uint16_t* k_new_f16 = nullptr;
+  uint16_t* v_new_f16 = nullptr;
 };
 
 struct Step {
@@ -86,6 +95,12 @@ RopeArgs rope_rows(const Step& s, const float* x, float* y, int64_t heads) {
   return r;
 }
 
+void to_halves(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    y[i] = float_to_half(x[i]);
+  }
+}
+
 void add_rows(float* h, const float* r, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     h[i] += r[i];
@@ -95,20 +110,32 @@ void add_rows(float* h, const float* r, int64_t n) {
 void run_layer(const Step& s, Layer& L, Scratch& t) {
   const int64_t B = s.B, D = s.D, Dh = s.head_dim;
   const int64_t Hkv = s.p.n_kv_heads;
+  const bool half = L.k_cache_f16 != nullptr;
   // attention half: norm, q/k/v in one fork-join, RoPE, this token's cache row
   rms_norm(s.h, L.in_norm, t.normed.data(), B, D, s.p.eps);
   L.q.x = L.k.x = L.v.x = t.normed.data();
   L.q.y = t.q.data();
   L.k.y = t.k.data();
-  L.v.y = L.v_new; // [B, 1, Hkv*Dh] rows are [B, Hkv, Dh]
+  L.v.y = half ? t.v.data() : L.v_new; // [B, 1, Hkv*Dh] rows are [B, Hkv, Dh]
   const QmmArgs qkv[3] = {L.q, L.k, L.v};
   qmm_many(qkv, 3);
   rope(rope_rows(s, t.q.data(), t.q_rot.data(), s.p.n_heads));
-  rope(rope_rows(s, t.k.data(), L.k_new, Hkv));
+  rope(rope_rows(s, t.k.data(), half ? t.k_rot.data() : L.k_new, Hkv));
   SdpaArgs a{};
   a.q = t.q_rot.data();
-  a.k = L.k_cache;
-  a.v = L.v_cache;
+  if (half) { // the new rows rounded as the cache will hold them, and read so now too
+    to_halves(t.k_rot.data(), L.k_new_f16, B * Hkv * Dh);
+    to_halves(t.v.data(), L.v_new_f16, B * Hkv * Dh);
+    a.k_f16 = L.k_cache_f16;
+    a.v_f16 = L.v_cache_f16;
+    a.k_last_f16 = L.k_new_f16;
+    a.v_last_f16 = L.v_new_f16;
+  } else {
+    a.k = L.k_cache;
+    a.v = L.v_cache;
+    a.k_last = L.k_new;
+    a.v_last = L.v_new;
+  }
   a.out = t.attn.data();
   a.B = B;
   a.Hq = s.p.n_heads;
@@ -125,8 +152,6 @@ void run_layer(const Step& s, Layer& L, Scratch& t) {
   a.scale = s.p.scale;
   a.causal = false; // one query row sees every key up to its own
   a.key_start = s.key_start;
-  a.k_last = L.k_new;
-  a.v_last = L.v_new;
   sdpa(a);
   L.o.x = t.attn.data();
   L.o.y = t.proj.data();
@@ -181,8 +206,10 @@ std::vector<mx::array> decode_layers(
   require(cache_shape.size() == 4 && cache_shape[0] == B && cache_shape[1] == p.n_kv_heads && cache_shape[3] == head_dim,
           "caches must be [B, n_kv_heads, capacity, head_dim]");
   require(p.write_index >= 0 && p.write_index < cache_shape[2], "write_index must be inside the caches' capacity");
+  const mx::Dtype cache_dtype = caches[0].dtype();
+  require(cache_dtype == mx::float32 || cache_dtype == mx::float16, "the caches must be float32 or float16");
   for (const auto& c : caches) {
-    require(c.dtype() == mx::float32 && c.shape() == cache_shape, "every cache must be float32 of one shape");
+    require(c.dtype() == cache_dtype && c.shape() == cache_shape, "every cache must have one dtype and shape");
   }
   auto stream = cpu_stream();
   std::vector<mx::array> inputs{h, as_contiguous(positions, stream), as_contiguous(key_start, stream), as_contiguous(inv_freq, stream)};
@@ -192,7 +219,7 @@ std::vector<mx::array> decode_layers(
   inputs.insert(inputs.end(), caches.begin(), caches.end());
   std::vector<mx::Shape> shapes{h.shape(), {layers, 2, B, p.n_kv_heads, head_dim}};
   return mx::array::make_arrays(
-      std::move(shapes), {mx::float32, mx::float32}, std::make_shared<DecodeLayers>(stream, p), std::move(inputs));
+      std::move(shapes), {mx::float32, cache_dtype}, std::make_shared<DecodeLayers>(stream, p), std::move(inputs));
 }
 
 void DecodeLayers::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
@@ -219,7 +246,7 @@ void DecodeLayers::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx
   s.inv_freq = inputs[3].data<float>();
   s.h = outputs[0].data<float>();
   const int64_t rows = s.B * p_.n_kv_heads * s.head_dim;
-  float* new_rows = outputs[1].data<float>();
+  const bool half = outputs[1].dtype() == mx::float16; // the caches' dtype
   std::vector<Layer> stack(layers);
   for (int l = 0; l < layers; ++l) {
     const int base = kFixed + l * kLayerWeights;
@@ -236,10 +263,17 @@ void DecodeLayers::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx
     L.gate = proj(kGate, p_.mlp_group_size, p_.mlp_bits);
     L.up = proj(kUp, p_.mlp_group_size, p_.mlp_bits);
     L.down = proj(kDown, p_.mlp_group_size, p_.mlp_bits);
-    L.k_cache = caches[2 * l].data<float>();
-    L.v_cache = caches[2 * l + 1].data<float>();
-    L.k_new = new_rows + (2 * l) * rows;
-    L.v_new = new_rows + (2 * l + 1) * rows;
+    if (half) {
+      L.k_cache_f16 = caches[2 * l].data<uint16_t>();
+      L.v_cache_f16 = caches[2 * l + 1].data<uint16_t>();
+      L.k_new_f16 = outputs[1].data<uint16_t>() + (2 * l) * rows;
+      L.v_new_f16 = outputs[1].data<uint16_t>() + (2 * l + 1) * rows;
+    } else {
+      L.k_cache = caches[2 * l].data<float>();
+      L.v_cache = caches[2 * l + 1].data<float>();
+      L.k_new = outputs[1].data<float>() + (2 * l) * rows;
+      L.v_new = outputs[1].data<float>() + (2 * l + 1) * rows;
+    }
   }
   encoder.dispatch([s, stack = std::move(stack), x = h.data<float>()]() mutable {
     std::memcpy(s.h, x, s.B * s.D * sizeof(float));
@@ -265,15 +299,56 @@ std::vector<mx::Shape> DecodeLayers::output_shapes(const std::vector<mx::array>&
   return {inputs[0].shape(), {layers, 2, cache.shape(0), cache.shape(1), cache.shape(3)}};
 }
 
+namespace {
+
+// Queue the write of rows src [heads, D] into row `index` of out [heads, capacity, D]
+// (T: float or uint16_t half bits; R: T, or float rounded to half), after copying
+// `source` into out when it was not donated.
+template <typename T, typename R>
+void dispatch_write(
+    mx::cpu::CommandEncoder& encoder,
+    const std::optional<mx::array>& source,
+    mx::array& out,
+    const R* src,
+    int64_t heads,
+    int64_t capacity,
+    int64_t D,
+    int index) {
+  encoder.dispatch([source, dst = out.data<T>(), src, heads, capacity, D, index]() {
+    if (source) {
+      const auto& c = *source;
+      if (c.flags().row_contiguous) {
+        std::memcpy(dst, c.data<T>(), c.nbytes());
+      } else {
+        gather_strided(c.data<T>(), {c.shape().begin(), c.shape().end()}, {c.strides().begin(), c.strides().end()}, dst);
+      }
+    }
+    for (int64_t bh = 0; bh < heads; ++bh) {
+      T* row = dst + (bh * capacity + index) * D;
+      if constexpr (std::is_same_v<T, R>) {
+        std::memcpy(row, src + bh * D, D * sizeof(T));
+      } else {
+        for (int64_t d = 0; d < D; ++d) {
+          row[d] = float_to_half(src[bh * D + d]);
+        }
+      }
+    }
+  });
+}
+
+} // namespace
+
 mx::array kv_write(const mx::array& cache, const mx::array& rows, int layer, int which, int index) {
-  require(cache.dtype() == mx::float32 && cache.ndim() == 4, "cache must be float32 [B, Hkv, capacity, head_dim]");
-  require(rows.dtype() == mx::float32 && rows.ndim() == 5, "rows must be float32 [layers, 2, B, Hkv, head_dim]");
+  require((cache.dtype() == mx::float32 || cache.dtype() == mx::float16) && cache.ndim() == 4,
+          "cache must be float32 or float16 [B, Hkv, capacity, head_dim]");
+  require((rows.dtype() == cache.dtype() || rows.dtype() == mx::float32) && rows.ndim() == 5,
+          "rows must be [layers, 2, B, Hkv, head_dim] of the cache's dtype or float32");
   require(rows.shape(2) == cache.shape(0) && rows.shape(3) == cache.shape(1) && rows.shape(4) == cache.shape(3),
           "rows must match the cache's batch, heads and head size");
   require(layer >= 0 && layer < rows.shape(0) && (which == 0 || which == 1), "layer or which is out of range");
   require(index >= 0 && index < cache.shape(2), "index must be inside the cache's capacity");
   auto stream = cpu_stream();
-  return mx::array(cache.shape(), mx::float32, std::make_shared<KvWrite>(stream, layer, which, index), {cache, rows});
+  return mx::array(cache.shape(), cache.dtype(), std::make_shared<KvWrite>(stream, layer, which, index), {cache, rows});
 }
 
 void KvWrite::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
@@ -291,20 +366,14 @@ void KvWrite::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::arr
     write_copies.fetch_add(1);
   }
   const int64_t B = cache.shape(0), H = cache.shape(1), capacity = cache.shape(2), D = cache.shape(3);
-  const float* src = rows.data<float>() + ((layer_ * 2 + which_) * B * H) * D;
-  encoder.dispatch([source, dst = out.data<float>(), src, B, H, capacity, D, index = index_]() {
-    if (source) {
-      const auto& c = *source;
-      if (c.flags().row_contiguous) {
-        std::memcpy(dst, c.data<float>(), c.nbytes());
-      } else {
-        gather_strided(c.data<float>(), {c.shape().begin(), c.shape().end()}, {c.strides().begin(), c.strides().end()}, dst);
-      }
-    }
-    for (int64_t bh = 0; bh < B * H; ++bh) {
-      std::memcpy(dst + (bh * capacity + index) * D, src + bh * D, D * sizeof(float));
-    }
-  });
+  const int64_t first = ((layer_ * 2 + which_) * B * H) * D;
+  if (cache.dtype() == mx::float32) {
+    dispatch_write<float, float>(encoder, source, out, rows.data<float>() + first, B * H, capacity, D, index_);
+  } else if (rows.dtype() == mx::float16) {
+    dispatch_write<uint16_t, uint16_t>(encoder, source, out, rows.data<uint16_t>() + first, B * H, capacity, D, index_);
+  } else { // float32 rows into a float16 cache: rounded as MLX's astype(float16)
+    dispatch_write<uint16_t, float>(encoder, source, out, rows.data<float>() + first, B * H, capacity, D, index_);
+  }
 }
 
 void KvWrite::eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) {

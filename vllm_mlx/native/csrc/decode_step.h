@@ -31,8 +31,10 @@ struct DecodeParams {
 constexpr int kLayerWeights = 23;
 
 // h [B, 1, D] float32 -> {h after every layer, new rows [layers, 2, B, Hkv, head_dim]
-// (this token's key, then value, per layer)}. caches: per layer k then v, float32
-// [B, Hkv, capacity, head_dim] holding rows 0 .. write_index - 1, capacity > write_index.
+// (this token's key, then value, per layer) of the caches' dtype}. caches: per layer k
+// then v, all float32 or all float16, [B, Hkv, capacity, head_dim] holding rows
+// 0 .. write_index - 1, capacity > write_index. Float16 caches: the new rows are rounded
+// to half (as the cache holds them) before this step's attention reads them.
 // positions int32 [B]: this token's RoPE position per sequence; key_start int32 [B]:
 // the first cache row each sequence attends to (a batch's left padding).
 std::vector<mx::array> decode_layers(
@@ -59,8 +61,9 @@ class DecodeLayers : public mx::Primitive {
   DecodeParams p_;
 };
 
-// cache [B, Hkv, capacity, head_dim] with row `index` set to rows[layer, which]: in
-// place when MLX may donate the cache's storage, else into a copy.
+// cache [B, Hkv, capacity, head_dim] (float32 or float16) with row `index` set to
+// rows[layer, which] (the cache's dtype, or float32 rounded to half to nearest even as
+// MLX's astype does): in place when MLX may donate the cache's storage, else into a copy.
 mx::array kv_write(const mx::array& cache, const mx::array& rows, int layer, int which, int index);
 
 class KvWrite : public mx::Primitive {

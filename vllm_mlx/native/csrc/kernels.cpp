@@ -181,7 +181,11 @@ void dequantize_rows(const QmmArgs& a, int64_t n0, int64_t n1) {
   }
 }
 
-void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part) {
+namespace {
+
+// T: float or uint16_t (half bits) keys and values, one instantiation each.
+template <typename T>
+void sdpa_task_as(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part) {
   const int64_t group = a.Hq / a.Hkv;
   const int64_t D = a.D;
   std::vector<float> scores(std::max<int64_t>(1, l1 - l0));
@@ -193,10 +197,10 @@ void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1
       const int64_t limit = a.causal ? std::min(l1, a.Lk - a.Lq + i + 1) : l1;
       float max_score = -std::numeric_limits<float>::infinity();
       for (int64_t l = l0; l < limit; ++l) {
-        const float* k = sdpa_key(a, b, hkv, l);
+        const T* k = sdpa_key<T>(a, b, hkv, l);
         float dot = 0.0f;
         for (int64_t d = 0; d < D; ++d) {
-          dot += q[d * a.q_strides[3]] * k[d * a.k_strides[3]];
+          dot += q[d * a.q_strides[3]] * to_float(k[d * a.k_strides[3]]);
         }
         scores[l - l0] = sdpa_allowed(a, b, h, i, l) ? dot * a.scale : -std::numeric_limits<float>::infinity();
         max_score = std::max(max_score, scores[l - l0]);
@@ -207,14 +211,24 @@ void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1
       for (int64_t l = l0; l < limit && max_score > -std::numeric_limits<float>::infinity(); ++l) {
         const float p = std::exp(scores[l - l0] - max_score);
         sum += p;
-        const float* v = sdpa_value(a, b, hkv, l);
+        const T* v = sdpa_value<T>(a, b, hkv, l);
         for (int64_t d = 0; d < D; ++d) {
-          acc[d] += p * v[d * a.v_strides[3]];
+          acc[d] += p * to_float(v[d * a.v_strides[3]]);
         }
       }
       out[0] = max_score;
       out[1] = sum;
     }
+  }
+}
+
+} // namespace
+
+void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part) {
+  if (a.k_f16 != nullptr) {
+    sdpa_task_as<uint16_t>(a, b, hkv, l0, l1, part);
+  } else {
+    sdpa_task_as<float>(a, b, hkv, l0, l1, part);
   }
 }
 

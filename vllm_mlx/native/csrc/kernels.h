@@ -3,6 +3,7 @@
 #pragma once
 
 #include <bit>
+#include <cmath>
 #include <cstdint>
 
 namespace vmlx {
@@ -41,8 +42,42 @@ inline float half_to_float(uint16_t h) {
   return std::bit_cast<float>(bits);
 }
 
+// float -> IEEE half bits, rounded to nearest even (MLX's astype(float16)), portable:
+// a decode step converts only its new key/value rows (a few hundred values a layer).
+inline uint16_t float_to_half(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  const uint32_t ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u) { // nan: quiet, payload's top bits kept
+    return sign | 0x7e00u | static_cast<uint16_t>((ax >> 13) & 0x3ffu);
+  }
+  if (ax >= 0x477ff000u) { // >= 65520 (or inf) rounds to inf
+    return sign | 0x7c00u;
+  }
+  if (ax < 0x38800000u) { // below 2^-14: a subnormal half (units of 2^-24) or zero
+    const float units = std::bit_cast<float>(ax) * 16777216.0f; // exact: a power of two
+    return sign | static_cast<uint16_t>(std::nearbyint(units)); // the default mode: to even
+  }
+  uint32_t h = (ax - 0x38000000u) >> 13; // rebias the exponent by 127 - 15, keep 10 bits
+  const uint32_t rest = ax & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) {
+    ++h; // a carry into the exponent is still the right half
+  }
+  return sign | static_cast<uint16_t>(h);
+}
+
+inline float to_float(float x) {
+  return x;
+}
+
+inline float to_float(uint16_t h) {
+  return half_to_float(h);
+}
+
 // Decode-time attention for one query block: q [B, Hq, Lq, D], k/v [B, Hkv, Lk, D]
 // given by element strides, out [B, Hq, Lq, D] contiguous. Query row i of Lq sees keys 0 .. Lk - Lq + i (causal) or all keys.
+// K/V are float32 (k, v, k_last, v_last) or, when k_f16 is set, float16 (the *_f16
+// pointers, IEEE half bits: a float16 KV cache, half the bytes a decode step reads).
 struct SdpaArgs {
   const float* q;
   const float* k;
@@ -64,18 +99,53 @@ struct SdpaArgs {
   // contiguous (a decode step attends to its own new row before the cache holds it)
   const float* k_last;
   const float* v_last;
+  const uint16_t* k_f16 = nullptr;
+  const uint16_t* v_f16 = nullptr;
+  const uint16_t* k_last_f16 = nullptr;
+  const uint16_t* v_last_f16 = nullptr;
 };
 
-inline const float* sdpa_key(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l) {
-  return a.k_last != nullptr && l == a.Lk - 1
-      ? a.k_last + (b * a.Hkv + hkv) * a.D
-      : a.k + b * a.k_strides[0] + hkv * a.k_strides[1] + l * a.k_strides[2];
+// K/V storage of element type T (float, or uint16_t half bits): which 0 keys, 1 values.
+template <typename T>
+struct SdpaKv;
+
+template <>
+struct SdpaKv<float> {
+  static const float* cache(const SdpaArgs& a, int which) {
+    return which == 0 ? a.k : a.v;
+  }
+  static const float* last(const SdpaArgs& a, int which) {
+    return which == 0 ? a.k_last : a.v_last;
+  }
+};
+
+template <>
+struct SdpaKv<uint16_t> {
+  static const uint16_t* cache(const SdpaArgs& a, int which) {
+    return which == 0 ? a.k_f16 : a.v_f16;
+  }
+  static const uint16_t* last(const SdpaArgs& a, int which) {
+    return which == 0 ? a.k_last_f16 : a.v_last_f16;
+  }
+};
+
+template <typename T>
+inline const T* sdpa_row(const SdpaArgs& a, int which, int64_t b, int64_t hkv, int64_t l) {
+  const T* last = SdpaKv<T>::last(a, which);
+  const int64_t* strides = which == 0 ? a.k_strides : a.v_strides;
+  return last != nullptr && l == a.Lk - 1
+      ? last + (b * a.Hkv + hkv) * a.D
+      : SdpaKv<T>::cache(a, which) + b * strides[0] + hkv * strides[1] + l * strides[2];
 }
 
-inline const float* sdpa_value(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l) {
-  return a.v_last != nullptr && l == a.Lk - 1
-      ? a.v_last + (b * a.Hkv + hkv) * a.D
-      : a.v + b * a.v_strides[0] + hkv * a.v_strides[1] + l * a.v_strides[2];
+template <typename T = float>
+inline const T* sdpa_key(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l) {
+  return sdpa_row<T>(a, 0, b, hkv, l);
+}
+
+template <typename T = float>
+inline const T* sdpa_value(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l) {
+  return sdpa_row<T>(a, 1, b, hkv, l);
 }
 
 // Whether query row i of head h may see key l (the mask and key_start; causal is a limit).

@@ -188,7 +188,9 @@ mx::array attention(
     const mx::array& v,
     float scale,
     bool causal) {
-  require(q.dtype() == mx::float32 && k.dtype() == mx::float32 && v.dtype() == mx::float32, "q, k, v must be float32");
+  require(q.dtype() == mx::float32, "q must be float32");
+  require(k.dtype() == v.dtype() && (k.dtype() == mx::float32 || k.dtype() == mx::float16),
+          "k and v must both be float32 or both float16");
   require(q.ndim() == 4 && k.ndim() == 4 && v.ndim() == 4, "q, k, v must be 4-D [B, H, L, D]");
   require(k.shape() == v.shape(), "k and v must have one shape");
   require(q.shape(0) == k.shape(0) && q.shape(3) == k.shape(3), "q and k must agree on B and D");
@@ -232,8 +234,13 @@ void Attention::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::a
   encoder.set_output_array(out);
   SdpaArgs args{};
   args.q = q.data<float>();
-  args.k = k.data<float>();
-  args.v = v.data<float>();
+  if (k.dtype() == mx::float16) { // a float16 KV cache, read as half bits
+    args.k_f16 = k.data<uint16_t>();
+    args.v_f16 = v.data<uint16_t>();
+  } else {
+    args.k = k.data<float>();
+    args.v = v.data<float>();
+  }
   args.out = out.data<float>();
   args.B = q.shape(0);
   args.Hq = q.shape(1);

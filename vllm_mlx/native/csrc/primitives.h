@@ -51,8 +51,9 @@ mx::array quantized_matmul(
 // dequantize(w, scales, biases) as a float32 [N, K] array (same layouts as above).
 mx::array dequantize(const mx::array& w, const mx::array& scales, const mx::array& biases, int group_size, int bits);
 
-// softmax(q k^T * scale [causal]) v for float32 q [B, Hq, Lq, D], k/v [B, Hkv, Lk, D],
-// Hq a multiple of Hkv (grouped-query attention), without a mask array.
+// softmax(q k^T * scale [causal]) v for float32 q [B, Hq, Lq, D], k/v [B, Hkv, Lk, D]
+// both float32 or both float16 (a float16 KV cache; out is float32 either way), Hq a
+// multiple of Hkv (grouped-query attention), without a mask array.
 mx::array attention(
     const mx::array& q,
     const mx::array& k,

@@ -1,5 +1,6 @@
-// Packing strided float32 views (transposed or sliced activations) into contiguous
-// temporaries inside a primitive, instead of a Contiguous node in the graph.
+// Packing strided float32 (or float16: a KV cache's) views — transposed or sliced
+// activations, trimmed caches — into contiguous temporaries inside a primitive, instead
+// of a Contiguous node in the graph.
 #pragma once
 
 #include <cstdint>
@@ -10,14 +11,16 @@
 
 namespace vmlx {
 
-// dst[i] = src at the i-th index of `shape` (row-major) under element `strides`.
+// dst[i] = src at the i-th index of `shape` (row-major) under element `strides`; T is
+// float or uint16_t (half bits, copied as they are).
+template <typename T>
 void gather_strided(
-    const float* src,
+    const T* src,
     const std::vector<int64_t>& shape,
     const std::vector<int64_t>& strides,
-    float* dst);
+    T* dst);
 
-// `a` itself when row-contiguous; else a new contiguous array the encoder fills (a copy
+// `a` (float32 or float16) itself when row-contiguous; else a new contiguous array of its dtype the encoder fills (a copy
 // task queued before the caller's) and keeps alive until the tasks using it are done.
 mlx::core::array packed_input(const mlx::core::array& a, mlx::core::cpu::CommandEncoder& encoder);
 

@@ -1,0 +1,298 @@
+// AVX2 + FMA + F16C body of the decode attention (kernels.h: SdpaArgs): compiled with
+// -mavx2 -mfma -mf16c (x86-64 only), called only when the CPU has all three (kernels.cpp).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "avx2_math.h"
+#include "kernels.h"
+
+namespace vmlx::avx2 {
+
+namespace {
+
+// Keys and values are float or uint16_t (half bits, converted 8 at a time by F16C's
+// vcvtph2ps): the bodies are templates on that type T, so the float32 path is the same
+// code as before.
+
+// acc[0:D] += p * v[0:D]
+template <typename T>
+inline void axpy(float* acc, float p, const T* v, int64_t D) {
+  const __m256 pv = _mm256_set1_ps(p);
+  int64_t d = 0;
+  for (; d + 8 <= D; d += 8) {
+    _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(pv, load8(v + d), _mm256_loadu_ps(acc + d)));
+  }
+  for (; d < D; ++d) {
+    acc[d] += p * scalar(v[d]);
+  }
+}
+
+// dots[r] = q[r] . k over 8 V floats, for n <= 4 query rows sharing each load of k.
+template <int V, typename T>
+inline void row_dots(const float* const* q, int n, const T* k, float* dots) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int j = 0; j < V; ++j) {
+    const __m256 kv = load8(k + 8 * j);
+    for (int r = 0; r < n; ++r) {
+      acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + 8 * j), kv, acc[r]);
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    dots[r] = hsum(acc[r]);
+  }
+}
+
+// dots[r][j] = q[r] . k[j] over 8 V floats for R <= 3 query rows and 4 key rows: 4R
+// independent FMA chains (row_dots has one per row, latency-bound), and the 4 sums of a
+// row reduced at once (a 4x4 transpose), in hsum's order, so each dot is row_dots' bits.
+template <int V, int R, typename T>
+inline void dots_4keys(const float* const* q, const T* const* k, float dots[][4]) {
+  __m256 acc[R][4];
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < 4; ++j) {
+      acc[r][j] = _mm256_setzero_ps();
+    }
+  }
+  for (int d = 0; d < V; ++d) {
+    __m256 kv[4];
+    for (int j = 0; j < 4; ++j) {
+      kv[j] = load8(k[j] + 8 * d);
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m256 qv = _mm256_loadu_ps(q[r] + 8 * d);
+      for (int j = 0; j < 4; ++j) {
+        acc[r][j] = _mm256_fmadd_ps(qv, kv[j], acc[r][j]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    __m128 s[4];
+    for (int j = 0; j < 4; ++j) {
+      s[j] = _mm_add_ps(_mm256_castps256_ps128(acc[r][j]), _mm256_extractf128_ps(acc[r][j], 1));
+    }
+    _MM_TRANSPOSE4_PS(s[0], s[1], s[2], s[3]); // s[i]: element i of each key's sum
+    _mm_storeu_ps(dots[r], _mm_add_ps(_mm_add_ps(s[0], s[2]), _mm_add_ps(s[1], s[3])));
+  }
+}
+
+template <int V, typename T>
+inline void dots_tile(int rows, const float* const* q, const T* const* k, float dots[][4]) {
+  switch (rows) {
+    case 1: dots_4keys<V, 1, T>(q, k, dots); break;
+    case 2: dots_4keys<V, 2, T>(q, k, dots); break;
+    default: dots_4keys<V, 3, T>(q, k, dots); break;
+  }
+}
+
+// out[r][0 : 8 V] = sum over keys l in [l0, l1) of p[r][l - l0] * value row l for R <= 3
+// rows with one key range: each value row loaded (and, if half, converted) once for all
+// R rows, 4 vectors at a time so the 4R sums stay in registers. Each sum runs over the
+// keys in order, one FMA per key, so every row gets the bits a row on its own gets.
+template <int V, int R, typename T>
+void weighted_sums(
+    const SdpaArgs& a,
+    int64_t b,
+    int64_t hkv,
+    int64_t l0,
+    int64_t l1,
+    const float* const* p,
+    float* const* out) {
+  constexpr int W = 4; // vectors of a value row per pass
+  for (int h = 0; h < V; h += W) {
+    __m256 acc[R][W];
+    for (int r = 0; r < R; ++r) {
+      for (int i = 0; i < W; ++i) {
+        acc[r][i] = _mm256_setzero_ps();
+      }
+    }
+    for (int64_t l = l0; l < l1; ++l) {
+      const T* v = sdpa_value<T>(a, b, hkv, l) + 8 * h;
+      __m256 vv[W];
+      for (int i = 0; i < W; ++i) {
+        vv[i] = load8(v + 8 * i);
+      }
+      for (int r = 0; r < R; ++r) {
+        const __m256 w = _mm256_set1_ps(p[r][l - l0]);
+        for (int i = 0; i < W; ++i) {
+          acc[r][i] = _mm256_fmadd_ps(w, vv[i], acc[r][i]);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      for (int i = 0; i < W; ++i) {
+        _mm256_storeu_ps(out[r] + 8 * (h + i), acc[r][i]);
+      }
+    }
+  }
+}
+
+template <int V, typename T>
+void weighted_tile(
+    int rows,
+    const SdpaArgs& a,
+    int64_t b,
+    int64_t hkv,
+    int64_t l0,
+    int64_t l1,
+    const float* const* p,
+    float* const* out) {
+  switch (rows) {
+    case 1: weighted_sums<V, 1, T>(a, b, hkv, l0, l1, p, out); break;
+    case 2: weighted_sums<V, 2, T>(a, b, hkv, l0, l1, p, out); break;
+    default: weighted_sums<V, 3, T>(a, b, hkv, l0, l1, p, out); break;
+  }
+}
+
+template <typename T>
+void sdpa_task_as(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part) {
+  const int64_t group = a.Hq / a.Hkv;
+  const int64_t D = a.D;
+  const int64_t rows = group * a.Lq;
+  const int64_t span = std::max<int64_t>(1, l1 - l0);
+  thread_local std::vector<float> scores;
+  scores.resize(rows * span);
+  // Pass 1: all scores of this key range, each key row read once for every query row.
+  thread_local std::vector<int64_t> limit;
+  limit.resize(rows);
+  for (int64_t row = 0; row < rows; ++row) {
+    const int64_t i = row % a.Lq;
+    limit[row] = a.causal ? std::min(l1, a.Lk - a.Lq + i + 1) : l1;
+  }
+  // each row's query and head once, not an integer division per key and row
+  thread_local std::vector<const float*> query;
+  thread_local std::vector<int64_t> head;
+  query.resize(rows);
+  head.resize(rows);
+  for (int64_t row = 0; row < rows; ++row) {
+    head[row] = hkv * group + row / a.Lq;
+    query[row] = a.q + b * a.q_strides[0] + head[row] * a.q_strides[1] + (row % a.Lq) * a.q_strides[2];
+  }
+  const bool unmasked = a.mask == nullptr && a.key_start == nullptr;
+  // a left-padded batch's first key: the ones before it score -inf (weight 0)
+  const int64_t first = a.key_start != nullptr ? a.key_start[b] : 0;
+  // float32 caches with key_start (decode_layers) keep the body they had, whose dots sum
+  // in dot's order: VLLM_MLX_NATIVE_KV=f32 gives the bits it gave before float16 caches
+  const bool tiled = a.mask == nullptr && (a.key_start == nullptr || std::is_same_v<T, uint16_t>);
+  if (tiled && (D == 64 || D == 128)) { // key rows in fours, query rows in threes
+    int64_t l = l0;
+    for (; l + 4 <= l1; l += 4) {
+      const T* k[4] = {
+          sdpa_key<T>(a, b, hkv, l), sdpa_key<T>(a, b, hkv, l + 1), sdpa_key<T>(a, b, hkv, l + 2),
+          sdpa_key<T>(a, b, hkv, l + 3)};
+      for (int64_t row = 0; row < rows; row += 3) {
+        const int n = static_cast<int>(std::min<int64_t>(3, rows - row));
+        float dots[3][4];
+        if (D == 64) {
+          dots_tile<8, T>(n, query.data() + row, k, dots);
+        } else {
+          dots_tile<16, T>(n, query.data() + row, k, dots);
+        }
+        for (int r = 0; r < n; ++r) {
+          for (int j = 0; j < 4; ++j) {
+            const bool seen = l + j >= first && l + j < limit[row + r];
+            scores[(row + r) * span + (l + j - l0)] =
+                seen ? dots[r][j] * a.scale : -std::numeric_limits<float>::infinity();
+          }
+        }
+      }
+    }
+    for (; l < l1; ++l) {
+      const T* k = sdpa_key<T>(a, b, hkv, l);
+      for (int64_t row = 0; row < rows; row += 4) {
+        const int n = static_cast<int>(std::min<int64_t>(4, rows - row));
+        float dots[4];
+        if (D == 64) {
+          row_dots<8, T>(query.data() + row, n, k, dots);
+        } else {
+          row_dots<16, T>(query.data() + row, n, k, dots);
+        }
+        for (int r = 0; r < n; ++r) {
+          const bool seen = l >= first && l < limit[row + r];
+          scores[(row + r) * span + (l - l0)] = seen ? dots[r] * a.scale : -std::numeric_limits<float>::infinity();
+        }
+      }
+    }
+  } else {
+  for (int64_t l = l0; l < l1; ++l) {
+    const T* k = sdpa_key<T>(a, b, hkv, l);
+    for (int64_t row = 0; row < rows; ++row) {
+      scores[row * span + (l - l0)] = l < limit[row] && (unmasked || sdpa_allowed(a, b, head[row], row % a.Lq, l))
+          ? dot(k, query[row], D) * a.scale
+          : -std::numeric_limits<float>::infinity();
+    }
+  }
+  }
+  // Pass 2: softmax numerators, vectorized.
+  for (int64_t row = 0; row < rows; ++row) {
+    float* out = part + row * (D + 2);
+    float* s = scores.data() + row * span;
+    const int64_t n = limit[row] - l0;
+    if (n <= 0) {
+      out[0] = -std::numeric_limits<float>::infinity();
+      out[1] = 0.0f;
+      std::fill(out + 2, out + 2 + D, 0.0f);
+      continue;
+    }
+    const float max_score = row_max(s, n);
+    if (max_score == -std::numeric_limits<float>::infinity()) { // every key masked
+      out[0] = max_score;
+      out[1] = 0.0f;
+      std::fill(out + 2, out + 2 + D, 0.0f);
+      limit[row] = l0; // and no value rows in pass 3
+      continue;
+    }
+    const float sum = exp_sum(s, n, max_score);
+    out[0] = max_score;
+    out[1] = sum;
+    std::fill(out + 2, out + 2 + D, 0.0f);
+  }
+  // Pass 3: weighted sum of the value rows. Head sizes 64 and 128 keep up to 3 rows'
+  // sums in registers over their keys, each value row read once for them; others add
+  // into memory, each value row read once for every query row.
+  if (D == 64 || D == 128) {
+    for (int64_t row = 0; row < rows;) {
+      int n = 1; // up to 3 rows with one key range (a decode step's rows all have one)
+      while (n < 3 && row + n < rows && limit[row + n] == limit[row]) {
+        ++n;
+      }
+      const float* p[3];
+      float* out[3];
+      for (int r = 0; r < n; ++r) {
+        p[r] = scores.data() + (row + r) * span;
+        out[r] = part + (row + r) * (D + 2) + 2;
+      }
+      if (D == 64) {
+        weighted_tile<8, T>(n, a, b, hkv, l0, limit[row], p, out);
+      } else {
+        weighted_tile<16, T>(n, a, b, hkv, l0, limit[row], p, out);
+      }
+      row += n;
+    }
+    return;
+  }
+  for (int64_t l = l0; l < l1; ++l) {
+    const T* v = sdpa_value<T>(a, b, hkv, l);
+    for (int64_t row = 0; row < rows; ++row) {
+      if (l < limit[row]) {
+        axpy(part + row * (D + 2) + 2, scores[row * span + (l - l0)], v, D);
+      }
+    }
+  }
+}
+
+} // namespace
+
+void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part) {
+  if (a.k_f16 != nullptr) {
+    sdpa_task_as<uint16_t>(a, b, hkv, l0, l1, part);
+  } else {
+    sdpa_task_as<float>(a, b, hkv, l0, l1, part);
+  }
+}
+
+} // namespace vmlx::avx2
