@@ -15,7 +15,7 @@ from test_patch import PROMPT, greedy, half_writes, quantized_llama
 
 from vllm_mlx import native
 from vllm_mlx.engine.prefix_cache import shared_copy
-from vllm_mlx.native import patch
+from vllm_mlx.native import heap, patch
 from vllm_mlx.native.decode import NativeLlamaModel, layer_weights
 from vllm_mlx.native.layers import KV_ENV
 
@@ -218,3 +218,24 @@ def test_rejected_arguments_raise_value_error() -> None:
     ):
         with pytest.raises(ValueError):
             native.kv_write(cache_array, new_rows, 0, 0, 0)
+
+
+@pytest.mark.parametrize("prompt_tokens, trims", [(600, 1), (40, 0)])
+def test_the_heap_is_trimmed_once_after_a_long_prompt(
+    monkeypatch: pytest.MonkeyPatch, prompt_tokens: int, trims: int
+) -> None:
+    """At the first decode step after a prompt of 512+ tokens (run in blocks), not after a
+    short one, and not again while decoding (the real trim still runs)."""
+    model = quantized_llama(4, 32)
+    patch.enable(model)
+    calls: list[bool] = []
+    real = heap.trim
+    monkeypatch.setattr(heap, "trim", lambda: calls.append(real()) or calls[-1])
+    cache = make_prompt_cache(model)
+    ids = mx.array([list(range(1, prompt_tokens + 1))]) % 100
+    for block in range(0, prompt_tokens, 256):  # mlx-lm's prefill blocks
+        model(ids[:, block : block + 256], cache=cache)
+    token = mx.array([[3]])
+    for _ in range(4):
+        mx.eval(model(token, cache=cache))
+    assert calls == [True] * trims

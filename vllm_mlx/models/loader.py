@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from vllm_mlx.models.default_model import DEFAULT_MODEL_NAME, is_default_model_name
 from vllm_mlx.models.errors import ModelLoadError
-from vllm_mlx.models.memory import fix_malloc_threshold, freeze_loaded_objects, limit_buffer_cache
+from vllm_mlx.models.memory import freeze_loaded_objects, limit_buffer_cache
 from vllm_mlx.models.resolve import resolve_model
 from vllm_mlx.native import available as native_available
 from vllm_mlx.native import status as native_status
@@ -109,9 +109,8 @@ def load_model(
     from mlx_lm.utils import load
 
     on_cpu = computes_on_cpu()
-    if on_cpu:  # before any weight is read: loading leaves the most freed blocks
+    if on_cpu:
         limit_buffer_cache()
-        fix_malloc_threshold()
     try:
         model, tokenizer, config = load(  # type: ignore[misc]
             str(path), return_config=True, lazy=shard is not None

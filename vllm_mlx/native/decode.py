@@ -21,6 +21,7 @@ from mlx_lm.models import llama
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
 from vllm_mlx import native
+from vllm_mlx.native import heap
 from vllm_mlx.native.layers import BlockShape, NativeLlamaBlock
 
 
@@ -54,10 +55,11 @@ def stack_shape(model: Any) -> StackShape | None:
 
 
 class _Pending:
-    """The last decode step's new rows (a plain object: nn.Module would take an array
-    attribute for a parameter)."""
+    """The last decode step's new rows, and the prompt tokens run since the last decode
+    step (a plain object: nn.Module would take an array attribute for a parameter)."""
 
     rows: mx.array | None = None
+    prompt_tokens: int = 0
 
 
 def route_model(model: Any, shape: StackShape) -> None:
@@ -142,6 +144,8 @@ class NativeLlamaModel(llama.LlamaModel):
                 h = self["embed_tokens"](inputs)
                 if h.dtype == mx.float32:
                     return self._decode(h, list(cache), position)
+        if cache is not None and inputs.ndim == 2:
+            self.pending.prompt_tokens += inputs.shape[1]
         return super().__call__(inputs, cache, input_embeddings)
 
     def _decode(self, h: mx.array, cache: list[Any], at: _Position) -> mx.array:
@@ -175,4 +179,7 @@ class NativeLlamaModel(llama.LlamaModel):
             mx.eval(self.pending.rows)
         mx.eval(caches)
         self.pending.rows = rows
+        if self.pending.prompt_tokens >= heap.TRIM_AFTER_TOKENS:
+            heap.trim()  # the prompt has run: its freed blocks leave the process
+        self.pending.prompt_tokens = 0
         return self["norm"](h)
