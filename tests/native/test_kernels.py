@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_patch import quantized_llama
 
 from vllm_mlx import native
+from vllm_mlx.native import patch
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="vllm_mlx.native is not built")
 SETTINGS = settings(
@@ -289,3 +291,12 @@ def test_int16_decode_products_leave_special_x_to_the_float_body(isa, bits: int,
         assert np.allclose(got, np.array(ref), rtol=1e-3, atol=1e-2)
     else:
         assert not np.isfinite(got).any() and np.array_equal(got, exact, equal_nan=True)
+
+
+def test_a_bad_activations_switch_fails_the_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(native.ACTIVATIONS_ENV, "int8")
+    with pytest.raises(ValueError, match=native.ACTIVATIONS_ENV):
+        patch.enable(quantized_llama(4, 32))
+    monkeypatch.setenv(native.ACTIVATIONS_ENV, "float")
+    assert patch.enable(quantized_llama(4, 32)).linear > 0
+    assert not native.set_activations("int8") and native.set_activations("float")

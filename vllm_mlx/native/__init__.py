@@ -33,6 +33,7 @@ KERNELS = (
     "logsumexp",
 )
 DISABLE_ENV = "VLLM_MLX_NATIVE"  # "0" turns the kernels off without rebuilding
+ACTIVATIONS_ENV = "VLLM_MLX_NATIVE_ACTIVATIONS"  # "int16" (default) or "float" (read in C++)
 _routed: list[str] = []  # what patch.enable routed, latest last (for status())
 
 
@@ -192,6 +193,14 @@ def logsumexp(x):
 def kv_write_copies() -> int:
     """How many cache buffers ``kv_write`` had to copy (a steady decode donates all)."""
     return int(_extension().kv_write_copies())
+
+
+def check_activations_env() -> None:
+    """A bad ``VLLM_MLX_NATIVE_ACTIVATIONS`` fails the model load (the extension reads it
+    itself, and would take any other value for the default)."""
+    value = os.environ.get(ACTIVATIONS_ENV, "int16")
+    if value not in ("int16", "float"):
+        raise ValueError(f"{ACTIVATIONS_ENV} must be int16 or float, not {value!r}")
 
 
 def set_activations(name: str) -> bool:

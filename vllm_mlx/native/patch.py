@@ -282,6 +282,7 @@ def _fusable_attention(block: Any) -> bool:
 def enable(model: nn.Module) -> Patched:
     """Route ``model``'s eligible layers and attention to the native kernels."""
     kv_dtype()  # a bad VLLM_MLX_NATIVE_KV fails the load, not the first request
+    native.check_activations_env()
     patched = Patched()
     attention_modules: set[str] = set()
     blocks, stacks = [], []
