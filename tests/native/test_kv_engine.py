@@ -1,7 +1,7 @@
 """The server's batching and prefix cache on float16 KV caches: mlx-lm's BatchGenerator
-merges, extends, filters and extracts them, the prefix cache stores and shares them, and a
-routed model's tokens through all of it equal a cold run's, on float32 caches as on float16
-ones (``kv``)."""
+merges, extends, filters and extracts them, the prefix cache stores and shares them,
+speculative decoding verifies over and trims them, and a routed model's tokens through all
+of it equal a plain run's, on float32 caches as on float16 ones (``kv``)."""
 
 from __future__ import annotations
 
@@ -61,3 +61,26 @@ def test_concurrent_prefix_hits_match_a_cold_run(kv: bool) -> None:
     finally:
         cached.close()
         cold.close()
+
+
+@pytest.mark.parametrize("other_draft", [False, True])  # the target itself: all accepted
+def test_speculative_decoding_gives_plain_greedy_tokens(kv: bool, other_draft: bool) -> None:
+    """The draft's proposals verified in one multi-token step over the (float16) cache and
+    rejected ones trimmed off it: the tokens of decoding without a draft. (Tiny random
+    Llamas repeat one token; this target and draft still disagree on some proposals.)"""
+    tokenizer = build_tiny_tokenizer()
+    model = quantized_llama(4, 32, seed=5, hidden=256)
+    patch.enable(model)
+    draft = quantized_llama(4, 32, seed=2, hidden=256) if other_draft else model
+    patch.enable(draft)
+    speculative = Engine(ModelBatchSource(model, draft_model=draft), tokenizer)
+    plain = Engine(ModelBatchSource(model), tokenizer)
+    prompt = tokenizer.encode("a prompt to continue for a while " * 3)
+    try:
+        want = tokens(plain, prompt)[0]
+        assert tokens(speculative, prompt)[0] == want
+        drafted, accepted = speculative.source.spec_counts
+        assert drafted > 0 and (accepted < drafted if other_draft else accepted == drafted)
+    finally:
+        speculative.close()
+        plain.close()
