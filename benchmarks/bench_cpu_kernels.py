@@ -139,6 +139,9 @@ def worker(path: str, decode_tokens: int, long_context: int, skip_long: bool) ->
         ttft, out[f"decode_tok_s@{long_context}"], cache = run(long_context, decode_tokens)
         out[f"decode_cpu_ms_per_token@{long_context}"] = cpu_ms[-1]
         out["prefill_tok_s"] = long_context / ttft
+        # one live context, as llama.cpp's worker has: weights + its KV cache + buffers
+        out["rss_gb"] = resident_gb()
+        del cache
         prefix = make_prompt_cache(model)
         run(long_context - 8, 1, prefix)
         out["ttft_cached_prefix_s"] = run(8, 2, copy.deepcopy(prefix))[0]
@@ -146,7 +149,7 @@ def worker(path: str, decode_tokens: int, long_context: int, skip_long: bool) ->
         ttft, _, _ = run(256, 2)
         out["prefill_tok_s"] = 256 / ttft
     out["load_average"] = os.getloadavg()[0]
-    out["rss_gb"] = resident_gb()  # after the long context: weights + KV cache + buffers
+    out.setdefault("rss_gb", resident_gb())
     out["peak_rss_gb"] = resident_gb("VmHWM")
     return out
 
@@ -208,11 +211,11 @@ def llama_cpp_worker(decode_tokens: int, long_context: int) -> dict:
     out["prefill_tok_s"] = long_context / ttft
     key = f"decode_tok_s@{long_context}"
     out[key], out[f"decode_cpu_ms_per_token@{long_context}"] = decode(decode_tokens - 1)
+    out["rss_gb"] = resident_gb()  # the same point as the native worker's
     llm.reset()
     prefill(tokens(long_context - 8))
     out["ttft_cached_prefix_s"] = prefill(tokens(8))
     out["load_average"] = os.getloadavg()[0]
-    out["rss_gb"] = resident_gb()
     out["peak_rss_gb"] = resident_gb("VmHWM")
     return out
 
