@@ -59,5 +59,5 @@ class _CoreWithNativeLogsumexp(types.ModuleType):
 
 def route_logsumexp() -> None:
     """Point ``mlx_lm.generate``'s ``mx`` at the view (once per process)."""
-    if not isinstance(generate.mx, _CoreWithNativeLogsumexp):
-        generate.mx = _CoreWithNativeLogsumexp("mlx.core")
+    if not isinstance(getattr(generate, "mx", None), _CoreWithNativeLogsumexp):
+        setattr(generate, "mx", _CoreWithNativeLogsumexp("mlx.core"))  # noqa: B010
