@@ -39,22 +39,6 @@ inline void unpack16(const uint8_t* p, __m256i w[2]) {
   }
 }
 
-inline __m256 load_scales(const float* s) {
-  return _mm256_loadu_ps(s);
-}
-
-inline __m256 load_scales(const uint16_t* s) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
-}
-
-inline float scale_scalar(float s) {
-  return s;
-}
-
-inline float scale_scalar(uint16_t s) {
-  return _cvtsh_ss(s);
-}
-
 // For R consecutive rows (their groups are contiguous, as are x's R copies of sx and of
 // its group sums): scaled[i] = w_scale[i] * sx[i], and each row's bias term
 // sum_g w_bias[g] * xsum[g]. One vector pass instead of a short one per row.
@@ -64,12 +48,12 @@ inline void block_scales(const S* scales, const S* biases, const Int16X& x, int6
   float* products = scaled + count; // scratch: w_bias * xsum
   int64_t i = 0;
   for (; i + 8 <= count; i += 8) {
-    _mm256_storeu_ps(scaled + i, _mm256_mul_ps(load_scales(scales + i), _mm256_loadu_ps(x.scale + i)));
-    _mm256_storeu_ps(products + i, _mm256_mul_ps(load_scales(biases + i), _mm256_loadu_ps(x.sum + i)));
+    _mm256_storeu_ps(scaled + i, _mm256_mul_ps(load8(scales + i), _mm256_loadu_ps(x.scale + i)));
+    _mm256_storeu_ps(products + i, _mm256_mul_ps(load8(biases + i), _mm256_loadu_ps(x.sum + i)));
   }
   for (; i < count; ++i) {
-    scaled[i] = scale_scalar(scales[i]) * x.scale[i];
-    products[i] = scale_scalar(biases[i]) * x.sum[i];
+    scaled[i] = scalar(scales[i]) * x.scale[i];
+    products[i] = scalar(biases[i]) * x.sum[i];
   }
   // each row's sum of its products: whole vectors, then its last groups masked
   alignas(32) static constexpr int32_t first_lanes[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
