@@ -1,10 +1,10 @@
-// The decode matrix-vector product with x in 16-bit integers (AVX2). The float body
-// (kernels_avx2.cpp) turns every weight into a float before its FMA: ~16 instructions
-// per 32 weights, which caps one core at ~5 GB/s while it could stream ~12. Here the
-// weights stay integers: vpmaddwd multiplies 16 of them by x's int16 values and adds
-// pairs exactly, so a group costs ~7 instructions per 32 weights plus one conversion.
-// The only rounding is x's: x = sx_g * xq with |xq| <= 32767 per group (bound in
-// kernels.h).
+// Decode products (1-8 rows of x) with x in 16-bit integers (AVX2). The float body
+// (kernels_avx2.cpp) turns every weight into a float before its FMA (~16 instructions
+// per 32 weights), which held one core to ~5 GB/s of weights where a read loop streams
+// ~10-12. Here the weights stay integers: vpmaddwd multiplies 16 of them by x's int16
+// values and adds pairs exactly, ~10 instructions per 32 weights with the group's one
+// conversion and scale (one core: 6-7 GB/s). The only rounding is x's: x = sx_g * xq,
+// |xq| <= 32767 per group (the bound is in kernels.h).
 #include <immintrin.h>
 
 #include <algorithm>
