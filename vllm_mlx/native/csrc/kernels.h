@@ -160,7 +160,7 @@ inline bool sdpa_allowed(const SdpaArgs& a, int64_t b, int64_t h, int64_t i, int
 // How decode products (up to 8 rows of x) read x: "int16" (the default) rounds each group of x
 // to int16 against its largest magnitude, x_k = sx_g * xq_k with sx_g = max|x_g| / 32767,
 // and sums integer products exactly: |y - y_float| <= sum_g |scale_g| * sum_k q_k * sx_g / 2
-// (relative ~2^-16 per group), twice as fast as "float", which is exact to float
+// (relative ~2^-16 per group), 1.1-1.6x the speed of "float", which is exact to float
 // rounding like MLX. Each row's result is the same in any batch. Longer blocks (prefill)
 // always use float.
 const char* activations();
