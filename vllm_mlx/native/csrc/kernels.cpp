@@ -43,12 +43,12 @@ std::atomic<bool>& int16_selected() {
   return selected;
 }
 
-// Rows of the weight per task: a task should read at least ~32 KB of weights, so
-// the pool's hand-off stays small next to the work, and a prefill task's weight
-// block stays in L2 while every row of x passes over it.
 // Rows of x up to which the int16 body runs (decode batches); prefill blocks use float.
 constexpr int64_t INT16_MAX_M = 8;
 
+// Rows of the weight per task: a task should read at least ~32 KB of weights, so
+// the pool's hand-off stays small next to the work, and a prefill task's weight
+// block stays in L2 while every row of x passes over it.
 int64_t rows_per_task(const QmmArgs& a, int threads) {
   int64_t row_bytes = a.K * a.bits / 8 + 2 * (a.K / a.group_size) * (a.scales_f16 ? 2 : 4);
   int64_t min_rows = std::max<int64_t>(1, (32 * 1024) / std::max<int64_t>(1, row_bytes));
@@ -56,6 +56,9 @@ int64_t rows_per_task(const QmmArgs& a, int threads) {
   int64_t rows = std::max(min_rows, even);
   if (a.M > 8) {
     rows = std::min<int64_t>(rows, std::max<int64_t>(8, (256 * 1024) / row_bytes));
+  } else { // at most ~512 KB: the output projection's 32 MB in 62 tasks, not 8, so the
+    // pool evens out a worker the OS parks for the Python thread's turn
+    rows = std::min<int64_t>(rows, std::max<int64_t>(min_rows, (512 * 1024) / row_bytes));
   }
   return std::max<int64_t>(1, std::min(rows, a.N));
 }
