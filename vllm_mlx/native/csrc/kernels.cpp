@@ -244,15 +244,18 @@ void qmm(const QmmArgs& a) {
 namespace {
 
 // The task layout of one fork-join over several projections: task t -> (projection j,
-// rows [n0, n1)).
+// rows [n0, n1)). One per calling thread, reused: a decode step plans ~120 of these.
 struct Tasks {
   std::vector<int64_t> first, rows;
 
-  Tasks(const QmmArgs* list, int count, int threads) : first(count + 1, 0), rows(count) {
+  const Tasks& plan(const QmmArgs* list, int count, int threads) {
+    first.assign(count + 1, 0);
+    rows.resize(count);
     for (int j = 0; j < count; ++j) {
       rows[j] = rows_per_task(list[j], threads);
       first[j + 1] = first[j] + (list[j].N + rows[j] - 1) / rows[j];
     }
+    return *this;
   }
 
   int count() const {
@@ -294,8 +297,10 @@ bool qmm_many_int16(const QmmArgs* list, int count) {
     }
   }
   ThreadPool& pool = ThreadPool::instance();
-  const Tasks tasks(list, count, pool.size());
-  const avx2::Int16X* xs = rows.data(); // thread_local: hand the tasks a pointer
+  thread_local Tasks plans;
+  // thread_local: the tasks run on other threads, so hand them what this thread's hold
+  const Tasks& tasks = plans.plan(list, count, pool.size());
+  const avx2::Int16X* xs = rows.data();
   pool.parallel_for(tasks.count(), [&](int t) {
     int j;
     int64_t n0, n1;
@@ -352,8 +357,9 @@ void qmm_many(const QmmArgs* list, int count) {
     }
   }
   ThreadPool& pool = ThreadPool::instance();
-  const Tasks tasks(list, count, pool.size());
-  // thread_local buffers: the tasks run on other threads, so hand them pointers
+  thread_local Tasks plans;
+  // thread_local buffers: the tasks run on other threads, so hand them references
+  const Tasks& tasks = plans.plan(list, count, pool.size());
   const float* xp = x_perm.empty() ? nullptr : x_perm.data();
   const float* xs = xsum.data();
   pool.parallel_for(tasks.count(), [&](int t) {
