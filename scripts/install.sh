@@ -37,7 +37,7 @@ if [[ $test_tools -eq 1 && $linux -eq 1 ]] && command -v apt-get >/dev/null \
     && ! command -v chromium >/dev/null; then
   if [[ $(id -u) -eq 0 ]]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null \
-    || echo "note: could not install chromium; the browser tests (tests/ui) will skip" >&2
+    || echo "note: could not install chromium; the browser tests (tests/server/ui) will skip" >&2
 fi
 spec="."
 ((${#extras[@]})) && spec=".[$(IFS=,; echo "${extras[*]}")]"

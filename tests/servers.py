@@ -233,3 +233,44 @@ def tiny_model_server(
             yield base, tokenizer
     finally:
         engine.close()
+
+
+class PacedSource:
+    """A replay source that takes ``delay`` seconds per step, so a reply streams for a while
+    (long enough to watch it arrive and to stop it), and counts the tokens it produced."""
+
+    def __init__(self, inner, delay: float):
+        self.inner, self.delay = inner, delay
+        self.produced = 0
+
+    def __getattr__(self, name):  # the engine's other questions go to the wrapped source
+        return getattr(self.inner, name)
+
+    def insert(self, *args, **kwargs):
+        return self.inner.insert(*args, **kwargs)
+
+    def remove(self, uid):
+        self.inner.remove(uid)
+
+    def reset(self):
+        self.inner.reset()
+
+    def step(self):
+        time.sleep(self.delay)
+        steps, ended = self.inner.step()
+        self.produced += len(steps)
+        return steps, ended
+
+
+@contextmanager
+def paced_replay_server(text: str, delay: float = 0.0, **state_options):
+    """The real app in a thread replaying ``text`` with the Qwen3 reasoning and Hermes
+    tool-call parsers, ``delay`` seconds per token; yields (base URL, source, state)."""
+    runtime = build_replay_runtime(text, reasoning_parser="qwen3", tool_parser="hermes")
+    source = runtime.engine.source = PacedSource(runtime.engine.source, delay)
+    state = ServerState(runtime.pipeline, "replay", **state_options)
+    try:
+        with thread_server(create_app(state)) as base:
+            yield base, source, state
+    finally:
+        runtime.close()

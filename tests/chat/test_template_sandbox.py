@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import openai
 import pytest
-from conftest_models import CHAT_TEMPLATE
 from servers import echo_server
+from tiny_gguf import CHAT_TEMPLATE
 from tiny_models import QWEN3_STYLE_CHAT_TEMPLATE
 
 from vllm_mlx.chat.jinja_sandbox import RenderLimits

@@ -4,19 +4,14 @@ processors until EOS."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import mlx.core as mx
 import pytest
 from mlx_lm.generate import generate_step
 from mlx_lm.sample_utils import make_sampler
+from parser_cases import WEATHER_TOOLS
 
 from vllm_mlx.constrained import build_logits_processors
 from vllm_mlx.families.catalog import TOOL_CALL_FORMATS
-
-sys.path.insert(0, str(Path(__file__).parent.parent / "parsers"))
-from parser_cases import WEATHER_TOOLS  # noqa: E402
 
 
 def matcher(tokenizer, family, tool_choice="required", tools=WEATHER_TOOLS, parallel=True):

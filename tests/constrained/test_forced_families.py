@@ -1,5 +1,5 @@
 """Forced calls for pythonic, gemma4 and harmony: the real outputs of those families in
-tests/parsers/corpus (vLLM, SGLang, SMG, llama.cpp test data; sources in each line) are fed
+tests/tool_parsers/corpus (vLLM, SGLang, SMG, llama.cpp test data; sources in each line) are fed
 token by token through the grammar under ``tool_choice: "required"``, with tools whose
 parameter types come from the expected arguments; malformed calls are rejected."""
 
@@ -16,7 +16,7 @@ from constrained.forcing import accepts, matcher
 from vllm_mlx.constrained import ConstraintError, build_logits_processors
 from vllm_mlx.families.catalog import TOOL_CALL_FORMATS
 
-CORPUS = Path(__file__).parent.parent / "parsers" / "corpus"
+CORPUS = Path(__file__).parent.parent / "tool_parsers" / "corpus"
 # Real outputs the grammar does not take, and why (the parser still reads them).
 NOT_FORCED = {
     "pythonic-smg-multiline": "forced calls are written compactly: no newlines between kwargs",

@@ -1,6 +1,6 @@
 """Forced tool calls: grammar and parser agree on every family, and random weights still call.
 
-The call texts come from the parser tests (tests/parsers/test_tool_families.py): rendered
+The call texts come from the parser tests (tests/families/test_tool_families.py): rendered
 calls for every family and variant, and the recorded real-model outputs. Each is fed token by
 token through the constraint's matcher and must be accepted and complete (EOS allowed).
 """
@@ -18,7 +18,7 @@ from tiny_models import build_tiny_model, build_tiny_tokenizer
 from vllm_mlx.constrained import ConstraintError, build_logits_processors, from_response_format
 from vllm_mlx.families.catalog import TOOL_CALL_FORMATS
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "parsers"))
+sys.path.insert(0, str(Path(__file__).parent.parent / "families"))
 from parser_cases import WEATHER_TOOLS, parse  # noqa: E402
 from test_tool_families import CALLS  # noqa: E402
 

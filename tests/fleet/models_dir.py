@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 import mlx.core as mx
-from conftest_models import write_tiny_gguf
 from mlx.utils import tree_flatten
+from tiny_gguf import write_tiny_gguf
 from tiny_models import build_tiny_model, build_tiny_tokenizer, tiny_vocab_size
 
 HIDDEN = 32

@@ -12,7 +12,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 import pytest
-from conftest_models import SPECIAL_TOKENS, TINY_ARGS, llama_cpp_rope_factors, write_tiny_gguf
+from tiny_gguf import SPECIAL_TOKENS, TINY_ARGS, llama_cpp_rope_factors, write_tiny_gguf
 
 from vllm_mlx import native
 from vllm_mlx.models import ModelLoadError, default_model, load_model, resolve, resolve_model

@@ -9,9 +9,9 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 import pytest
-from conftest_models import write_tiny_gguf
 from mlx_lm.models import llama
 from mlx_lm.models.cache import BatchKVCache, make_prompt_cache
+from tiny_gguf import write_tiny_gguf
 from tiny_models import build_tiny_model, build_tiny_tokenizer
 
 from vllm_mlx import native

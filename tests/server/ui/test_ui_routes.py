@@ -9,8 +9,8 @@ import time
 import httpx
 import openai
 import pytest
-from conftest import paced_replay_server
 from prometheus_client.parser import text_string_to_metric_families
+from servers import paced_replay_server
 
 from vllm_mlx.server.ops.metrics import ServerMetrics
 from vllm_mlx.server.ui.status import TokenRate, completion_rate, metric_total, tokens_generated

@@ -1,11 +1,11 @@
 """Run the parser conformance corpus through `vllm-mlx parse --jsonl` and report.
 
-The corpus (tests/parsers/corpus/<family>.jsonl) holds model outputs with the message a user
+The corpus (tests/tool_parsers/corpus/<family>.jsonl) holds model outputs with the message a user
 should get, taken from the peers' own parser tests (vLLM, SGLang, SMG, llama.cpp; each case
 names its source). Every case is parsed whole and streamed in 1/3/7-character chunks through
 the stable CLI, not internal imports, so the corpus survives refactors of the parser code.
 
-    PYTHONPATH=/work/main python tests/parsers/run_corpus.py [--chunks 1,3,7] [--family hermes]
+    PYTHONPATH=/work/main python tests/tool_parsers/run_corpus.py [--chunks 1,3,7] [--family hermes]
 
 Content and reasoning are compared exactly (a failure that differs only in surrounding
 whitespace is labelled ``ws``); arguments are compared as parsed JSON; a call id is compared

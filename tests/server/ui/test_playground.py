@@ -9,7 +9,7 @@ import json
 import time
 
 import httpx
-from conftest import paced_replay_server
+from servers import paced_replay_server
 
 THINK = "The user wants the weather in Paris. I should call the weather tool."
 ANSWER = "Let me look that up."

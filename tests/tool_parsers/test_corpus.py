@@ -6,8 +6,8 @@ so the corpus is part of the suite. A case passes when every mode gives the expe
 (`run_corpus.compare`) and every streamed result equals the whole one.
 
 Every case runs here, of every family. Cases we could not fix (or a parser name we do not
-have) are listed in `KNOWN_FAILURES` with the reason, as xfails (strict, from the pytest configuration), so fixing one fails
-the test until it is taken off the list.
+have) are listed in `KNOWN_FAILURES` with the reason, as xfails (strict by the pytest
+configuration), so fixing one fails the test until it is taken off the list.
 """
 
 from __future__ import annotations

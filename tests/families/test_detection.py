@@ -2,7 +2,7 @@
 and their conformance-corpus cases.
 
 Real-output texts follow the formats documented in docs/parsers.md (sources there); the
-corpus cases come from tests/parsers/corpus (each names its peer source).
+corpus cases come from tests/tool_parsers/corpus (each names its peer source).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 import openai
-from conftest import paced_replay_server
+from servers import paced_replay_server
 
 TEXT = "Waves broke on the rocks below the lighthouse. " * 6
 
