@@ -29,6 +29,7 @@ from mlx_lm.models import lfm2
 from vllm_mlx.engine.engine import Engine
 from vllm_mlx.engine.prefix_cache import PrefixCache
 from vllm_mlx.engine.sources import ModelBatchSource
+from vllm_mlx.options import RuntimeOptions
 from vllm_mlx.pipeline import Pipeline
 from vllm_mlx.request import ChatRequest, Sampling
 from vllm_mlx.runtime import build_runtime
@@ -141,7 +142,9 @@ def tiny_hybrid(vocab: int) -> lfm2.Model:
 def hybrid_pipeline(model, tokenizer, checkpoints: bool) -> Pipeline:
     source = ModelBatchSource(model, prefix_cache=PrefixCache(512 << 20))
     source.checkpointing = checkpoints
-    return Pipeline(Engine(source, tokenizer), context_length=8192, default_max_tokens=12)
+    return Pipeline(
+        Engine(source, tokenizer), context_length=8192, options=RuntimeOptions.of(max_tokens=12)
+    )
 
 
 def main() -> None:

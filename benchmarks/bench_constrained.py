@@ -25,6 +25,7 @@ from vllm_mlx.constrained.llguidance_backend import llguidance_tokenizer
 from vllm_mlx.constrained.lmfe_backend import lmfe_tokenizer_data
 from vllm_mlx.constrained.tokenizer_cache import eos_token_ids
 from vllm_mlx.models.loader import load_model
+from vllm_mlx.options import RuntimeOptions
 from vllm_mlx.request import ChatRequest, Sampling
 from vllm_mlx.runtime import build_runtime
 
@@ -196,7 +197,9 @@ def decode_rate(pipeline, response_format: Constraint | None, max_tokens: int, b
 
 def bench_end_to_end(rounds: int, max_tokens: int, backend: str) -> dict:
     """Constrained vs unconstrained decode rate of the same request, interleaved."""
-    runtime = build_runtime(None, progress=False, structured_backend=backend)
+    runtime = build_runtime(
+        None, RuntimeOptions.of(structured_output_backend=backend), progress=False
+    )
     try:
         pipeline = runtime.pipeline
         ban = {eos: -1e9 for eos in eos_token_ids(pipeline.tokenizer)}

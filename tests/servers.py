@@ -17,6 +17,7 @@ from tiny_models import QWEN3_STYLE_CHAT_TEMPLATE, build_tiny_model, build_tiny_
 
 from vllm_mlx.engine.engine import Engine
 from vllm_mlx.engine.sources import ModelBatchSource, SourceDefaults, Step
+from vllm_mlx.options import RuntimeOptions
 from vllm_mlx.pipeline import Pipeline
 from vllm_mlx.reasoning import ReasoningParserManager
 from vllm_mlx.runtime import Runtime, build_replay_runtime
@@ -168,11 +169,11 @@ class EchoSource(SourceDefaults):
 
 
 @contextmanager
-def replay_server(text: str, fail_after: int | None = None, **parsers):
+def replay_server(text: str, fail_after: int | None = None, **options):
     """The real app in a thread, answering every request with ``text`` through the real
     tokenizer; yields (base URL, runtime). ``fail_after``: the generation dies after that
     many steps."""
-    runtime: Runtime = build_replay_runtime(text, **parsers)
+    runtime: Runtime = build_replay_runtime(text, options=RuntimeOptions.of(**options))
     if fail_after is not None:
         runtime.engine.source = FailingSource(runtime.engine.source, after=fail_after)
     try:
@@ -183,10 +184,10 @@ def replay_server(text: str, fail_after: int | None = None, **parsers):
 
 
 @contextmanager
-def echo_server(**parsers):
+def echo_server(**options):
     """The real app in a thread whose every answer is the rendered prompt (the default
     model's tokenizer and template); yields (base URL, runtime)."""
-    runtime: Runtime = build_replay_runtime("", **parsers)
+    runtime: Runtime = build_replay_runtime("", options=RuntimeOptions.of(**options))
     runtime.engine.source = EchoSource(set(runtime.loaded.tokenizer.eos_token_ids))
     try:
         with thread_server(create_app(ServerState(runtime.pipeline, "echo"))) as base:
@@ -201,7 +202,7 @@ def tiny_echo_server():
     Qwen3-style template rendered (it writes tool calls and results); yields the base URL."""
     tokenizer = build_tiny_tokenizer()
     engine = Engine(EchoSource(set(tokenizer.eos_token_ids)), tokenizer)
-    pipeline = Pipeline(engine, context_length=4096, default_max_tokens=4096)
+    pipeline = Pipeline(engine, context_length=4096, options=RuntimeOptions.of(max_tokens=4096))
     try:
         with thread_server(create_app(ServerState(pipeline, "echo"))) as base:
             yield base
@@ -222,7 +223,7 @@ def tiny_model_server(
     pipeline = Pipeline(
         engine,
         context_length=2048,
-        default_max_tokens=64,
+        options=RuntimeOptions.of(max_tokens=64),
         reasoning_format=ReasoningParserManager.format(reasoning_parser)
         if reasoning_parser
         else None,
@@ -266,7 +267,9 @@ class PacedSource:
 def paced_replay_server(text: str, delay: float = 0.0, **state_options):
     """The real app in a thread replaying ``text`` with the Qwen3 reasoning and Hermes
     tool-call parsers, ``delay`` seconds per token; yields (base URL, source, state)."""
-    runtime = build_replay_runtime(text, reasoning_parser="qwen3", tool_parser="hermes")
+    runtime = build_replay_runtime(
+        text, options=RuntimeOptions.of(reasoning_parser="qwen3", tool_call_parser="hermes")
+    )
     source = runtime.engine.source = PacedSource(runtime.engine.source, delay)
     state = ServerState(runtime.pipeline, "replay", **state_options)
     try:

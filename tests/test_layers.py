@@ -24,6 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("native", "distributed"),  # CPU kernels (engine.cpu); sharding over mlx.distributed
     ("models",),  # loading routes quantized layers to native
     ("chat", "request"),  # output stream, prompt rendering, thinking switch; the request
+    ("options",),  # the server's options, one frozen dataclass per concern
     ("pipeline",),
     ("runtime",),
     ("fleet",),  # several models: catalog, per-model settings, the pool that loads them

@@ -12,6 +12,7 @@ from vllm_mlx.engine.engine import Engine
 from vllm_mlx.engine.sampling import SamplingParams
 from vllm_mlx.engine.sources import ReplayBatchSource
 from vllm_mlx.families.catalog import REASONING_FORMATS, TOOL_CALL_FORMATS
+from vllm_mlx.options import RuntimeOptions
 from vllm_mlx.pipeline import Pipeline
 from vllm_mlx.request import ChatRequest, RequestError, Sampling, Thinking, check_tool_choice
 
@@ -26,7 +27,7 @@ def pipeline():
     yield Pipeline(
         engine,
         context_length=2048,
-        default_max_tokens=4000,
+        options=RuntimeOptions.of(max_tokens=4000),
         reasoning_format=REASONING_FORMATS["deepseek_r1"],
         tool_format=TOOL_CALL_FORMATS["hermes"],
         sampling_defaults=SamplingParams(temperature=0.3, top_p=0.9),

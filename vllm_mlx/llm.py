@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields
 
 from .constrained import from_response_format
 from .models.loader import CpuWeights
+from .options import RuntimeOptions
 from .pipeline import ChatEvent, ChatResult
 from .request import ChatRequest, Sampling
 from .runtime import build_runtime
@@ -38,14 +39,13 @@ class LLM:
         tool_parser: str | None = None,
         max_tokens: int = 512,
     ):
-        self._runtime = build_runtime(
-            model,
+        options = RuntimeOptions.of(
             cpu_weights=cpu_weights,
-            default_max_tokens=max_tokens,
+            max_tokens=max_tokens,
             reasoning_parser=reasoning_parser,
-            tool_parser=tool_parser,
-            progress=False,
+            tool_call_parser=tool_parser,
         )
+        self._runtime = build_runtime(model, options, progress=False)
         self.name = self._runtime.loaded.name
         self.tokenizer = self._runtime.loaded.tokenizer
 

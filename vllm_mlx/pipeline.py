@@ -15,7 +15,7 @@ import logging
 from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from .chat.custom_tools import RawCallStream
 from .chat.stream import OutputStream, make_output_stream
@@ -36,12 +36,12 @@ from .engine.sampling import LogitsProcessor, SamplingParams
 from .engine.types import GenerationChunk, GenerationRequest, TokenLogprob
 from .families.formats import ReasoningFormat, ToolCallFormat
 from .families.message import MessageDelta, ParsedMessage
+from .options import RuntimeOptions
 from .request import (
     ChatRequest,
     ContextLengthError,
     MaxTokensPolicy,
     RequestError,
-    RequestLimits,
     Sampling,
     check_prompt_ids,
     check_prompt_size,
@@ -129,41 +129,33 @@ class Pipeline:
         engine: Engine,
         *,
         context_length: int,
-        default_max_tokens: int | None = None,
-        max_tokens_cap: int | None = None,
+        options: RuntimeOptions | None = None,
         reasoning_format: ReasoningFormat | None = None,
         tool_format: ToolCallFormat | None = None,
-        structured_backend: str = "auto",
-        default_thinking_budget: int | None = None,
         sampling_defaults: SamplingParams | None = None,
-        allow_request_templates: bool = False,
-        unsupported_media: Literal["placeholder", "reject"] = "placeholder",
         vocab_size: int | None = None,
-        limits: RequestLimits | None = None,
     ):
         self.engine = engine
-        self.default_thinking_budget = default_thinking_budget
-        self.structured_backend = structured_backend
-        # whether a request's chat_template_kwargs may carry a template of its own (operator)
-        self.allow_request_templates = allow_request_templates
-        # media on this text-only model: a text placeholder, or a 400 (the operator's choice)
-        self.unsupported_media = unsupported_media
+        # the operator's choices: token limits, thinking budget, backend, what a request
+        # may carry (its own template; media on this text-only model), size limits
+        self.options = options or RuntimeOptions()
         self.tokenizer = engine.tokenizer
         self.context_length = context_length
-        # None: a request without a limit runs until the model stops or the context is full
-        self.default_max_tokens = default_max_tokens
-        self.max_tokens_cap = max_tokens_cap  # the operator's cap on every request
         self.reasoning_format = reasoning_format  # the model's family, resolved by the runtime
         self.tool_format = tool_format
-        # what a request that leaves a sampling field unset gets (the CLI's --temperature…)
+        # what a request that leaves a sampling field unset gets (the CLI's --temperature…
+        # over the model's own)
         self.sampling_defaults = sampling_defaults or SamplingParams()
         # the bound for every token id a client sends: the runtime passes the smaller of the
         # tokenizer's and the model's embedding size (an id past the embedding crashes it)
         self.vocab_size = vocab_size or token_count(self.tokenizer)
-        self.limits = limits or RequestLimits()
         # told the usage of a generation its consumer left before the end (a client that
         # disconnected): the server counts it as cancelled, with the tokens it cost
         self.on_cancelled: Callable[[Usage], None] | None = None
+
+    @property
+    def structured_backend(self) -> str:
+        return self.options.request.structured_output_backend
 
     # -- preparing -------------------------------------------------------------------------
 
@@ -171,7 +163,7 @@ class Pipeline:
         """The prompt exactly as generation would see it (and ``count_tokens`` counts it):
         tools unless tool_choice is "none", the thinking switch under the template's key.
         Sizes are checked first, so an oversized request is refused before any rendering."""
-        check_size(request, self.limits)
+        check_size(request, self.options.limits)
         try:
             thinking = decide_thinking(
                 self._switch_template(request),
@@ -179,7 +171,7 @@ class Pipeline:
                 budget=request.thinking.budget,
                 effort=request.thinking.effort,
                 template_kwargs=request.template_kwargs,
-                default_budget=self.default_thinking_budget,
+                default_budget=self.options.request.default_thinking_token_budget,
             )
         except UnknownEffortError as exc:
             raise RequestError(str(exc), "reasoning_effort") from None
@@ -190,7 +182,7 @@ class Pipeline:
             request.messages,
             tools=self._tools(request),
             template_kwargs=thinking.template_kwargs,
-            allow_request_templates=self.allow_request_templates,
+            allow_request_templates=self.options.request.allow_request_chat_templates,
             tool_format=self.tool_format,
             system_switch=thinking.system_switch,
         )
@@ -206,7 +198,7 @@ class Pipeline:
             return named[requested]
         if (
             isinstance(requested, str)
-            and self.allow_request_templates
+            and self.options.request.allow_request_chat_templates
             and len(requested) <= MAX_REQUEST_TEMPLATE_CHARS
         ):
             return requested
@@ -220,7 +212,7 @@ class Pipeline:
         """Everything that can fail with a 400, then the generation request. It renders and
         tokenizes (and compiles grammars): the server runs it off the event loop."""
         check_tool_choice(request.tool_choice, request.tools)
-        if request.omitted_media and self.unsupported_media == "reject":
+        if request.omitted_media and self.options.request.unsupported_media == "reject":
             first = request.omitted_media[0]
             raise RequestError(
                 f"this model accepts text only; {first.kind} content is not supported",
@@ -302,7 +294,7 @@ class Pipeline:
         max_tokens: int | None,
         constraint: Constraint | None = None,
     ) -> Prepared:
-        check_prompt_size(prompt, self.limits)
+        check_prompt_size(prompt, self.options.limits)
         check_sampling(sampling, self.vocab_size)
         if isinstance(prompt, list):
             check_prompt_ids(prompt, self.vocab_size)
@@ -331,9 +323,9 @@ class Pipeline:
         room = self.context_length - prompt_len
         if room <= 0:
             raise ContextLengthError(prompt_len, self.context_length)
-        cap = self.max_tokens_cap or room
+        cap = self.options.request.max_tokens_cap or room
         if requested is None:
-            return min(self.default_max_tokens or room, room, cap)
+            return min(self.options.request.max_tokens or room, room, cap)
         if policy == "cap":
             return min(requested, room, cap)
         if requested > room:

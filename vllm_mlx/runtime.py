@@ -27,9 +27,10 @@ from .families.formats import ReasoningFormat, ToolCallFormat
 from .models.loader import CpuWeights, LoadedModel, load_model, load_tokenizer_only
 from .models.sampling_defaults import model_sampling
 from .native.layers import kv_namespace
+from .options import RuntimeOptions
 from .pipeline import Pipeline
 from .reasoning import ReasoningParserManager
-from .request import ChatRequest, RequestLimits, Sampling
+from .request import ChatRequest, Sampling
 from .tool_parsers import ToolParserManager
 
 log = logging.getLogger(__name__)
@@ -52,89 +53,46 @@ class Runtime:
 
 def build_runtime(
     model: str | None = None,
+    options: RuntimeOptions | None = None,
     *,
-    cpu_weights: CpuWeights = "auto",
-    default_max_tokens: int | None = None,
-    max_tokens_cap: int | None = None,
-    reasoning_parser: str | None = None,
-    tool_parser: str | None = None,
-    max_queue: int = 256,
-    max_num_seqs: int = 8,
-    prefix_cache_mb: int = 512,
-    structured_backend: str = "auto",
-    default_thinking_budget: int | None = None,
-    sampling_overrides: dict | None = None,
-    allow_request_templates: bool = False,
-    unsupported_media: str = "placeholder",
-    limits: RequestLimits | None = None,
-    max_model_len: int | None = None,
-    kv_bits: int | None = None,
-    kv_group_size: int = 64,
-    prefix_cache_dir: str | None = None,
-    prefix_cache_disk_gb: float = 10.0,
-    warmup_prompt: str | None = None,
-    draft_model: str | None = None,
-    num_draft_tokens: int = 4,
     chat_template: str | None = None,
     progress: bool = True,
     sharding: Sharding | None = None,
 ) -> Runtime:
     """``chat_template``: a template's text to use instead of the model's own;
     ``sharding``: this process is rank 0 of a sharded server (``_build_sharded``)."""
-    cpu_weights = _weights_for_cpu(cpu_weights)
-    # what the pipeline around the model is built with, whichever source generates
-    pipeline_options: dict[str, Any] = dict(
-        reasoning_parser=reasoning_parser,
-        tool_parser=tool_parser,
-        max_num_seqs=max_num_seqs,
-        max_queue=max_queue,
-        default_max_tokens=default_max_tokens,
-        max_tokens_cap=max_tokens_cap,
-        structured_backend=structured_backend,
-        default_thinking_budget=default_thinking_budget,
-        sampling_overrides=sampling_overrides,
-        allow_request_templates=allow_request_templates,
-        unsupported_media=unsupported_media,
-        limits=limits,
-        max_model_len=max_model_len,
-    )
+    options = options or RuntimeOptions()
     if sharding is not None:
-        return _build_sharded(
-            model,
-            sharding,
-            cpu_weights=cpu_weights,
-            kv_bits=kv_bits,
-            kv_group_size=kv_group_size,
-            draft_model=draft_model,
-            warmup_prompt=warmup_prompt,
-            **pipeline_options,
-        )
+        return _build_sharded(model, sharding, options)
+    cpu_weights = _weights_for_cpu(options.model.cpu_weights)
+    engine, cache = options.engine, options.cache
     loaded = load_model(model, cpu_weights=cpu_weights, progress=progress)
     if chat_template is not None:
         loaded.tokenizer.chat_template = loaded.chat_template = chat_template
-    cache = build_prefix_cache(
+    prefix_cache = build_prefix_cache(
         loaded.model,
         loaded.tokenizer,
-        memory_mb=prefix_cache_mb,
-        disk_dir=prefix_cache_dir,
-        disk_gb=prefix_cache_disk_gb,
-        kv_bits=kv_bits,
-        kv_group_size=kv_group_size if kv_bits else None,
+        memory_mb=cache.prefix_cache_mb,
+        disk_dir=cache.prefix_cache_dir,
+        disk_gb=cache.prefix_cache_disk_gb,
+        kv_bits=engine.kv_bits,
+        kv_group_size=engine.kv_group_size if engine.kv_bits else None,
         **kv_namespace(loaded.kernels),
     )
+    draft = options.model.draft_model
     source = ModelBatchSource(
         loaded.model,
-        max_num_seqs=max_num_seqs,
-        prefix_cache=cache,
-        kv_bits=kv_bits,
-        kv_group_size=kv_group_size,
-        draft_model=load_draft(draft_model, loaded, cpu_weights) if draft_model else None,
-        num_draft_tokens=num_draft_tokens,
+        max_num_seqs=engine.max_num_seqs,
+        prefix_cache=prefix_cache,
+        kv_bits=engine.kv_bits,
+        kv_group_size=engine.kv_group_size,
+        draft_model=load_draft(draft, loaded, cpu_weights) if draft else None,
+        num_draft_tokens=options.model.num_draft_tokens,
     )
     log.info("loaded %s (%s weights) from %s", loaded.name, loaded.weights, loaded.path)
-    runtime = _assemble(loaded, source, **pipeline_options)
-    if warmup_prompt:
-        warm_up(runtime.pipeline, warmup_prompt)
+    runtime = _assemble(loaded, source, options)
+    if cache.warmup_prompt:
+        warm_up(runtime.pipeline, cache.warmup_prompt)
     return runtime
 
 
@@ -146,50 +104,36 @@ def _weights_for_cpu(cpu_weights: CpuWeights) -> CpuWeights:
 
 
 def _sharded_source(
-    model: str | None,
-    sharding: Sharding,
-    cpu_weights: CpuWeights,
-    max_num_seqs: int,
-    kv_bits: int | None,
-    kv_group_size: int,
+    model: str | None, sharding: Sharding, options: RuntimeOptions
 ) -> tuple[LoadedModel, ModelBatchSource]:
     """This rank's share of the model and its batch source: the same on every rank, with
     no prefix cache (each rank's cache would have to make identical hit and eviction
     decisions; see docs/distributed.md)."""
-    cpu_weights = _weights_for_cpu(cpu_weights)
     loaded = load_model(
         model,
-        cpu_weights=cpu_weights,
+        cpu_weights=_weights_for_cpu(options.model.cpu_weights),
         progress=sharding.rank == 0,
         shard=lambda m: log.info("%s", shard_model(m, sharding.mode, sharding.group)),
     )
+    engine = options.engine
     source = ModelBatchSource(
-        loaded.model, max_num_seqs=max_num_seqs, kv_bits=kv_bits, kv_group_size=kv_group_size
+        loaded.model,
+        max_num_seqs=engine.max_num_seqs,
+        kv_bits=engine.kv_bits,
+        kv_group_size=engine.kv_group_size,
     )
     return loaded, source
 
 
-def _build_sharded(
-    model: str | None,
-    sharding: Sharding,
-    *,
-    cpu_weights: CpuWeights,
-    kv_bits: int | None,
-    kv_group_size: int,
-    draft_model: str | None,
-    warmup_prompt: str | None,
-    **pipeline_options: Any,
-) -> Runtime:
+def _build_sharded(model: str | None, sharding: Sharding, options: RuntimeOptions) -> Runtime:
     """Rank 0 of a sharded server: the usual pipeline over a ``LeaderSource``, whose
     failure halts the engine (503s) and a watchdog for ranks that hang or exit."""
-    if draft_model:
+    if options.model.draft_model:
         raise ValueError("--draft-model is not supported with --distributed")
     log.info(
         "sharded over %d ranks: the prefix cache is off (docs/distributed.md)", sharding.world_size
     )
-    loaded, source = _sharded_source(
-        model, sharding, cpu_weights, pipeline_options["max_num_seqs"], kv_bits, kv_group_size
-    )
+    loaded, source = _sharded_source(model, sharding, options)
     layers = getattr(getattr(loaded.model, "args", None), "num_hidden_layers", 0)
     health = GroupHealth(
         world_size=sharding.world_size,
@@ -198,26 +142,20 @@ def _build_sharded(
         rank_roles=rank_roles(sharding.world_size, sharding.mode, layers),
     )
     leader = LeaderSource(source, Channel(sharding.group, source.stream), health)
-    runtime = _assemble(loaded, leader, **pipeline_options)
+    runtime = _assemble(loaded, leader, options)
     runtime.distributed = health
     leader.on_failure = runtime.engine.halt
     Watchdog(leader, sharding.timeout, sharding.check)
-    if warmup_prompt:
-        warm_up(runtime.pipeline, warmup_prompt)
+    if options.cache.warmup_prompt:
+        warm_up(runtime.pipeline, options.cache.warmup_prompt)
     return runtime
 
 
 def build_follower(
-    model: str | None,
-    sharding: Sharding,
-    *,
-    cpu_weights: CpuWeights = "auto",
-    max_num_seqs: int = 8,
-    kv_bits: int | None = None,
-    kv_group_size: int = 64,
+    model: str | None, sharding: Sharding, options: RuntimeOptions | None = None
 ) -> Follower:
     """Every rank but 0 of a sharded server: its share of the model, driven by rank 0."""
-    _, source = _sharded_source(model, sharding, cpu_weights, max_num_seqs, kv_bits, kv_group_size)
+    _, source = _sharded_source(model, sharding, options or RuntimeOptions())
     return Follower(source, Channel(sharding.group, source.stream))
 
 
@@ -245,20 +183,7 @@ def warm_up(pipeline: Pipeline, system_prompt: str) -> int:
 
 
 def build_replay_runtime(
-    text: str,
-    model: str | None = None,
-    *,
-    default_max_tokens: int | None = None,
-    max_tokens_cap: int | None = None,
-    reasoning_parser: str | None = None,
-    tool_parser: str | None = None,
-    sampling_overrides: dict | None = None,
-    allow_request_templates: bool = False,
-    unsupported_media: str = "placeholder",
-    limits: RequestLimits | None = None,
-    max_queue: int = 256,
-    max_num_seqs: int = 8,
-    max_model_len: int | None = None,
+    text: str, model: str | None = None, options: RuntimeOptions | None = None
 ) -> Runtime:
     """A runtime that answers every request with ``text`` (then EOS), tokenized by the
     model's real tokenizer, at no model cost: for measuring the server's own per-token cost
@@ -266,51 +191,33 @@ def build_replay_runtime(
     loaded = load_tokenizer_only(model)
     token_ids = loaded.tokenizer.encode(text, add_special_tokens=False)
     source = ReplayBatchSource([*token_ids, loaded.tokenizer.eos_token_id])
-    return _assemble(
-        loaded,
-        source,
-        reasoning_parser=reasoning_parser,
-        tool_parser=tool_parser,
-        max_queue=max_queue,
-        max_num_seqs=max_num_seqs,
-        default_max_tokens=default_max_tokens,
-        max_tokens_cap=max_tokens_cap,
-        sampling_overrides=sampling_overrides,
-        allow_request_templates=allow_request_templates,
-        unsupported_media=unsupported_media,
-        limits=limits,
-        max_model_len=max_model_len,
-    )
+    return _assemble(loaded, source, options or RuntimeOptions())
 
 
-def _assemble(
-    loaded: LoadedModel,
-    source: TokenSource,
-    *,
-    reasoning_parser: str | None,
-    tool_parser: str | None,
-    max_num_seqs: int = 8,
-    max_queue: int = 256,
-    sampling_overrides: dict | None = None,
-    max_model_len: int | None = None,
-    **pipeline_options,
-) -> Runtime:
+def _assemble(loaded: LoadedModel, source: TokenSource, options: RuntimeOptions) -> Runtime:
     """Formats chosen, the engine started on ``source``, the pipeline around it; sampling
     defaults layered: the operator's overrides over the model's own (generation_config.json,
     else its family's row), over neutral."""
-    reasoning_format, tool_format = select_formats(loaded, reasoning_parser, tool_parser)
+    reasoning_format, tool_format = select_formats(
+        loaded, options.model.reasoning_parser, options.model.tool_call_parser
+    )
     model_defaults = model_sampling(loaded.path)
-    sampling = {**model_defaults, **(sampling_overrides or {})}
+    sampling = {**model_defaults, **options.sampling.overrides()}
     log.info("sampling defaults: %s (model: %s)", sampling or "neutral", model_defaults or "none")
-    engine = Engine(source, loaded.tokenizer, max_num_seqs=max_num_seqs, max_queue=max_queue)
+    engine = Engine(
+        source,
+        loaded.tokenizer,
+        max_num_seqs=options.engine.max_num_seqs,
+        max_queue=options.engine.max_queue,
+    )
     pipeline = Pipeline(
         engine,
-        vocab_size=vocab_size(loaded),
-        context_length=context_limit(loaded.context_length, max_model_len),
+        context_length=context_limit(loaded.context_length, options.model.max_model_len),
+        options=options,
         reasoning_format=reasoning_format,
         tool_format=tool_format,
         sampling_defaults=SamplingParams(**sampling),
-        **pipeline_options,
+        vocab_size=vocab_size(loaded),
     )
     return Runtime(loaded, engine, pipeline)
 

@@ -278,7 +278,7 @@ def test_an_oversized_request_template_is_refused_before_compiling(tokenizer):
 def test_an_operator_may_allow_request_templates():
     """With the operator's opt-in the request's own template is what the model sees."""
     template = "{% for m in messages %}<<{{ m.content }}>>{% endfor %}"
-    with echo_server(allow_request_templates=True) as (base, _runtime):
+    with echo_server(allow_request_chat_templates=True) as (base, _runtime):
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused")
         reply = client.chat.completions.create(
             model="echo",

@@ -19,6 +19,7 @@ from pathlib import Path
 from servers import ServerState, create_app, thread_server
 
 from vllm_mlx.engine.sources import SourceDefaults, Step
+from vllm_mlx.options import RuntimeOptions
 from vllm_mlx.runtime import build_replay_runtime
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -156,7 +157,10 @@ def scripted_server(
     """The real app in a thread around a :class:`ScriptedSource`; yields (base URL,
     recorder). ``context_length`` overrides the model's (to make prompts over-context, or
     to fit a client's large system prompt, which the replay never runs)."""
-    runtime = build_replay_runtime("", tool_parser=tool_parser, reasoning_parser=reasoning_parser)
+    runtime = build_replay_runtime(
+        "",
+        options=RuntimeOptions.of(tool_call_parser=tool_parser, reasoning_parser=reasoning_parser),
+    )
     runtime.engine.source = ScriptedSource(runtime.loaded.tokenizer, script)
     if context_length is not None:
         runtime.pipeline.context_length = context_length

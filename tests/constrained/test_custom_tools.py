@@ -30,6 +30,7 @@ from vllm_mlx.constrained.custom_tools import (
 from vllm_mlx.engine.engine import Engine
 from vllm_mlx.engine.sources import ModelBatchSource
 from vllm_mlx.families.message import ParsedMessage, ToolCall
+from vllm_mlx.options import RuntimeOptions
 from vllm_mlx.pipeline import Pipeline
 from vllm_mlx.reasoning import ReasoningParserManager
 from vllm_mlx.request import ChatRequest, RequestError, Sampling
@@ -165,7 +166,7 @@ def pipeline():
         context_length=2048,
         reasoning_format=ReasoningParserManager.format("deepseek_r1"),
         tool_format=ToolParserManager.format("hermes"),
-        default_thinking_budget=4,
+        options=RuntimeOptions.of(default_thinking_token_budget=4),
     )
     engine.close()
 

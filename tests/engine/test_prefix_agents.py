@@ -14,6 +14,7 @@ from vllm_mlx.engine.boundaries import history_end
 from vllm_mlx.engine.engine import Engine
 from vllm_mlx.engine.prefix_cache import PrefixCache
 from vllm_mlx.engine.sources import ModelBatchSource
+from vllm_mlx.options import RuntimeOptions
 from vllm_mlx.pipeline import Pipeline
 from vllm_mlx.request import ChatRequest, Sampling
 from vllm_mlx.runtime import warm_up
@@ -62,7 +63,7 @@ def model(request, tokenizer):
 
 def pipeline_for(model, tokenizer, cache: PrefixCache | None) -> Pipeline:
     engine = Engine(ModelBatchSource(model, prefix_cache=cache), tokenizer)
-    return Pipeline(engine, context_length=4096, default_max_tokens=8)
+    return Pipeline(engine, context_length=4096, options=RuntimeOptions.of(max_tokens=8))
 
 
 def chat(pipeline: Pipeline, messages: list[dict], max_tokens: int = 8):

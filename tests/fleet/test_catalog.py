@@ -11,6 +11,7 @@ import pytest
 from models_dir import write_models_dir
 
 from vllm_mlx.fleet.catalog import CatalogError, build_catalog
+from vllm_mlx.options import RuntimeOptions
 
 
 @pytest.fixture(scope="module")
@@ -51,13 +52,14 @@ def test_models_toml_renames_aliases_adds_and_configures(models, tmp_path):
     assert catalog.lookup("small") is None  # renamed
     fast = catalog.entries["fast"]
     assert fast.chat_template == "{{ messages[-1].content }}"
-    assert fast.runtime_options() == {
-        "chat_template": "{{ messages[-1].content }}",
-        "default_max_tokens": 8,
-        "sampling_overrides": {"temperature": 0.0},
-    }
-    coder = catalog.entries["coder"].runtime_options()
-    assert coder == {"reasoning_parser": "deepseek_r1", "tool_parser": "hermes", "kv_bits": 8}
+    assert fast.settings.options() == {"max_tokens": 8, "temperature": 0.0}
+    server = RuntimeOptions.of(max_tokens=64, top_p=0.5, kv_bits=4)
+    options = fast.options(server)
+    assert (options.request.max_tokens, options.sampling.temperature) == (8, 0.0)
+    assert (options.sampling.top_p, options.engine.kv_bits) == (0.5, 4)  # the flags' own
+    coder = catalog.entries["coder"].options(RuntimeOptions())
+    assert (coder.model.reasoning_parser, coder.model.tool_call_parser) == ("deepseek_r1", "hermes")
+    assert coder.engine.kv_bits == 8
     embedded = catalog.entries["embedded"]
     assert embedded.spec == "default" and embedded.draft_spec == fast.spec
 

@@ -19,6 +19,7 @@ from vllm_mlx.fleet.pool import (
     PoolLimits,
     UnknownModel,
 )
+from vllm_mlx.options import RuntimeOptions
 from vllm_mlx.runtime import build_runtime
 
 
@@ -37,7 +38,12 @@ class Recorder:
 
     def build(self, entry):
         self.built.append(entry.name)
-        return build_runtime(entry.spec, progress=False, **entry.runtime_options())
+        return build_runtime(
+            entry.spec,
+            entry.options(RuntimeOptions()),
+            chat_template=entry.chat_template,
+            progress=False,
+        )
 
 
 def pool_of(catalog, recorder, **limits) -> ModelPool:

@@ -13,6 +13,7 @@ from tiny_models import build_tiny_tokenizer
 from vllm_mlx.engine.engine import Engine
 from vllm_mlx.engine.sources import ReplayBatchSource
 from vllm_mlx.models.sampling_defaults import family_sampling, model_sampling
+from vllm_mlx.options import RuntimeOptions
 from vllm_mlx.pipeline import Pipeline
 from vllm_mlx.request import ChatRequest
 from vllm_mlx.runtime import build_replay_runtime
@@ -45,7 +46,7 @@ def test_family_row_and_neutral(tmp_path):
 
 
 def test_operator_flags_override_only_what_they_set():
-    runtime = build_replay_runtime("x", sampling_overrides={"temperature": 0.1})
+    runtime = build_replay_runtime("x", options=RuntimeOptions.of(temperature=0.1))
     try:
         defaults = runtime.pipeline.sampling_defaults
         # the default model is llama-type with no sampling in its generation_config
@@ -73,7 +74,9 @@ def test_no_limit_means_the_room_the_context_leaves(engine):
 
 
 def test_the_operator_cap_bounds_every_request(engine):
-    pipeline = Pipeline(engine, context_length=3000, max_tokens_cap=100, default_max_tokens=500)
+    pipeline = Pipeline(
+        engine, context_length=3000, options=RuntimeOptions.of(max_tokens_cap=100, max_tokens=500)
+    )
     assert limit(pipeline) == 100
     assert limit(pipeline, max_tokens=1000) == 100
     assert limit(pipeline, max_tokens=32000, max_tokens_policy="cap") == 100

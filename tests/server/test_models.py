@@ -13,7 +13,7 @@ from servers import replay_server
 
 @pytest.fixture(scope="module")
 def base():
-    with replay_server("Hi.", tool_parser="hermes") as (url, _):
+    with replay_server("Hi.", tool_call_parser="hermes") as (url, _):
         yield url
 
 

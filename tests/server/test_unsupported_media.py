@@ -120,7 +120,7 @@ def test_responses_placeholders(echo, stream):
 
 def test_reject_is_a_400_naming_the_part(echo):
     base, runtime = echo
-    runtime.pipeline.unsupported_media = "reject"
+    runtime.pipeline.options = runtime.pipeline.options.updated(unsupported_media="reject")
     try:
         oa = openai.OpenAI(base_url=f"{base}/v1", api_key="k", max_retries=0)
         with pytest.raises(openai.BadRequestError) as chat:
@@ -135,4 +135,4 @@ def test_reject_is_a_400_naming_the_part(echo):
         error = messages.value.body["error"]
         assert error["type"] == "invalid_request_error" and "text only" in error["message"]
     finally:
-        runtime.pipeline.unsupported_media = "placeholder"
+        runtime.pipeline.options = runtime.pipeline.options.updated(unsupported_media="placeholder")

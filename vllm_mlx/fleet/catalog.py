@@ -25,6 +25,7 @@ from ..models.errors import ModelLoadError
 from ..models.gguf import read_header
 from ..models.loader import context_length
 from ..models.resolve import cache_root, validate_model_folder
+from ..options import RuntimeOptions
 from .settings import CatalogError, ModelSettings, SettingsError, parse_settings
 
 if sys.version_info >= (3, 11):
@@ -51,14 +52,12 @@ class Entry:
     def aliases(self) -> tuple[str, ...]:
         return self.settings.aliases
 
-    def runtime_options(self) -> dict[str, Any]:
-        """This model's ``build_runtime`` keywords (over the server's flags)."""
-        options = self.settings.runtime_options()
-        if self.chat_template is not None:
-            options["chat_template"] = self.chat_template
+    def options(self, server: RuntimeOptions) -> RuntimeOptions:
+        """This model's runtime options: its settings over the server's flags."""
+        values = self.settings.options()
         if self.draft_spec is not None:
-            options["draft_model"] = self.draft_spec
-        return options
+            values["draft_model"] = self.draft_spec
+        return server.updated(**values)
 
     def weight_files(self) -> list[Path]:
         """The files the weights are read from (their sizes estimate the memory a load

@@ -11,15 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ..reasoning import ReasoningParserManager
 from ..tool_parsers import ToolParserManager
 
-# settings -> build_runtime keyword (the rest keep their names)
-_RUNTIME_NAMES = {
-    "tool_call_parser": "tool_parser",
-    "max_tokens": "default_max_tokens",
-    "default_thinking_token_budget": "default_thinking_budget",
-}
-SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
-# where the model is and what clients call it: not runtime options
-_PLACEMENT = ("path", "served_name", "aliases", "chat_template", "draft_model")
+# where the model is and what clients call it (the catalog's); every other field is a
+# runtime option of the same name (options.RuntimeOptions)
+PLACEMENT = ("path", "served_name", "aliases", "chat_template", "draft_model")
 
 
 class ModelSettings(BaseModel):
@@ -77,22 +71,14 @@ class ModelSettings(BaseModel):
             return value
         return ToolParserManager.resolve(value)
 
-    def runtime_options(self) -> dict[str, Any]:
-        """The fields set, as ``build_runtime`` keywords (sampling under
-        ``sampling_overrides``); placement fields are the catalog's."""
-        options: dict[str, Any] = {}
-        sampling: dict[str, Any] = {}
-        for name in self.model_fields_set:
-            value = getattr(self, name)
-            if name in _PLACEMENT or value is None:
-                continue
-            if name in SAMPLING_FIELDS:
-                sampling[name] = value
-            else:
-                options[_RUNTIME_NAMES.get(name, name)] = value
-        if sampling:
-            options["sampling_overrides"] = sampling
-        return options
+    def options(self) -> dict[str, Any]:
+        """The runtime options set, by name (``RuntimeOptions.updated`` takes them); the
+        placement fields are the catalog's."""
+        return {
+            name: getattr(self, name)
+            for name in self.model_fields_set
+            if name not in PLACEMENT and getattr(self, name) is not None
+        }
 
 
 class CatalogError(ValueError):

@@ -83,12 +83,14 @@ import click
 @click.option(
     "--kv-bits",
     type=click.Choice(["4", "8"]),
+    callback=lambda ctx, param, value: int(value) if value else None,
     help="Quantize the KV cache to this many bits (default: the model's dtype).",
 )
 @click.option(
     "--kv-group-size",
     type=click.Choice(["32", "64", "128"]),
     default="64",
+    callback=lambda ctx, param, value: int(value),
     show_default=True,
     help="Values sharing one scale in the quantized KV cache.",
 )
@@ -107,6 +109,7 @@ import click
 @click.option(
     "--warmup-prompt",
     type=click.File("r"),
+    callback=lambda ctx, param, file: file.read() if file is not None else None,
     help="Pre-fill the prefix cache at start-up with this file's text as a system prompt.",
 )
 @click.option(
@@ -152,6 +155,7 @@ import click
 @click.option(
     "--allowed-hosts",
     multiple=True,
+    callback=lambda ctx, param, values: _listed(values),
     help="Host names this server answers to besides loopback names and the bound address "
     "(comma-separated or repeated; '.example.com' includes subdomains; '*' any). Other Host "
     "headers get a 400: that is what stops DNS-rebinding pages (docs/security.md).",
@@ -212,6 +216,7 @@ import click
 @click.option(
     "--allowed-origins",
     multiple=True,
+    callback=lambda ctx, param, values: _listed(values),
     help="Origins allowed by CORS (comma-separated or repeated; '*' for any). Default: none.",
 )
 @click.option(
@@ -267,8 +272,8 @@ import click
 )
 @click.option(
     "--replay",
-    "replay_file",
     type=click.File("r"),
+    callback=lambda ctx, param, file: file.read() if file is not None else None,
     help="Answer every request with this recorded model output instead of running the model "
     "(client and parser debugging; no model cost).",
 )
@@ -301,25 +306,28 @@ import click
     type=click.FloatRange(min=1),
     help="Seconds one step's collectives may take before the rank group counts as failed.",
 )
-def serve(model: str | None, **opts) -> None:
+def serve(model: str | None, **flags) -> None:
     """Serve MODEL (a model folder, a .gguf file or a short name; default: the embedded
     SmolLM2-135M-Instruct) over the OpenAI and Anthropic APIs."""
-    replay_file = opts["replay_file"]
-    if (opts["ranks"] or opts["hosts"]) and not opts["distributed"]:
+    from ..options import ServeOptions
+
+    options = ServeOptions.of(**flags)
+    serving, fleet, sharded = options.serving, options.fleet, options.distributed
+    if (sharded.ranks or sharded.hosts) and not sharded.distributed:
         raise click.ClickException("--ranks and --hosts need --distributed tensor|pipeline")
-    if opts["distributed"] and replay_file is not None:
+    if sharded.distributed and serving.replay is not None:
         raise click.ClickException("--replay runs no model: it cannot be --distributed")
-    if opts["hosts"]:
+    if sharded.hosts:
         from ..distributed.ranks import launch_command, run_launcher
 
-        command = launch_command(opts["hosts"], opts["distributed_backend"], sys.argv[1:])
+        command = launch_command(sharded.hosts, sharded.distributed_backend, sys.argv[1:])
         sys.exit(run_launcher(command))
-    if opts["cpu_weights"] != "quantized" and replay_file is None:
+    if options.runtime.model.cpu_weights != "quantized" and serving.replay is None:
         from ..engine.cpu import reexec_with_openblas
 
         reexec_with_openblas(sys.argv[1:])
     logging.basicConfig(
-        level=opts["log_level"].upper(),
+        level=serving.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s",
     )
     from .ops.middleware import install_request_id_logging
@@ -327,140 +335,97 @@ def serve(model: str | None, **opts) -> None:
     install_request_id_logging()
     from .cli_ranks import follow, join_ranks, sharded_runtime
 
-    sharding, local_ranks = join_ranks(opts) if opts["distributed"] else (None, None)
+    sharding, local_ranks = join_ranks(sharded) if sharded.distributed else (None, None)
     if sharding is not None and sharding.rank != 0:
-        follow(model, sharding, opts)
+        follow(model, sharding, options.runtime)
         return
     import uvicorn
 
-    from ..models.errors import ModelLoadError
-    from ..request import RequestLimits
-    from ..runtime import build_replay_runtime
     from .app import create_app
     from .ops.connections import ConnectionLimits, guarded_protocol, raise_open_file_limit
     from .ops.guard import HostPolicy
     from .state import ServerState
 
-    # operator overrides: only the flags given (the model's own defaults fill the rest)
-    overrides = {
-        key: opts[key]
-        for key in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
-        if opts[key] is not None
-    }
-    limits = RequestLimits(
-        max_prompt_chars=opts["max_prompt_chars"],
-        max_messages=opts["max_messages"],
-        max_tools=opts["max_tools"],
-    )
-    parsers = dict(reasoning_parser=opts["reasoning_parser"], tool_parser=opts["tool_call_parser"])
+    # validated before any model loads: nothing starts if it is unsafe
     mcp = (
-        _mcp_manager(opts["mcp_config"], opts["mcp_allow_any_command"])
-        if opts["mcp_config"]
+        _mcp_manager(serving.mcp_config, serving.mcp_allow_any_command)
+        if serving.mcp_config
         else None
     )
-    several = bool(opts["models_dir"] or opts["model_config"])
-    state_options = dict(
-        max_body_bytes=opts["max_body_mb"] * 1024 * 1024,
-        api_key=opts["api_key"] or None,
-        allowed_origins=_listed(opts["allowed_origins"]),
-        timeout=opts["timeout"],
-        sse_keepalive=opts["sse_keepalive"] or None,
-        responses_store_bytes=opts["responses_store_mb"] * 1024 * 1024,
-        mcp=mcp,
-        hosts=HostPolicy.for_binding(opts["host"], _listed(opts["allowed_hosts"])),
-    )
-    if replay_file is not None:
-        if several:
-            raise click.ClickException("--replay serves one model; leave out --models-dir")
-        try:
-            runtime = build_replay_runtime(
-                replay_file.read(),
-                model,
-                default_max_tokens=opts["max_tokens"],
-                max_tokens_cap=opts["max_tokens_cap"],
-                sampling_overrides=overrides,
-                allow_request_templates=opts["allow_request_chat_templates"],
-                unsupported_media=opts["unsupported_media"],
-                limits=limits,
-                max_queue=opts["max_queue"],
-                max_num_seqs=opts["max_num_seqs"],
-                max_model_len=opts["max_model_len"],
-                **parsers,
-            )
-        except (ModelLoadError, ValueError) as exc:
-            raise click.ClickException(str(exc)) from None
-        state = ServerState(
-            pipeline=runtime.pipeline,
-            served_model_name=opts["served_model_name"] or runtime.loaded.name,
-            **state_options,
-        )
-        state.models.strict = opts["strict_model_ids"]
+    if serving.replay is not None and fleet.several:
+        raise click.ClickException("--replay serves one model; leave out --models-dir")
+    if sharding is not None and fleet.several:
+        raise click.ClickException("--distributed serves one model: leave out --models-dir")
+    runtime = None
+    if serving.replay is not None:
+        runtime = _replay_runtime(model, serving.replay, options.runtime)
+    elif sharding is not None:
+        runtime = sharded_runtime(model, sharding, local_ranks, options.runtime)
+    if runtime is not None:  # one model, served under every id
+        name = serving.served_model_name or runtime.loaded.name
+        pool = _single_pool(runtime, name, fleet.strict_model_ids)
     else:
-        runtime_options = dict(
-            cpu_weights=opts["cpu_weights"],
-            default_max_tokens=opts["max_tokens"],
-            max_tokens_cap=opts["max_tokens_cap"],
-            sampling_overrides=overrides,
-            allow_request_templates=opts["allow_request_chat_templates"],
-            unsupported_media=opts["unsupported_media"],
-            max_queue=opts["max_queue"],
-            max_num_seqs=opts["max_num_seqs"],
-            prefix_cache_mb=opts["prefix_cache_mb"],
-            default_thinking_budget=opts["default_thinking_token_budget"],
-            structured_backend=opts["structured_output_backend"],
-            limits=limits,
-            max_model_len=opts["max_model_len"],
-            kv_bits=int(opts["kv_bits"]) if opts["kv_bits"] else None,
-            kv_group_size=int(opts["kv_group_size"]),
-            prefix_cache_dir=opts["prefix_cache_dir"],
-            prefix_cache_disk_gb=opts["prefix_cache_disk_gb"],
-            draft_model=opts["draft_model"],
-            num_draft_tokens=opts["num_draft_tokens"],
-            **parsers,
-        )
-        warmup = opts["warmup_prompt"].read() if opts["warmup_prompt"] else None
-        if sharding is not None:
-            if several:
-                raise click.ClickException("--distributed serves one model: leave out --models-dir")
-            runtime = sharded_runtime(model, sharding, local_ranks, runtime_options, warmup)
-            state = ServerState(
-                pipeline=runtime.pipeline,
-                served_model_name=opts["served_model_name"] or runtime.loaded.name,
-                distributed=runtime.distributed,
-                **state_options,
-            )
-            state.models.strict = opts["strict_model_ids"]
-        else:
-            pool = _model_pool(model, opts, runtime_options, warmup, several)
-            state = ServerState(None, pool.catalog.default or "", models=pool, **state_options)
-    host, port = opts["host"], opts["port"]
+        pool = _model_pool(model, options)
+    state = ServerState(
+        runtime.pipeline if runtime is not None else None,
+        pool.catalog.default or "",
+        models=pool,
+        distributed=runtime.distributed if runtime is not None else None,
+        max_body_bytes=serving.max_body_mb * 1024 * 1024,
+        api_key=serving.api_key or None,
+        allowed_origins=list(serving.allowed_origins),
+        timeout=serving.timeout,
+        sse_keepalive=serving.sse_keepalive or None,
+        responses_store_bytes=serving.responses_store_mb * 1024 * 1024,
+        mcp=mcp,
+        hosts=HostPolicy.for_binding(serving.host, list(serving.allowed_hosts)),
+    )
     # each connection holds a descriptor; keep room for model files, MCP pipes and logs
-    max_connections = min(opts["max_connections"], raise_open_file_limit() - 128)
+    max_connections = min(serving.max_connections, raise_open_file_limit() - 128)
     connections = ConnectionLimits(
-        read_timeout=opts["read_timeout"], max_connections=max_connections
+        read_timeout=serving.read_timeout, max_connections=max_connections
     )
     served = ", ".join(sorted(state.models.catalog.entries))
-    click.echo(f"serving {served} on http://{host}:{port}/v1", err=True)
+    click.echo(f"serving {served} on http://{serving.host}:{serving.port}/v1", err=True)
     # the request-context middleware writes the access log (with request ids)
     try:
         uvicorn.run(
             create_app(state),
-            host=host,
-            port=port,
+            host=serving.host,
+            port=serving.port,
             http=guarded_protocol(connections),
-            log_level=opts["log_level"],
+            log_level=serving.log_level,
             access_log=False,
         )
     finally:
-        if sharding is not None:
+        if sharding is not None and runtime is not None:
             runtime.close()  # tells the other ranks to exit
         if local_ranks is not None:
             local_ranks.stop()
 
 
-def _listed(values: tuple[str, ...]) -> list[str]:
+def _listed(values: tuple[str, ...]) -> tuple[str, ...]:
     """Repeated and comma-separated option values as one list."""
-    return [item.strip() for value in values for item in value.split(",") if item.strip()]
+    return tuple(item.strip() for value in values for item in value.split(",") if item.strip())
+
+
+def _replay_runtime(model: str | None, text: str, options):
+    from ..models.errors import ModelLoadError
+    from ..runtime import build_replay_runtime
+
+    try:
+        return build_replay_runtime(text, model, options)
+    except (ModelLoadError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _single_pool(runtime, name: str, strict: bool):
+    """The pool of one model built before the server started (replay, sharded)."""
+    from ..fleet.pool import ModelPool
+
+    pool = ModelPool.single(runtime.pipeline, name)
+    pool.strict = strict
+    return pool
 
 
 def _mcp_manager(path: str, allow_any_command: bool):
@@ -475,9 +440,7 @@ def _mcp_manager(path: str, allow_any_command: bool):
         raise click.ClickException(f"--mcp-config {path}: {exc}") from None
 
 
-def _model_pool(
-    model: str | None, opts: dict, runtime_options: dict, warmup: str | None, several: bool
-):
+def _model_pool(model: str | None, options):
     """The catalog (checked: a bad models.toml stops here), MODEL loaded as the default
     when given or when nothing else is served, and the pool that loads the others."""
     import time
@@ -489,37 +452,38 @@ def _model_pool(
     from ..models.loader import served_name
     from ..runtime import build_runtime
 
+    fleet, several = options.fleet, options.fleet.several
     try:
         catalog = (
-            build_catalog(list(opts["models_dir"]), opts["model_config"])
-            if several
-            else Catalog({})
+            build_catalog(list(fleet.models_dir), fleet.model_config) if several else Catalog({})
         )
     except CatalogError as exc:  # SettingsError included
         raise click.ClickException(str(exc)) from None
 
-    def build(entry: Entry, warmup_prompt: str | None = None):
-        options = {**runtime_options, **entry.runtime_options()}
-        options["sampling_overrides"] = {
-            **runtime_options["sampling_overrides"],
-            **entry.settings.runtime_options().get("sampling_overrides", {}),
-        }
-        if several and options["prefix_cache_dir"]:  # one model's KV is no other's
-            options["prefix_cache_dir"] = str(Path(options["prefix_cache_dir"]) / entry.name)
-        return build_runtime(entry.spec, warmup_prompt=warmup_prompt, **options)
+    def build(entry: Entry, first: bool = False):
+        """``entry``'s runtime; only the model loaded at start-up is warmed up."""
+        runtime_options = entry.options(options.runtime)
+        cache_dir = runtime_options.cache.prefix_cache_dir
+        if several and cache_dir:  # one model's KV is no other's
+            runtime_options = runtime_options.updated(
+                prefix_cache_dir=str(Path(cache_dir) / entry.name)
+            )
+        if not first:
+            runtime_options = runtime_options.updated(warmup_prompt=None)
+        return build_runtime(entry.spec, runtime_options, chat_template=entry.chat_template)
 
     limits = PoolLimits(
-        max_loaded=opts["max_loaded_models"],
-        ttl=opts["model_ttl"],
-        max_memory_bytes=int(opts["max_memory_gb"] * 2**30) if opts["max_memory_gb"] else None,
+        max_loaded=fleet.max_loaded_models,
+        ttl=fleet.model_ttl,
+        max_memory_bytes=int(fleet.max_memory_gb * 2**30) if fleet.max_memory_gb else None,
     )
-    pool = ModelPool(catalog, build, limits, strict=opts["strict_model_ids"])
+    pool = ModelPool(catalog, build, limits, strict=fleet.strict_model_ids)
     if model is None and catalog.entries:
         return pool  # the default loads on its first request
     spec = model or "default"
     main = next((e for e in catalog.entries.values() if _same_path(e.spec, spec)), None)
     if main is None:
-        name = opts["served_model_name"] or served_name(model, Path(spec))
+        name = options.serving.served_model_name or served_name(model, Path(spec))
         main = Entry(name, spec, "MODEL")
         try:
             catalog.add(main)
@@ -528,7 +492,7 @@ def _model_pool(
     catalog.default = main.name
     started = time.perf_counter()
     try:
-        runtime = build(main, warmup)
+        runtime = build(main, first=True)
     except (ModelLoadError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     pool.adopt(main.name, runtime, time.perf_counter() - started)

@@ -12,15 +12,16 @@ import sys
 import click
 
 
-def join_ranks(opts: dict):
-    """Start the local ranks (``--ranks``, rank 0 only) and join the group."""
+def join_ranks(options):
+    """Start the local ranks (``--ranks``, rank 0 only) and join the group
+    (``options``: the ``DistributedOptions``)."""
     from ..distributed.group import GroupFailed, Sharding, backend_in_use, join_group
     from ..distributed.ranks import LocalRanks
 
     local = None
-    backend = opts["distributed_backend"]
-    if opts["ranks"] and "MLX_RANK" not in os.environ:
-        local = LocalRanks(opts["ranks"], sys.argv[1:])
+    backend = options.distributed_backend
+    if options.ranks and "MLX_RANK" not in os.environ:
+        local = LocalRanks(options.ranks, sys.argv[1:])
         backend = "ring"
     try:
         group = join_group(backend)
@@ -32,16 +33,16 @@ def join_ranks(opts: dict):
             "--ranks N / --hosts"
         ) from None
     sharding = Sharding(
-        mode=opts["distributed"],
+        mode=options.distributed,
         group=group,
         backend=backend_in_use(backend),
-        timeout=opts["collective_timeout"],
+        timeout=options.collective_timeout,
         check=local.check if local is not None else lambda: None,
     )
     return sharding, local
 
 
-def follow(model: str | None, sharding, opts: dict) -> None:
+def follow(model: str | None, sharding, options) -> None:
     """Ranks 1…N-1: load this rank's share and follow rank 0 until it says exit."""
     from ..distributed.group import GroupFailed
     from ..distributed.ranks import exit_with_parent
@@ -50,14 +51,7 @@ def follow(model: str | None, sharding, opts: dict) -> None:
 
     exit_with_parent()
     try:
-        follower = build_follower(
-            model,
-            sharding,
-            cpu_weights=opts["cpu_weights"],
-            max_num_seqs=opts["max_num_seqs"],
-            kv_bits=int(opts["kv_bits"]) if opts["kv_bits"] else None,
-            kv_group_size=int(opts["kv_group_size"]),
-        )
+        follower = build_follower(model, sharding, options)
     except (ModelLoadError, ValueError) as exc:
         raise click.ClickException(f"rank {sharding.rank}: {exc}") from None
     click.echo(f"rank {sharding.rank}/{sharding.world_size} following rank 0", err=True)
@@ -67,13 +61,13 @@ def follow(model: str | None, sharding, opts: dict) -> None:
         raise click.ClickException(str(exc)) from None
 
 
-def sharded_runtime(model: str | None, sharding, local_ranks, options: dict, warmup: str | None):
+def sharded_runtime(model: str | None, sharding, local_ranks, options):
     """Rank 0's runtime over the group; on a load error the local ranks stop too."""
     from ..models.errors import ModelLoadError
     from ..runtime import build_runtime
 
     try:
-        return build_runtime(model, warmup_prompt=warmup, sharding=sharding, **options)
+        return build_runtime(model, options, sharding=sharding)
     except (ModelLoadError, ValueError) as exc:
         if local_ranks is not None:
             local_ranks.stop()

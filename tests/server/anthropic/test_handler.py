@@ -156,7 +156,7 @@ def test_forced_tool_use_on_the_real_model(anthropic_client):
 
 
 def test_tool_use_streams_input_incrementally_and_matches_non_stream():
-    with replay_client(TOOL_REPLY, tool_parser="hermes") as (client, _):
+    with replay_client(TOOL_REPLY, tool_call_parser="hermes") as (client, _):
         kwargs = dict(
             model="claude-sonnet-4-5", max_tokens=200, messages=FRANCE, tools=[WEATHER_ANTHROPIC]
         )
@@ -280,7 +280,7 @@ def test_tool_result_round_trip_renders_into_the_prompt():
             ],
         },
     ]
-    with echo_server(tool_parser="hermes") as (base, _):
+    with echo_server(tool_call_parser="hermes") as (base, _):
         client = anthropic.Anthropic(base_url=base, api_key="k", max_retries=0)
         reply = client.messages.create(
             model="m", max_tokens=2000, messages=messages, tools=[WEATHER_ANTHROPIC]

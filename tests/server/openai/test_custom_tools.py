@@ -122,7 +122,7 @@ def hermes(name: str, text: str) -> str:
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize(("text", "matches"), [("no-12", True), ("perhaps", False)])
 def test_unforced_call_is_checked_against_its_grammar(text, matches, stream):
-    with replay_server(hermes("pick", text), tool_parser="hermes") as (base, _):
+    with replay_server(hermes("pick", text), tool_call_parser="hermes") as (base, _):
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="k", max_retries=0)
         _, calls, finish, gave_up = call(client, [custom_tool("pick", "regex")], "auto", stream)
     assert calls == [("custom", "pick", text)] and finish == "tool_calls"

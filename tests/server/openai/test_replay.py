@@ -11,6 +11,7 @@ import pytest
 from servers import replay_server
 from shared import WEATHER_CHAT
 
+from vllm_mlx.options import RuntimeOptions
 from vllm_mlx.runtime import build_replay_runtime
 
 ASK = [{"role": "user", "content": "Weather?"}]
@@ -47,7 +48,7 @@ def test_hermes_tool_calls_streamed_incrementally_and_whole():
         '{"city": "Zürich \\"old town\\"", "days": 3}}\n</tool_call>'
         '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
     )
-    with replay_client(text, tool_parser="hermes") as client:
+    with replay_client(text, tool_call_parser="hermes") as client:
         whole, chunks = both_ways(client, tools=[WEATHER_CHAT])
     message = whole.choices[0].message
     assert whole.choices[0].finish_reason == "tool_calls"
@@ -82,7 +83,7 @@ def test_reasoning_then_content_streamed_and_whole():
 
 def test_tool_choice_none_leaves_markup_as_content():
     text = '<tool_call>\n{"name": "get_weather", "arguments": {}}\n</tool_call>'
-    with replay_client(text, tool_parser="hermes") as client:
+    with replay_client(text, tool_call_parser="hermes") as client:
         whole, chunks = both_ways(client, tools=[WEATHER_CHAT], tool_choice="none")
     assert whole.choices[0].message.tool_calls is None
     assert whole.choices[0].message.content == text
@@ -97,7 +98,7 @@ def test_tool_choice_none_leaves_markup_as_content():
     ],
 )
 def test_unfinished_or_malformed_call_stays_in_content(text):
-    with replay_client(text, tool_parser="hermes") as client:
+    with replay_client(text, tool_call_parser="hermes") as client:
         whole, chunks = both_ways(client, tools=[WEATHER_CHAT])
     assert whole.choices[0].message.tool_calls is None
     assert whole.choices[0].message.content == text
@@ -106,7 +107,7 @@ def test_unfinished_or_malformed_call_stays_in_content(text):
 
 def test_unknown_parser_name_fails_start_up():
     with pytest.raises(ValueError, match="hermes"):
-        build_replay_runtime("x", tool_parser="no-such-parser")
+        build_replay_runtime("x", options=RuntimeOptions.of(tool_call_parser="no-such-parser"))
 
 
 def test_streamed_text_never_splits_a_character():

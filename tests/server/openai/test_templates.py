@@ -21,7 +21,7 @@ TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 
 @pytest.fixture(scope="module")
 def client():
-    with echo_server(allow_request_templates=True, tool_parser="mistral") as (base, _):
+    with echo_server(allow_request_chat_templates=True, tool_call_parser="mistral") as (base, _):
         yield openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
 
 
@@ -80,7 +80,10 @@ def test_the_effort_switch_gets_the_requests_effort(client):
 def test_injected_tools_teach_the_syntax_the_parser_reads():
     """DeepSeek-V3.1 prints no tools: they are injected with an example call in its own
     syntax, and the echoed prompt's example comes back as a parsed call."""
-    with echo_server(allow_request_templates=True, tool_parser="deepseek_v31") as (base, _):
+    with echo_server(allow_request_chat_templates=True, tool_call_parser="deepseek_v31") as (
+        base,
+        _,
+    ):
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
         text = echoed(client, "args_string_concat.jinja", tool_history()[:2], tools=CITY_TOOLS)
     assert "<tool_call>" not in text
@@ -89,7 +92,7 @@ def test_injected_tools_teach_the_syntax_the_parser_reads():
 
 def test_generated_ids_have_the_familys_shape():
     output = '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]'
-    with replay_server(output, tool_parser="mistral") as (base, _):
+    with replay_server(output, tool_call_parser="mistral") as (base, _):
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
         kwargs = dict(model="replay", messages=tool_history()[:2], tools=CITY_TOOLS)
         whole = client.chat.completions.create(**kwargs)

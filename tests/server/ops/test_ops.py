@@ -24,6 +24,7 @@ from servers import ForcingSource, cli_server, thread_server
 
 from vllm_mlx.mcp.config import parse_config
 from vllm_mlx.mcp.manager import MCPManager
+from vllm_mlx.options import RuntimeOptions
 from vllm_mlx.runtime import build_replay_runtime
 from vllm_mlx.server.app import create_app
 from vllm_mlx.server.ops.auth import OPEN_PATHS
@@ -278,7 +279,7 @@ def test_prefix_cache_hits_counted_from_usage():
     tokenizer = build_tiny_tokenizer()
     source = ModelBatchSource(build_tiny_model(tokenizer), prefix_cache=PrefixCache(64 * 2**20))
     engine = Engine(source, tokenizer)
-    pipeline = Pipeline(engine, context_length=4096, default_max_tokens=4)
+    pipeline = Pipeline(engine, context_length=4096, options=RuntimeOptions.of(max_tokens=4))
     prompt = "a shared system prompt that agents send on every turn " * 8
     body = {"model": "m", "prompt": prompt, "max_tokens": 4, "temperature": 0}
     try:

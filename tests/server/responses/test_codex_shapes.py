@@ -43,7 +43,10 @@ INPUT = [
 
 @pytest.fixture(scope="module")
 def client():
-    with replay_server(CALL, tool_parser="hermes", reasoning_parser="deepseek_r1") as (base, _):
+    with replay_server(CALL, tool_call_parser="hermes", reasoning_parser="deepseek_r1") as (
+        base,
+        _,
+    ):
         yield openai.OpenAI(base_url=f"{base}/v1", api_key="k", max_retries=0)
 
 

@@ -87,7 +87,10 @@ def test_forced_custom_call_writes_its_grammar(client, syntax, choice, stream):
 @pytest.mark.parametrize(("text", "matches"), [("yes-7", True), ("perhaps", False)])
 def test_unforced_call_is_checked_against_its_grammar(text, matches):
     call = json.dumps({"name": "pick", "arguments": {"input": text}})
-    with replay_server(f"<tool_call>\n{call}\n</tool_call>", tool_parser="hermes") as (base, _):
+    with replay_server(f"<tool_call>\n{call}\n</tool_call>", tool_call_parser="hermes") as (
+        base,
+        _,
+    ):
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="k", max_retries=0)
         final, events = respond(client, [custom_tool("pick", "regex")], "auto", True)
     (item,) = final.output

@@ -192,7 +192,7 @@ def test_codex_request_shape_is_accepted(real_server):
 
 
 def test_reasoning_and_function_call_stream_incrementally_and_match():
-    with replay_client(REPLY, tool_parser="hermes", reasoning_parser="qwen3") as (client, _):
+    with replay_client(REPLY, tool_call_parser="hermes", reasoning_parser="qwen3") as (client, _):
         whole, events = create_and_stream(
             client, model="m", input="Weather in Paris?", tools=[WEATHER_RESPONSES]
         )
