@@ -9,6 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from embedding_models import write_embedding_models_dir  # noqa: E402
 from servers import cli_server  # noqa: E402
 
 
@@ -25,3 +26,13 @@ def openai_client(real_server):
     import openai
 
     return openai.OpenAI(base_url=f"{real_server}/v1", api_key="unused", max_retries=0, timeout=300)
+
+
+@pytest.fixture(scope="session")
+def embedding_server(tmp_path_factory) -> str:
+    """Base URL of `vllm-mlx serve --models-dir` over tiny embedding models, rerankers and a
+    tiny chat model (tests/embedding_models.py)."""
+    root = tmp_path_factory.mktemp("embedding-models")
+    models = write_embedding_models_dir(root / "models")
+    with cli_server("--models-dir", str(models), log_path=root / "server.log") as base:
+        yield base

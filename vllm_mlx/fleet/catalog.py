@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..embeddings.kinds import KIND_NAMES, model_facts
 from ..models.default_model import default_gguf, is_default_model_name
 from ..models.errors import ModelLoadError
 from ..models.gguf import read_header
@@ -85,6 +86,10 @@ class Entry:
     def check(self) -> str | None:
         """Why this entry would not load (what the loader checks before reading weights),
         or None."""
+        facts = model_facts(Path(self.spec)) if Path(self.spec).is_dir() else None
+        if facts is not None:
+            route = "/v1/rerank" if facts.kind != "embedding" else "/v1/embeddings"
+            return f"it is {KIND_NAMES[facts.kind]}: it serves {route}, not chat"
         try:
             if is_default_model_name(self.spec):
                 default_gguf(cache_root())

@@ -22,9 +22,11 @@ from .info import get_model, health, list_models, load_model, unload_model, vers
 from .mcp import routes as mcp_routes
 from .openai.chat import chat_completions
 from .openai.completions import completions
+from .openai.embeddings import embeddings
 from .ops.limits import BodySizeLimit
 from .ops.metrics import metrics_endpoint
 from .ops.middleware import operations_middleware
+from .rerank import rerank
 from .responses.handler import create_response, get_response
 from .state import ServerState
 from .ui.routes import ROUTES as UI_ROUTES
@@ -93,6 +95,9 @@ def create_app(state: ServerState) -> Starlette:
         Route("/v1/models/{model_id:path}", get_model, methods=["GET"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/embeddings", embeddings, methods=["POST"]),
+        Route("/v1/rerank", rerank, methods=["POST"]),
+        Route("/rerank", rerank, methods=["POST"]),
         Route("/v1/messages", create_message, methods=["POST"]),
         Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
         Route("/v1/responses", create_response, methods=["POST"]),

@@ -446,6 +446,7 @@ def _model_pool(model: str | None, options):
     import time
     from pathlib import Path
 
+    from ..embeddings.kinds import model_facts
     from ..fleet.catalog import Catalog, CatalogError, Entry, build_catalog
     from ..fleet.pool import ModelPool, PoolLimits
     from ..models.errors import ModelLoadError
@@ -490,6 +491,8 @@ def _model_pool(model: str | None, options):
         except CatalogError as exc:
             raise click.ClickException(f"MODEL {spec}: {exc}") from None
     catalog.default = main.name
+    if model_facts(Path(main.spec)) is not None:
+        return pool  # an embedding model or reranker: loaded by its first request
     started = time.perf_counter()
     try:
         runtime = build(main, first=True)

@@ -18,6 +18,7 @@ from importlib.metadata import version as package_version
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from ..embeddings.kinds import ModelFacts
 from ..fleet.catalog import Entry
 from ..fleet.pool import UnknownModel
 from ..native import status as native_status
@@ -31,6 +32,9 @@ _STARTED_AT = datetime.fromtimestamp(_STARTED, timezone.utc).isoformat().replace
 def _described(state: ServerState, entry: Entry) -> dict:
     """What a client may want to know of a model before using it: loaded or not, its
     context (known before loading when its config says) and its parsers."""
+    facts = state.embedders.facts(entry)
+    if facts is not None:
+        return _embedding_model(state, entry, facts)
     slot = next((s for s in state.models.loaded() if s.entry.name == entry.name), None)
     reasoning: str | None
     tool: str | None
@@ -47,6 +51,7 @@ def _described(state: ServerState, entry: Entry) -> dict:
         context = pipeline.context_length
         has_reasoning = pipeline.reasoning_format is not None
     return {
+        "type": "llm",
         "loaded": slot is not None,
         "context": context,
         "parsers": {"reasoning": reasoning, "tool_calls": tool},
@@ -55,6 +60,27 @@ def _described(state: ServerState, entry: Entry) -> dict:
             "reasoning": has_reasoning,
             "vision": False,
             "structured_output": True,
+        },
+        "aliases": list(entry.aliases),
+    }
+
+
+def _embedding_model(state: ServerState, entry: Entry, facts: ModelFacts) -> dict:
+    """An embedding model or reranker: what it serves instead of chat (LM Studio's
+    ``type``), its input limit as the context."""
+    embeds = facts.kind == "embedding"
+    return {
+        "type": "embeddings" if embeds else "rerank",
+        "loaded": state.embedders.is_loaded(entry.name),
+        "context": facts.max_length,
+        "parsers": {"reasoning": None, "tool_calls": None},
+        "capabilities": {
+            "embeddings": embeds,
+            "rerank": not embeds,
+            "tool_calls": False,
+            "reasoning": False,
+            "vision": False,
+            "structured_output": False,
         },
         "aliases": list(entry.aliases),
     }

@@ -18,7 +18,9 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from ..chat.template import ChatTemplateError
+from ..embeddings.kinds import KIND_NAMES
 from ..engine.engine import QueueFullError
+from ..fleet.catalog import Entry
 from ..fleet.pool import (
     Lease,
     ModelBusy,
@@ -63,12 +65,23 @@ async def lease_for(request: Request, model_id: str | None) -> Lease:
     request still stops at its deadline or when its client leaves)."""
     pool: ModelPool = server_state(request).models
     try:
-        entry = pool.resolve(model_id)
+        entry = _chat_model(request, pool.resolve(model_id))
         if pool.is_ready(entry):
             return _held(await pool.acquire(entry))
         return await unless_disconnected(request, _acquired(pool, model_id))
     except POOL_ERRORS as exc:
         raise pool_error(exc) from None
+
+
+def _chat_model(request: Request, entry: Entry) -> Entry:
+    """``entry``, unless it is an embedding model or a reranker (a 400 naming its route)."""
+    facts = server_state(request).embedders.facts(entry)
+    if facts is not None:
+        route = "/v1/embeddings" if facts.kind == "embedding" else "/v1/rerank"
+        raise APIError(
+            400, f"model {entry.name!r} is {KIND_NAMES[facts.kind]}: use {route}", param="model"
+        )
+    return entry
 
 
 async def _acquired(pool: ModelPool, model_id: str | None) -> Lease:
@@ -88,7 +101,7 @@ async def answer_with(
     its own response, with keep-alives."""
     pool: ModelPool = server_state(request).models
     try:
-        ready = pool.is_ready(pool.resolve(model_id))
+        ready = pool.is_ready(_chat_model(request, pool.resolve(model_id)))
     except UnknownModel as exc:
         raise pool_error(exc) from None
     if ready or not stream:

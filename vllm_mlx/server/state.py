@@ -8,6 +8,7 @@ from typing import Any
 
 from starlette.requests import Request
 
+from ..fleet.embedders import EmbeddingModels
 from ..fleet.pool import ModelPool
 from ..pipeline import Pipeline
 from .ops.guard import HostPolicy
@@ -35,6 +36,8 @@ class ServerState:
     distributed: Any = None
     # the models requests choose from (server/serving.py)
     models: ModelPool = None  # type: ignore[assignment]  # set in __post_init__ when None
+    # the catalog's embedding and reranking models (server/embedding_service.py)
+    embedders: EmbeddingModels = field(default_factory=EmbeddingModels)
 
     def __post_init__(self) -> None:
         if self.models is None:
