@@ -15,6 +15,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
+from .chat.images import ImageLimits
 from .models.loader import CpuWeights
 from .request import RequestLimits
 
@@ -95,6 +96,7 @@ class RuntimeOptions:
     sampling: SamplingOptions = field(default_factory=SamplingOptions)
     request: RequestOptions = field(default_factory=RequestOptions)
     limits: RequestLimits = field(default_factory=RequestLimits)
+    images: ImageLimits = field(default_factory=ImageLimits)  # what a vision model reads
 
     @classmethod
     def of(cls, **values: Any) -> RuntimeOptions:

@@ -10,6 +10,7 @@ disagree.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .chat.custom_tools import RawCallStream
+from .chat.images import DecodedImage, ImageError, read_image
 from .chat.stream import OutputStream, make_output_stream
 from .chat.template import (
     MAX_REQUEST_TEMPLATE_CHARS,
@@ -27,6 +29,7 @@ from .chat.template import (
     render_chat,
 )
 from .chat.thinking_switch import ThinkingDecision, UnknownEffortError, decide_thinking
+from .chat.vision_prompt import VisionPrompter
 from .constrained import Constraint, ConstraintError, build_logits_processors
 from .constrained.custom_tools import CustomTool, check_grammars, forced_raw, input_mismatch
 from .constrained.tokenizer_cache import token_count
@@ -48,6 +51,8 @@ from .request import (
     check_sampling,
     check_size,
     check_tool_choice,
+    omitted_text,
+    replace_markers,
 )
 
 log = logging.getLogger(__name__)
@@ -134,6 +139,7 @@ class Pipeline:
         tool_format: ToolCallFormat | None = None,
         sampling_defaults: SamplingParams | None = None,
         vocab_size: int | None = None,
+        vision: VisionPrompter | None = None,
     ):
         self.engine = engine
         # the operator's choices: token limits, thinking budget, backend, what a request
@@ -149,6 +155,8 @@ class Pipeline:
         # the bound for every token id a client sends: the runtime passes the smaller of the
         # tokenizer's and the model's embedding size (an id past the embedding crashes it)
         self.vocab_size = vocab_size or token_count(self.tokenizer)
+        # a vision-language model's prompt builder (None: the model reads text only)
+        self.vision = vision
         # told the usage of a generation its consumer left before the end (a client that
         # disconnected): the server counts it as cancelled, with the tokens it cost
         self.on_cancelled: Callable[[Usage], None] | None = None
@@ -177,16 +185,61 @@ class Pipeline:
             raise RequestError(str(exc), "reasoning_effort") from None
         except ValueError as exc:  # a negative budget
             raise RequestError(str(exc), "thinking_token_budget") from None
+        messages, images = self._media(request)
         prompt = render_chat(
             self.tokenizer,
-            request.messages,
+            messages,
             tools=self._tools(request),
             template_kwargs=thinking.template_kwargs,
             allow_request_templates=self.options.request.allow_request_chat_templates,
             tool_format=self.tool_format,
             system_switch=thinking.system_switch,
         )
+        if images and self.vision is not None:
+            try:
+                ids, vision = self.vision.encode(
+                    prompt.text, images, self.options.images, self.tokenizer
+                )
+            except ImageError as exc:
+                raise RequestError(str(exc), exc.param) from None
+            prompt = dataclasses.replace(prompt, token_ids=ids, vision=vision)
         return prompt, thinking
+
+    def _media(self, request: ChatRequest) -> tuple[list[dict], list[DecodedImage]]:
+        """The messages with each image marker written out: the model's image text and the
+        decoded image (in the order the messages show them) for a vision model, the
+        omitted-media placeholder for a text-only one."""
+        media = request.omitted_media
+        if self.vision is None:
+            return replace_markers(request.messages, lambda i: omitted_text("image")), []
+        count = sum(1 for m in media if m.source is not None)
+        if count > self.options.images.max_images:
+            raise RequestError(
+                f"{count} images; this server accepts at most "
+                f"{self.options.images.max_images} per request (--max-images)",
+                "messages",
+            )
+        images: list[DecodedImage] = []
+
+        def write(index: int) -> str:
+            item = media[index]
+            assert item.source is not None
+            try:
+                images.append(
+                    read_image(
+                        data=item.source.data,
+                        url=item.source.url,
+                        param=item.param,
+                        limits=self.options.images,
+                        detail=item.source.detail,
+                    )
+                )
+            except ImageError as exc:
+                raise RequestError(str(exc), exc.param) from None
+            assert self.vision is not None
+            return self.vision.image_text
+
+        return replace_markers(request.messages, write), images
 
     def _switch_template(self, request: ChatRequest) -> Any:
         """The template whose thinking switch applies: a request's own template (or one of
@@ -212,8 +265,9 @@ class Pipeline:
         """Everything that can fail with a 400, then the generation request. It renders and
         tokenizes (and compiles grammars): the server runs it off the event loop."""
         check_tool_choice(request.tool_choice, request.tools)
-        if request.omitted_media and self.options.request.unsupported_media == "reject":
-            first = request.omitted_media[0]
+        refused = [m for m in request.omitted_media if m.source is None or self.vision is None]
+        if refused and self.options.request.unsupported_media == "reject":
+            first = refused[0]
             raise RequestError(
                 f"this model accepts text only; {first.kind} content is not supported",
                 first.param,
@@ -256,6 +310,7 @@ class Pipeline:
             params,
             processors,
             checkpoints=history_end(self.tokenizer, prompt.token_ids, prompt.tail),
+            vision=prompt.vision,
         )
         if raw is not None:
             style = self.tool_format.id_style if self.tool_format else "openai"

@@ -9,7 +9,9 @@ sampler's final parameters) is decided once, in the pipeline.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+import secrets
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -57,14 +59,30 @@ class ContextLengthError(RequestError):
 
 
 @dataclass(frozen=True)
+class ImageSource:
+    """An image as a request carried it: base64 ``data`` (with its media type) or a ``url``
+    (``data:`` or a network URL), with OpenAI's ``detail`` when given."""
+
+    data: str | None = None
+    media_type: str | None = None
+    url: str | None = None
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
 class OmittedMedia:
-    """An image, document, audio or file part a converter replaced by a placeholder."""
+    """An image, document, audio or file part a converter replaced by a placeholder (an
+    image with its ``source``, which a vision model reads in its place)."""
 
     kind: str  # image | document | audio | file
     param: str  # where it was, in the surface's own field names
+    source: ImageSource | None = None
 
 
 _omitted: ContextVar[list[OmittedMedia] | None] = ContextVar("omitted_media", default=None)
+# Image markers carry a per-process secret, so text a client writes cannot pose as one.
+_MARK = f"\ue000{secrets.token_hex(8)}:"
+_MARKER = re.compile(re.escape(_MARK) + r"(\d+)\ue001")
 
 
 @contextmanager
@@ -79,13 +97,34 @@ def collecting_media() -> Iterator[list[OmittedMedia]]:
         _omitted.reset(token)
 
 
-def media_placeholder(kind: str, param: str) -> str:
-    """The text a text-only model sees instead of a media part (recorded for the pipeline:
-    ``--unsupported-media reject`` turns it into a 400 naming ``param``)."""
+def media_placeholder(kind: str, param: str, source: ImageSource | None = None) -> str:
+    """The text standing for a media part (recorded for the pipeline: ``--unsupported-media
+    reject`` turns it into a 400 naming ``param``). An image with a ``source`` leaves a
+    marker the pipeline replaces: with the model's image text for a vision model, with the
+    placeholder for a text-only one."""
     omitted = _omitted.get()
     if omitted is not None:
-        omitted.append(OmittedMedia(kind, param))
+        omitted.append(OmittedMedia(kind, param, source))
+        if source is not None:
+            return f"{_MARK}{len(omitted) - 1}\ue001"
+    return omitted_text(kind)
+
+
+def omitted_text(kind: str) -> str:
+    """What a text-only model sees instead of a media part."""
     return f"[{kind} omitted: this model reads text only]"
+
+
+def replace_markers(messages: list[dict], write: Callable[[int], str]) -> list[dict]:
+    """``messages`` with each image marker replaced by ``write(index)`` (index into the
+    request's ``omitted_media``); messages without markers are returned as they are."""
+    out = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str) and _MARK in content:
+            message = {**message, "content": _MARKER.sub(lambda m: write(int(m.group(1))), content)}
+        out.append(message)
+    return out
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from typing import Any
 from .chat.template import ChatTemplateError, choose_template, special_tokens, template_sources
 from .chat.template_probe import probe_text
 from .chat.tool_prompt import FALLBACK_TOOL_PARSER
+from .chat.vision_prompt import VisionPrompter
 from .constrained.tokenizer_cache import token_count
 from .distributed.channel import Channel
 from .distributed.group import GroupHealth, Sharding, rank_roles
@@ -67,6 +68,8 @@ def build_runtime(
     cpu_weights = _weights_for_cpu(options.model.cpu_weights)
     engine, cache = options.engine, options.cache
     loaded = load_model(model, cpu_weights=cpu_weights, progress=progress)
+    if loaded.processor is not None and (engine.kv_bits or options.model.draft_model):
+        raise ValueError("--kv-bits and --draft-model are not supported for vision models yet")
     if chat_template is not None:
         loaded.tokenizer.chat_template = loaded.chat_template = chat_template
     prefix_cache = build_prefix_cache(
@@ -210,6 +213,9 @@ def _assemble(loaded: LoadedModel, source: TokenSource, options: RuntimeOptions)
         max_num_seqs=options.engine.max_num_seqs,
         max_queue=options.engine.max_queue,
     )
+    vision = None
+    if loaded.processor is not None:
+        vision = VisionPrompter.for_model(loaded.processor, loaded.tokenizer)
     pipeline = Pipeline(
         engine,
         context_length=context_limit(loaded.context_length, options.model.max_model_len),
@@ -218,6 +224,7 @@ def _assemble(loaded: LoadedModel, source: TokenSource, options: RuntimeOptions)
         tool_format=tool_format,
         sampling_defaults=SamplingParams(**sampling),
         vocab_size=vocab_size(loaded),
+        vision=vision,
     )
     return Runtime(loaded, engine, pipeline)
 

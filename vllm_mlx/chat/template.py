@@ -55,6 +55,8 @@ class RenderedPrompt:
     # `<|im_start|>assistant\n<think>\n`): parsers and the thinking processor start from it.
     # Earlier turns' closed reasoning blocks are not part of it.
     tail: str
+    # A vision model's images as it reads them (engine/vision.VisionInput), else None
+    vision: Any = None
 
 
 def render_chat(

@@ -223,6 +223,7 @@ class Engine:
                 processors=make_penalty_processors(params) + list(request.logits_processors),
                 max_tokens=params.max_tokens,
                 checkpoints=request.checkpoints,
+                **({"vision": request.vision} if request.vision is not None else {}),
             )
         except Exception as exc:
             log.exception("could not start request %s", request.request_id)

@@ -22,6 +22,7 @@ from .kv_quant import quantized_prompt_cache
 from .prefix_cache import PrefixCache, common_prefix
 from .sampling import LogitsProcessor, Sampler
 from .speculative import SoloSpeculator
+from .vision import LanguageModel, VisionInput, set_shift
 
 # Prompt tokens a new request must share with one still prefilling to wait for it (its
 # prefix then comes from the cache) rather than compute them a second time alongside.
@@ -125,6 +126,7 @@ class ModelBatchSource:
         self._in_batch: set[int] = set()  # generator uids not finished or removed
         self._prefilling: dict[int, np.ndarray] = {}  # generator uid -> prompt, in prefill
         self._awaited: set[int] = set()  # prefilling uids a waiting request shares with
+        self._keys: dict[int, list[int]] = {}  # uid -> its prompt as the cache keys it (images)
         self._drafted = self._accepted = 0
         self.handovers = 0  # solo sequences moved into the batch
 
@@ -159,10 +161,15 @@ class ModelBatchSource:
             prefill_step_size=self.prefill_step_size,
         )
 
-    def insert(self, prompt, *, sampler, processors, max_tokens, checkpoints=()):
-        cache, cached = (
-            self.prefix_cache.fetch(prompt) if self.prefix_cache is not None else (None, 0)
-        )
+    def insert(self, prompt, *, sampler, processors, max_tokens, checkpoints=(), vision=None):
+        key = vision.key if vision is not None else prompt
+        cache, cached = self.prefix_cache.fetch(key) if self.prefix_cache is not None else (None, 0)
+        if vision is not None:
+            return self._insert_vision(
+                prompt, vision, cache, cached, sampler, processors, max_tokens
+            )
+        if cache is not None and isinstance(self.model, LanguageModel):
+            set_shift(cache, 0)  # text positions: no image before them
         if cache is None:
             cache = self._fresh_cache()
         if self.speculating and self._solo is None and not self._in_batch:
@@ -190,6 +197,46 @@ class ModelBatchSource:
         if self.prefix_cache is not None and not self.checkpointing:
             self._prefilling[uid] = np.asarray(prompt, dtype=np.int32)
         return uid, cached
+
+    def _insert_vision(
+        self,
+        prompt: list[int],
+        vision: VisionInput,
+        cache: list[Any] | None,
+        cached: int,
+        sampler: Sampler,
+        processors: list[LogitsProcessor],
+        max_tokens: int,
+    ) -> tuple[int, int]:
+        """A prompt with images: what the cache lacks up to the last image is prefilled from
+        the merged image embeddings here, once; the rest joins the batch as text does."""
+        if not isinstance(self.model, LanguageModel):
+            raise ValueError("this model does not read images")
+        if self._solo is not None:
+            self._hand_over()
+        if cache is None:
+            cache = make_prompt_cache(self.model)
+        start = self.model.prefill_images(prompt, vision, cache, cached, self.prefill_step_size)
+        (uid,) = self._gen.insert_segments(
+            [[prompt[start:]]],
+            max_tokens=[max_tokens],
+            caches=[cache],
+            all_tokens=[list(prompt[:start])],
+            samplers=[sampler],
+            logits_processors=[processors],
+            stop_sequences=[StopSequences(None)],
+        )
+        self._in_batch.add(uid)
+        if self.prefix_cache is not None:
+            self._keys[uid] = list(vision.key)
+        return uid, cached
+
+    def _keyed(self, uid: int, tokens: Any) -> list[int]:
+        """The tokens a finished sequence's cache is stored under: its prompt's key (image
+        tokens as pixel hashes) followed by what it generated."""
+        tokens = list(tokens)
+        key = self._keys.pop(uid, None)
+        return tokens if key is None else key + tokens[len(key) :]
 
     def prefill_to_share(self, prompt: list[int]) -> bool:
         if not self._prefilling:
@@ -287,7 +334,8 @@ class ModelBatchSource:
         caches = self._gen.remove([uid], return_prompt_caches=self.prefix_cache is not None)
         if uid in caches and self.prefix_cache is not None:
             cache, tokens = caches[uid]
-            self.prefix_cache.store(tokens, cache)
+            self.prefix_cache.store(self._keyed(uid, tokens), cache)
+        self._keys.pop(uid, None)
 
     def _store_checkpoints(self, prompt_responses: list[Any]) -> None:
         for r in prompt_responses:
@@ -311,7 +359,7 @@ class ModelBatchSource:
             if done:
                 self._in_batch.discard(r.uid)
             if done and self.prefix_cache is not None:
-                self.prefix_cache.store(r.all_tokens, r.prompt_cache)
+                self.prefix_cache.store(self._keyed(r.uid, r.all_tokens), r.prompt_cache)
             uid = self._alias.pop(r.uid, r.uid) if done else self._alias.get(r.uid, r.uid)
             steps.append(Step(uid, r.token, r.logprobs, done))
         return steps, []
@@ -323,6 +371,7 @@ class ModelBatchSource:
         self._prefilling.clear()
         self._awaited.clear()
         self._checkpoints.clear()
+        self._keys.clear()
         self._gen.close()
         self._gen = self._new_generator()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from .sampling import LogitsProcessor, SamplingParams
 
@@ -22,6 +23,8 @@ class GenerationRequest:
     # Prompt offsets where a message ends: the prefix cache keeps a checkpoint there for
     # caches that cannot be trimmed (engine/boundaries.py).
     checkpoints: list[int] = field(default_factory=list)
+    # The prompt's images (engine/vision.VisionInput), for a vision-language model
+    vision: Any = None
 
 
 @dataclass

@@ -20,6 +20,7 @@ from vllm_mlx.models.default_model import DEFAULT_MODEL_NAME, is_default_model_n
 from vllm_mlx.models.errors import ModelLoadError
 from vllm_mlx.models.memory import freeze_loaded_objects, limit_buffer_cache
 from vllm_mlx.models.resolve import resolve_model
+from vllm_mlx.models.vision import is_vision_config, load_vision, read_config
 from vllm_mlx.native import available as native_available
 from vllm_mlx.native import status as native_status
 from vllm_mlx.native.patch import enable as enable_native
@@ -42,6 +43,7 @@ class LoadedModel:
     context_length: int | None
     weights: Literal["quantized", "float32"]
     kernels: str = "mlx"  # "native: ..." when layers run on vllm_mlx.native
+    processor: Any = None  # a vision-language model's mlx-vlm processor (it reads images)
 
 
 def served_name(spec: str | None, path: Path) -> str:
@@ -111,6 +113,13 @@ def load_model(
     on_cpu = computes_on_cpu()
     if on_cpu:
         limit_buffer_cache()
+    if shard is None and is_vision_config(read_config(path)):
+        language, tokenizer, processor, config = load_vision(path)
+        weights_kind = "quantized" if config.get("quantization") else "float32"
+        loaded = _loaded(spec, path, language, tokenizer, config, weights_kind)
+        loaded.processor = processor
+        freeze_loaded_objects()
+        return loaded
     try:
         model, tokenizer, config = load(  # type: ignore[misc]
             str(path), return_config=True, lazy=shard is not None

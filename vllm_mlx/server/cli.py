@@ -46,6 +46,41 @@ import click
     "in their place, or a 400.",
 )
 @click.option(
+    "--max-image-bytes",
+    default=10 * 2**20,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Encoded size of one image a vision model is sent.",
+)
+@click.option(
+    "--max-image-pixels",
+    default=40_000_000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Width x height of one image, checked from its header before decoding.",
+)
+@click.option("--max-images", default=16, show_default=True, type=click.IntRange(min=0))
+@click.option(
+    "--max-image-tokens",
+    default=16_384,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Image tokens in one prompt (after the processor's expansion).",
+)
+@click.option(
+    "--allow-image-urls",
+    is_flag=True,
+    help="Fetch http(s) image URLs (off: images must be base64 or data: URLs).",
+)
+@click.option(
+    "--allow-private-image-urls",
+    is_flag=True,
+    help="With --allow-image-urls, also fetch from loopback and private addresses.",
+)
+@click.option(
+    "--image-url-timeout", default=10.0, show_default=True, type=click.FloatRange(min=0.1)
+)
+@click.option(
     "--cpu-weights",
     type=click.Choice(["auto", "quantized", "float32"]),
     default="auto",

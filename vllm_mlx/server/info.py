@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse, Response
 from ..embeddings.kinds import ModelFacts
 from ..fleet.catalog import Entry
 from ..fleet.pool import UnknownModel
+from ..models.vision import has_vision_tower
 from ..native import status as native_status
 from .serving import POOL_ERRORS, pool_error
 from .state import ServerState, server_state
@@ -44,12 +45,14 @@ def _described(state: ServerState, entry: Entry) -> dict:
         tool = settings.tool_call_parser or "auto"
         context = entry.context_length()
         has_reasoning: bool | None = None if reasoning == "auto" else True
+        vision = has_vision_tower(entry.spec)
     else:
         pipeline = slot.pipeline
         reasoning = pipeline.reasoning_format.name if pipeline.reasoning_format else None
         tool = pipeline.tool_format.name if pipeline.tool_format else None
         context = pipeline.context_length
         has_reasoning = pipeline.reasoning_format is not None
+        vision = pipeline.vision is not None
     return {
         "type": "llm",
         "loaded": slot is not None,
@@ -58,7 +61,7 @@ def _described(state: ServerState, entry: Entry) -> dict:
         "capabilities": {
             "tool_calls": tool is not None,
             "reasoning": has_reasoning,
-            "vision": False,
+            "vision": vision,
             "structured_output": True,
         },
         "aliases": list(entry.aliases),

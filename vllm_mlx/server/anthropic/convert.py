@@ -16,6 +16,7 @@ from ...pipeline import Usage
 from ...request import (
     ChatRequest,
     ContextLengthError,
+    ImageSource,
     Sampling,
     Thinking,
     collecting_media,
@@ -154,7 +155,9 @@ def _user(blocks: list[ContentBlock], i: int) -> list[dict]:
         if block.type == "text":
             texts.append(block.text or "")
         elif block.type in _MEDIA_BLOCKS:
-            texts.append(media_placeholder(_MEDIA_BLOCKS[block.type], f"messages.{i}.content.{j}"))
+            where = f"messages.{i}.content.{j}"
+            source = image_source(block.model_extra or {}) if block.type == "image" else None
+            texts.append(media_placeholder(_MEDIA_BLOCKS[block.type], where, source))
         elif block.type == "tool_result":
             flush()
             content = _tool_result_text(block, f"messages.{i}.content.{j}.content")
@@ -165,6 +168,20 @@ def _user(blocks: list[ContentBlock], i: int) -> list[dict]:
             raise _unsupported(block, i, j)
     flush()
     return out
+
+
+def image_source(block: dict) -> ImageSource:
+    """An image block's ``source``: ``{"type": "base64", "media_type", "data"}`` or
+    ``{"type": "url", "url"}`` (anything else names no image: refused where one is read)."""
+    source = block.get("source")
+    if not isinstance(source, dict):
+        return ImageSource()
+    data, url, media_type = source.get("data"), source.get("url"), source.get("media_type")
+    return ImageSource(
+        data=data if source.get("type") == "base64" and isinstance(data, str) else None,
+        media_type=media_type if isinstance(media_type, str) else None,
+        url=url if source.get("type") == "url" and isinstance(url, str) else None,
+    )
 
 
 def _tool_result_text(block: ContentBlock, param: str) -> str:
@@ -178,7 +195,8 @@ def _tool_result_text(block: ContentBlock, param: str) -> str:
         for k, part in enumerate(content):
             kind = part.get("type")
             if kind in _MEDIA_BLOCKS:
-                parts.append(media_placeholder(_MEDIA_BLOCKS[kind], f"{param}.{k}"))
+                source = image_source(part) if kind == "image" else None
+                parts.append(media_placeholder(_MEDIA_BLOCKS[kind], f"{param}.{k}", source))
             elif kind == "text":
                 parts.append(part_text(part, "text", f"{param}.{k}"))
             else:

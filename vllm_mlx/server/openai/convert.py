@@ -19,6 +19,7 @@ from ...pipeline import ChatResult
 from ...request import (
     ChatRequest,
     ContextLengthError,
+    ImageSource,
     Thinking,
     collecting_media,
     media_placeholder,
@@ -109,6 +110,21 @@ def _tool_choice(choice: str | dict | None, custom: set[str]) -> str | dict | No
     return {"type": "function", "function": {"name": name}}
 
 
+def image_source(part: dict, where: str) -> ImageSource:
+    """An ``image_url`` part's image: ``{"url": ..., "detail": ...}`` (or the URL alone)."""
+    image = part.get("image_url")
+    url, detail = (image, None) if isinstance(image, str) else (None, None)
+    if isinstance(image, dict):
+        url, detail = image.get("url"), image.get("detail")
+    if not isinstance(url, str):
+        url = None  # names no image: refused where one is read
+    if detail not in (None, "auto", "low", "high"):
+        raise APIError(
+            400, 'detail must be "auto", "low" or "high"', param=f"{where}.image_url.detail"
+        )
+    return ImageSource(url=url, detail=detail)
+
+
 def message_dict(message: ChatMessage, index: int) -> dict:
     """A message as templates expect it: content as text, tool calls with JSON arguments."""
     out = message.model_dump(exclude_none=True)
@@ -119,7 +135,12 @@ def message_dict(message: ChatMessage, index: int) -> dict:
                 texts.append(part.text or "")
             elif part.type in _MEDIA_PARTS:
                 where = f"messages.{index}.content.{j}"
-                texts.append(media_placeholder(_MEDIA_PARTS[part.type], where))
+                source = (
+                    image_source(part.model_extra or {}, where)
+                    if part.type != "input_audio" and part.type != "file"
+                    else None
+                )
+                texts.append(media_placeholder(_MEDIA_PARTS[part.type], where, source))
             else:
                 raise APIError(
                     400,

@@ -25,6 +25,7 @@ from ...pipeline import Usage
 from ...request import (
     ChatRequest,
     ContextLengthError,
+    ImageSource,
     Sampling,
     Thinking,
     collecting_media,
@@ -153,6 +154,16 @@ def _mcp_text(item: McpCallItem, i: int) -> str:
     return str(content if content is not None else item.error.get("message", ""))
 
 
+def _image(part: dict, where: str) -> ImageSource:
+    """An ``input_image``: its ``image_url`` (a URL or a data URL) and ``detail``."""
+    url, detail = part.get("image_url"), part.get("detail")
+    if not isinstance(url, str):
+        url = None  # (a file_id) names no image this server has: refused where one is read
+    if detail not in (None, "auto", "low", "high"):
+        raise APIError(400, 'detail must be "auto", "low" or "high"', param=f"{where}.detail")
+    return ImageSource(url=url, detail=detail)
+
+
 def _text(content: str | list[dict], param: str) -> str:
     if isinstance(content, str):
         return content
@@ -165,7 +176,9 @@ def _text(content: str | list[dict], param: str) -> str:
             texts.append(part_text(part, "text", f"{param}.{k}"))
         elif kind == "refusal":
             texts.append(part_text(part, "refusal", f"{param}.{k}"))
-        elif kind in ("input_image", "input_file", "input_audio"):
+        elif kind == "input_image":
+            texts.append(media_placeholder("image", f"{param}.{k}", _image(part, f"{param}.{k}")))
+        elif kind in ("input_file", "input_audio"):
             texts.append(media_placeholder(kind.removeprefix("input_"), f"{param}.{k}"))
         else:
             raise APIError(

@@ -1,0 +1,210 @@
+"""Vision-language models in the engine: the admission-time image prefill computes what
+mlx-vlm's own forward pass computes, a vision request batched with text requests decodes
+what each decodes alone, and a second turn with the same image is served from the prefix
+cache (and answers what it answers cold)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass
+
+import mlx.core as mx
+import pytest
+from mlx_lm.models.cache import make_prompt_cache
+from tiny_vision import FAMILIES, png_data_url, tiny_vlm
+
+from vllm_mlx.chat.images import ImageLimits, read_image
+from vllm_mlx.chat.template import render_chat
+from vllm_mlx.chat.vision_prompt import VisionPrompter
+from vllm_mlx.engine.vision import ShiftedBatchKVCache, ShiftedKVCache
+from vllm_mlx.models.loader import load_model
+from vllm_mlx.options import RuntimeOptions
+from vllm_mlx.request import ChatRequest, ImageSource, Sampling, collecting_media, media_placeholder
+from vllm_mlx.runtime import build_runtime
+
+RED, GREEN = (230, 20, 20), (10, 200, 40)
+
+
+@dataclass(frozen=True)
+class Img:
+    color: tuple[int, int, int]
+
+
+def request(*messages: tuple[str, list], max_tokens: int = 6) -> ChatRequest:
+    """A chat of (role, parts) messages whose parts are text and ``Img`` images, converted
+    as the surfaces convert them (each image a marker with its source)."""
+    out = []
+    with collecting_media() as media:
+        for i, (role, parts) in enumerate(messages):
+            text = ""
+            for k, part in enumerate(parts):
+                if isinstance(part, Img):
+                    source = ImageSource(url=png_data_url(part.color))
+                    text += media_placeholder("image", f"messages.{i}.content.{k}", source)
+                else:
+                    text += part
+            out.append({"role": role, "content": text})
+    return ChatRequest(
+        messages=out, omitted_media=media, sampling=Sampling(temperature=0.0), max_tokens=max_tokens
+    )
+
+
+def user(*parts) -> tuple[str, list]:
+    return ("user", list(parts))
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def runtime(request):
+    runtime = build_runtime(
+        str(tiny_vlm(request.param)), RuntimeOptions.of(max_num_seqs=4), progress=False
+    )
+    yield runtime
+    runtime.close()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_image_prefill_and_decode_match_mlx_vlm(family):
+    """Two images: the logits after the split prefill (images from merged embeddings, then
+    text through the batch path) and after one decoded token equal mlx-vlm's full forward."""
+    loaded = load_model(str(tiny_vlm(family)), progress=False)
+    prompter = VisionPrompter.for_model(loaded.processor, loaded.tokenizer)
+    limits = ImageLimits()
+    images = [
+        read_image(data=None, url=png_data_url(color), param="p", limits=limits)
+        for color in (RED, GREEN)
+    ]
+    content = f"A {prompter.image_text} and B {prompter.image_text}: which is red?"
+    text = render_chat(loaded.tokenizer, [{"role": "user", "content": content}]).text
+    ids, vision = prompter.encode(text, images, limits, loaded.tokenizer)
+    assert vision is not None and 0 < vision.image_end < len(ids)
+    vlm = loaded.model.vlm
+
+    def reference(tokens):
+        vlm.language_model.__dict__.pop("_rope_deltas", None)  # mlx-vlm's per-call state
+        if hasattr(vlm.language_model, "_position_ids"):
+            vlm.language_model._rope_deltas = vlm.language_model._position_ids = None
+        out = vlm(mx.array([tokens]), **vision.features)
+        return getattr(out, "logits", out)[0, -1]
+
+    cache = make_prompt_cache(loaded.model)
+    start = loaded.model.prefill_images(ids, vision, cache, 0)
+    ours = loaded.model(mx.array([ids[start:]]), cache=cache)[0, -1]
+    assert mx.allclose(ours, reference(ids), atol=1e-4)
+    token = int(ours.argmax().item())
+    ours_next = loaded.model(mx.array([[token]]), cache=cache)[0, -1]
+    assert mx.allclose(ours_next, reference([*ids, token]), atol=1e-4)
+
+
+def test_image_tokens_are_keyed_by_pixels(runtime):
+    """The prefix-cache key: text ids as they are, each image's tokens as negative ids from
+    its pixels' hash (the same image, the same ids; another image, others)."""
+    red, _ = runtime.pipeline.render(request(user("see ", Img(RED))))
+    red_again, _ = runtime.pipeline.render(request(user("see ", Img(RED))))
+    green, _ = runtime.pipeline.render(request(user("see ", Img(GREEN))))
+    assert red.vision.key == red_again.vision.key
+    image_positions = [i for i, t in enumerate(red.vision.key) if t < 0]
+    assert len(image_positions) == red.vision.image_tokens > 0
+    assert all(red.token_ids[i] == runtime.pipeline.vision.image_token_id for i in image_positions)
+    first = image_positions[0]
+    assert red.vision.key[:first] == green.vision.key[:first]
+    assert red.vision.key[first] != green.vision.key[first]
+
+
+def _run_alone(runtime, chat: ChatRequest) -> str:
+    return runtime.pipeline.complete_sync(runtime.pipeline.prepare_chat(chat)).message.content
+
+
+def test_batched_with_text_equals_alone(runtime):
+    """A vision request decoding beside two text requests gives each the tokens it gets
+    alone (greedy); the engine ran them together."""
+    chats = [
+        request(user("Describe a terminal window."), max_tokens=16),
+        request(user(Img(RED), "What is in this image?"), max_tokens=12),
+        request(user("Hello, world! How are you today?"), max_tokens=16),
+    ]
+    source = runtime.engine.source
+    kept, source.prefix_cache = source.prefix_cache, None  # every prompt computed each time
+    try:
+        alone = [_run_alone(runtime, chat) for chat in chats]
+        batched, peak = _together(runtime, chats)
+    finally:
+        source.prefix_cache = kept
+    assert batched == alone
+    assert peak >= 2
+
+
+def _together(runtime, chats: list[ChatRequest]) -> tuple[list[str], int]:
+    """The answers of ``chats`` submitted at once, and the most the engine ran together."""
+    peak = 0
+    done = threading.Event()
+
+    def watch():
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, runtime.engine.running)
+            time.sleep(0.001)
+
+    async def together():
+        prepared = [runtime.pipeline.prepare_chat(chat) for chat in chats]
+        results = await asyncio.gather(*(runtime.pipeline.complete(p) for p in prepared))
+        return [r.message.content for r in results]
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        batched = asyncio.run(together())
+    finally:
+        done.set()
+        watcher.join()
+    return batched, peak
+
+
+def test_second_turn_reuses_the_image_from_the_cache(runtime):
+    """Turn two of a conversation about one image is served from the prefix cache through
+    the image (cached tokens reported) and answers what it answers with no cache; a
+    different image in its place reuses only the text before it."""
+    first = request(user(Img(GREEN), "What is in this image?"), max_tokens=6)
+    answer = _run_alone(runtime, first)
+    second_turns = (
+        user(Img(GREEN), "What is in this image?"),
+        ("assistant", [answer]),
+        user("And its colour?"),
+    )
+    prepared = runtime.pipeline.prepare_chat(request(*second_turns))
+    result = runtime.pipeline.complete_sync(prepared)
+    image_end = prepared.generation.vision.image_end
+    assert result.usage.cached_tokens >= image_end
+    cold = build_runtime(
+        str(runtime.loaded.path), RuntimeOptions.of(prefix_cache_mb=0), progress=False
+    )
+    try:
+        assert _run_alone(cold, request(*second_turns)) == result.message.content
+    finally:
+        cold.close()
+    swapped = (user(Img(RED), "What is in this image?"), *second_turns[1:])
+    prepared = runtime.pipeline.prepare_chat(request(*swapped))
+    first_image = prepared.generation.vision.key.index(
+        next(t for t in prepared.generation.vision.key if t < 0)
+    )
+    assert runtime.pipeline.complete_sync(prepared).usage.cached_tokens <= first_image
+
+
+def test_row_shifts_survive_batch_merge_filter_and_extract():
+    """Each row keeps its own rotary shift through the batch cache's operations."""
+    rows = []
+    for shift, length in ((-5, 3), (0, 2), (-2, 4)):
+        cache = ShiftedKVCache(shift)
+        cache.update_and_fetch(mx.zeros((1, 2, length, 4)), mx.zeros((1, 2, length, 4)))
+        rows.append(cache)
+    batch = ShiftedKVCache.merge(rows)
+    assert isinstance(batch, ShiftedBatchKVCache)
+    assert batch.shift.tolist() == [-5, 0, -2]
+    batch.filter([0, 2])
+    assert batch.shift.tolist() == [-5, -2]
+    batch.extend(ShiftedKVCache.merge([rows[1]]))
+    assert batch.shift.tolist() == [-5, -2, 0]
+    extracted = batch.extract(1)
+    assert isinstance(extracted, ShiftedKVCache) and extracted.shift == -2
+    assert extracted.offset == 4

@@ -1,0 +1,277 @@
+"""Tiny random-weight vision-language models, written to folders mlx-vlm loads offline.
+
+Each folder holds what a real checkpoint holds: ``config.json``, ``model.safetensors`` (the
+weights of mlx-vlm's own model class, random), a byte-level BPE ``tokenizer.json`` with the
+family's image tokens, a chat template of our own that writes image parts the way the
+family's real template does, and the processor files (``preprocessor_config.json``,
+``processor_config.json``) that make mlx-vlm build its real processor without a hub.
+
+Public API:
+    write_tiny_vlm(folder, family) -> Path   (family: "qwen2_5_vl" | "idefics3")
+    tiny_vlm(family) -> Path                 (written once per process)
+    png_data_url(color, size), encoded(color, size, format)
+    FAMILIES
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import io
+import json
+import tempfile
+from pathlib import Path
+
+import mlx.core as mx
+from mlx.utils import tree_flatten
+from PIL import Image
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
+
+FAMILIES = ("qwen2_5_vl", "idefics3")
+
+_CORPUS = (
+    "The picture shows a red square on a white background. What is in this image?",
+    "Describe the screenshot: a terminal window with green text and a blinking cursor.",
+    '{"name": "read_file", "arguments": {"path": "screenshot.png"}}',
+    "Hello, world! How are you today? I am fine, thank you. 0123456789",
+)
+
+# Qwen2.5-VL writes an image part as vision_start, one image pad, vision_end (the processor
+# expands the pad to the image's patch count); tools as Hermes <tool_call> JSON.
+_QWEN_TEMPLATE = (
+    "{%- macro show(content) -%}{%- if content is string -%}{{ content }}"
+    "{%- else -%}{%- for part in content -%}"
+    "{%- if part.type == 'image' or part.type == 'image_url' -%}"
+    "<|vision_start|><|image_pad|><|vision_end|>"
+    "{%- elif part.type == 'text' -%}{{ part.text }}{%- endif -%}"
+    "{%- endfor -%}{%- endif -%}{%- endmacro -%}"
+    "{%- if tools -%}<|im_start|>system\n# Tools\n<tools>"
+    "{%- for tool in tools %}\n{{ tool | tojson }}{%- endfor %}\n</tools>\n"
+    "Call a function as <tool_call>\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n'
+    "{%- endif -%}"
+    "{%- for message in messages -%}"
+    "{%- if message.role == 'tool' -%}<|im_start|>user\n<tool_response>\n"
+    "{{ show(message.content) }}\n</tool_response><|im_end|>\n"
+    "{%- elif message.role == 'assistant' -%}<|im_start|>assistant\n"
+    "{{ show(message.content or '') }}"
+    "{%- for tc in message.tool_calls or [] -%}"
+    '\n<tool_call>\n{"name": "{{ tc.function.name }}", "arguments": '
+    "{{ tc.function.arguments }}}\n</tool_call>{%- endfor -%}<|im_end|>\n"
+    "{%- else -%}<|im_start|>{{ message.role }}\n{{ show(message.content) }}<|im_end|>\n"
+    "{%- endif -%}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}"
+)
+
+# Idefics3 / SmolVLM: "User:<image>text<end_of_utterance>\nAssistant:"; the processor
+# expands <image> into the global image (and tiles) between fake tokens.
+_IDEFICS_TEMPLATE = (
+    "<|im_start|>"
+    "{%- for message in messages -%}"
+    "{{ message.role | capitalize }}"
+    "{%- if message.content is string -%}: {{ message.content }}"
+    "{%- else -%}{%- if message.content[0].type == 'image' -%}:{%- else -%}: {%- endif -%}"
+    "{%- for part in message.content -%}"
+    "{%- if part.type == 'image' -%}<image>{%- elif part.type == 'text' -%}{{ part.text }}"
+    "{%- endif -%}{%- endfor -%}{%- endif -%}<end_of_utterance>\n"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}Assistant:{%- endif -%}"
+)
+
+_SPECIALS = {
+    "qwen2_5_vl": [
+        "<|endoftext|>",
+        "<|im_start|>",
+        "<|im_end|>",
+        "<|vision_start|>",
+        "<|vision_end|>",
+        "<|image_pad|>",
+        "<|video_pad|>",
+        "<tool_call>",
+        "</tool_call>",
+    ],
+    "idefics3": [
+        "<|endoftext|>",
+        "<|im_start|>",
+        "<end_of_utterance>",
+        "<fake_token_around_image>",
+        "<image>",
+        "<global-img>",
+        *[f"<row_{r}_col_{c}>" for r in range(1, 4) for c in range(1, 4)],
+    ],
+}
+
+
+def _tokenizer(family: str) -> PreTrainedTokenizerFast:
+    specials = _SPECIALS[family]
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    bpe.train_from_iterator(list(_CORPUS) * 4, trainer=trainer)
+    eos = "<|im_end|>" if family == "qwen2_5_vl" else "<end_of_utterance>"
+    return PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        eos_token=eos,
+        pad_token="<|endoftext|>",
+        chat_template=_QWEN_TEMPLATE if family == "qwen2_5_vl" else _IDEFICS_TEMPLATE,
+    )
+
+
+def _qwen_config(tok: PreTrainedTokenizerFast) -> dict:
+    ids = tok.convert_tokens_to_ids
+    return {
+        "model_type": "qwen2_5_vl",
+        "architectures": ["Qwen2_5_VLForConditionalGeneration"],
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "intermediate_size": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "rms_norm_eps": 1e-6,
+        "vocab_size": len(tok),
+        "max_position_embeddings": 4096,
+        "rope_theta": 10000.0,
+        "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
+        "tie_word_embeddings": True,
+        "image_token_id": ids("<|image_pad|>"),
+        "video_token_id": ids("<|video_pad|>"),
+        "vision_start_token_id": ids("<|vision_start|>"),
+        "vision_end_token_id": ids("<|vision_end|>"),
+        "eos_token_id": [ids("<|im_end|>")],
+        "vision_config": {
+            "model_type": "qwen2_5_vl",
+            "depth": 2,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "out_hidden_size": 64,
+            "num_heads": 2,
+            "patch_size": 14,
+            "spatial_patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "window_size": 56,
+            "fullatt_block_indexes": [1],
+            "in_chans": 3,
+        },
+    }
+
+
+def _idefics_config(tok: PreTrainedTokenizerFast) -> dict:
+    ids = tok.convert_tokens_to_ids
+    return {
+        "model_type": "idefics3",
+        "architectures": ["Idefics3ForConditionalGeneration"],
+        "image_token_id": ids("<image>"),
+        "scale_factor": 2,
+        "eos_token_id": [ids("<end_of_utterance>")],
+        "text_config": {
+            "model_type": "llama",
+            "hidden_size": 64,
+            "num_hidden_layers": 2,
+            "intermediate_size": 128,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "rms_norm_eps": 1e-6,
+            "vocab_size": len(tok),
+            "max_position_embeddings": 4096,
+            "rope_theta": 10000.0,
+            "tie_word_embeddings": True,
+        },
+        "vision_config": {
+            "model_type": "idefics3",
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "image_size": 64,
+            "patch_size": 16,
+            "num_channels": 3,
+            "layer_norm_eps": 1e-6,
+        },
+    }
+
+
+def _processor_files(family: str) -> tuple[dict, dict]:
+    """(preprocessor_config.json, processor_config.json) for the family's real processor."""
+    if family == "qwen2_5_vl":
+        pre = {
+            "image_processor_type": "Qwen2VLImageProcessor",
+            "processor_class": "Qwen2_5_VLProcessor",
+            "patch_size": 14,
+            "temporal_patch_size": 2,
+            "merge_size": 2,
+            "min_pixels": 56 * 56,
+            "max_pixels": 112 * 112,
+            "image_mean": [0.48145466, 0.4578275, 0.40821073],
+            "image_std": [0.26862954, 0.26130258, 0.27577711],
+        }
+        return pre, {"processor_class": "Qwen2_5_VLProcessor"}
+    pre = {
+        "image_processor_type": "Idefics3ImageProcessor",
+        "processor_class": "Idefics3Processor",
+        "do_resize": True,
+        "size": {"longest_edge": 128},
+        "do_image_splitting": True,
+        "max_image_size": {"longest_edge": 64},
+        "do_rescale": True,
+        "rescale_factor": 1 / 255,
+        "do_normalize": True,
+        "image_mean": [0.5, 0.5, 0.5],
+        "image_std": [0.5, 0.5, 0.5],
+        "do_pad": True,
+    }
+    # (64 / 16)^2 patches, merged by scale_factor^2 = 4: 4 image tokens per tile
+    return pre, {"processor_class": "Idefics3Processor", "image_seq_len": 4}
+
+
+def _model(config: dict):
+    """mlx-vlm's own model class for ``config``, built the way its loader builds it."""
+    from mlx_vlm.utils import get_model_and_args, update_module_configs
+
+    config = json.loads(json.dumps(config))
+    module, _ = get_model_and_args(config)
+    model_config = module.ModelConfig.from_dict(config)
+    model_config = update_module_configs(model_config, module, config, ["text", "vision"])
+    return module.Model(model_config)
+
+
+def write_tiny_vlm(folder: Path, family: str, seed: int = 0) -> Path:
+    """Write a tiny ``family`` model to ``folder`` (created); returns the folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tok = _tokenizer(family)
+    tok.save_pretrained(str(folder))
+    config = _qwen_config(tok) if family == "qwen2_5_vl" else _idefics_config(tok)
+    (folder / "config.json").write_text(json.dumps(config, indent=1))
+    pre, proc = _processor_files(family)
+    (folder / "preprocessor_config.json").write_text(json.dumps(pre, indent=1))
+    (folder / "processor_config.json").write_text(json.dumps(proc, indent=1))
+    (folder / "chat_template.json").write_text(json.dumps({"chat_template": tok.chat_template}))
+    mx.random.seed(seed)
+    model = _model(config)
+    weights = dict(tree_flatten(model.parameters()))
+    mx.save_safetensors(str(folder / "model.safetensors"), weights, metadata={"format": "mlx"})
+    return folder
+
+
+@functools.cache
+def tiny_vlm(family: str) -> Path:
+    """A tiny ``family`` model folder written once per test process."""
+    return write_tiny_vlm(Path(tempfile.mkdtemp(prefix=f"tiny-{family}-")), family)
+
+
+def png_data_url(color: tuple[int, int, int], size: tuple[int, int] = (64, 48)) -> str:
+    """A solid-colour PNG as a data URL."""
+    return "data:image/png;base64," + base64.b64encode(encoded(color, size, "PNG")).decode()
+
+
+def encoded(color: tuple[int, int, int], size: tuple[int, int], fmt: str, **save) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", size, color).save(buffer, fmt, **save)
+    return buffer.getvalue()

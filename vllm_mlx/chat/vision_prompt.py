@@ -1,0 +1,102 @@
+"""A vision-language model's prompt: images written where the client put them, in the
+family's own image text, then expanded and tokenized by the model's processor.
+
+Converters leave a marker in a message's text for each image (``request.media_placeholder``);
+a text-only model sees the omitted-media placeholder there instead. The image text is found
+by rendering the model's template with and without an image part (what its real template
+writes for one), so any role — a tool result included — can carry an image.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vllm_mlx.engine.vision import VisionInput, image_key
+
+from .images import DecodedImage, ImageError, ImageLimits
+from .template import ChatTemplateError, encode_prompt, render_chat
+
+_PROBE = "\x1fprobe\x1f"
+
+
+@dataclass(frozen=True)
+class VisionPrompter:
+    """What turns rendered text and decoded images into a vision prompt for one model."""
+
+    processor: Any
+    image_text: str  # what the template writes for one image part
+    image_token_id: int  # the id the processor expands an image into
+
+    @classmethod
+    def for_model(cls, processor: Any, tokenizer: Any) -> VisionPrompter:
+        token = getattr(processor, "image_token", None)
+        if not isinstance(token, str):
+            raise ValueError("the processor names no image token")
+        token_id = getattr(processor, "image_token_id", None)
+        if not isinstance(token_id, int):
+            token_id = tokenizer.convert_tokens_to_ids(token)
+        return cls(processor, template_image_text(tokenizer, token), token_id)
+
+    def encode(
+        self, text: str, images: list[DecodedImage], limits: ImageLimits, tokenizer: Any
+    ) -> tuple[list[int], VisionInput | None]:
+        """Token ids (each image expanded) and the images' model input. ``text`` holds one
+        image text per image, in order."""
+        if not images:
+            return encode_prompt(tokenizer, text), None
+        bos: str | None = getattr(tokenizer, "bos_token", None)
+        add_special = bool(bos) and not text.startswith(bos or "")
+        try:
+            out = self.processor(
+                text=[text], images=[d.image for d in images], add_special_tokens=add_special
+            )
+        except (ValueError, TypeError, IndexError) as error:
+            raise ImageError(
+                f"the model's processor refused the images: {error}", "messages"
+            ) from None
+        ids = [int(t) for t in out["input_ids"][0].tolist()]
+        positions = [i for i, t in enumerate(ids) if t == self.image_token_id]
+        if len(positions) > limits.max_image_tokens:
+            raise ImageError(
+                f"the images take {len(positions)} tokens; this server accepts at most "
+                f"{limits.max_image_tokens} per request (--max-image-tokens)",
+                "messages",
+            )
+        features = {k: v for k, v in out.items() if k not in ("input_ids", "attention_mask")}
+        grid = features.get("image_grid_thw")
+        counts = None
+        if grid is not None:
+            merge = getattr(getattr(self.processor, "image_processor", None), "merge_size", 1)
+            counts = [int(n) // (merge * merge) for n in grid.prod(axis=-1).tolist()]
+        digests = [d.digest for d in images]
+        vision = VisionInput(
+            features=features,
+            image_end=min(positions[-1] + 1, len(ids) - 1) if positions else 0,
+            key=image_key(ids, self.image_token_id, digests, counts),
+            image_tokens=len(positions),
+            digests=digests,
+        )
+        return ids, vision
+
+
+def template_image_text(tokenizer: Any, image_token: str) -> str:
+    """What the template writes for an image part: the difference between a message with an
+    image before its text and one without (when it contains the image token), else the
+    processor's image token alone."""
+    try:
+        with_image = _probe(tokenizer, [{"type": "image"}, {"type": "text", "text": _PROBE}])
+        without = _probe(tokenizer, [{"type": "text", "text": _PROBE}])
+    except (ChatTemplateError, TypeError, ValueError):
+        return image_token
+    head = with_image.split(_PROBE)[0]
+    plain = without.split(_PROBE)[0]
+    start = next(
+        (i for i, (a, b) in enumerate(zip(head, plain, strict=False)) if a != b), len(plain)
+    )
+    middle = head[start:].strip()
+    return middle if image_token in middle else image_token
+
+
+def _probe(tokenizer: Any, content: list[dict]) -> str:
+    return render_chat(tokenizer, [{"role": "user", "content": content}]).text

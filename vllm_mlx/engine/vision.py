@@ -1,0 +1,184 @@
+"""Vision-language models in the continuous batch.
+
+An mlx-vlm model is a vision tower plus a language model. ``LanguageModel`` gives the batch
+generator the language model alone, in mlx-lm's shape (``model(tokens, cache=...)`` returns
+logits), so text requests and the text of vision requests decode in one batch. A vision
+request's images are read once, at admission (``prefill_images``): the tower encodes them,
+their features are merged into the prompt's embeddings, and those embeddings are prefilled
+into the request's cache up to the end of its last image. The rest of the prompt and every
+generated token then go through the batch like any text request's.
+
+Qwen2-VL-style models place image tokens on a 2D grid of rotary positions ("M-RoPE"); the
+text after an image continues from the grid's largest position, not from the token count.
+Each cache row carries that difference (``shift``) so a batch of rows with different images
+(or none) gets each row's own positions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+from mlx_lm.models.cache import BatchKVCache, KVCache
+
+
+class ShiftedKVCache(KVCache):
+    """A sequence's KV cache whose rotary positions run ``shift`` behind its length."""
+
+    def __init__(self, shift: int = 0):
+        super().__init__()
+        self.shift = shift
+
+    @classmethod
+    def merge(cls, caches):
+        return ShiftedBatchKVCache.merge(caches)
+
+
+class ShiftedBatchKVCache(BatchKVCache):
+    """A batch of shifted caches: one shift per row, kept through filter/extend/extract."""
+
+    def __init__(self, left_padding: list[int]):
+        super().__init__(left_padding)
+        self.shift = mx.zeros((len(left_padding),), dtype=mx.int32)
+
+    @classmethod
+    def merge(cls, caches):
+        batch = super().merge(caches)
+        if not isinstance(batch, ShiftedBatchKVCache):  # every cache empty
+            batch = ShiftedBatchKVCache([0] * len(caches))
+        batch.shift = mx.array([getattr(c, "shift", 0) for c in caches], dtype=mx.int32)
+        return batch
+
+    def filter(self, batch_indices):
+        super().filter(batch_indices)
+        indices = mx.array(batch_indices) if isinstance(batch_indices, list) else batch_indices
+        self.shift = self.shift[indices]
+
+    def extend(self, other):
+        super().extend(other)
+        rows = other.offset.shape[0]
+        self.shift = mx.concatenate(
+            [self.shift, getattr(other, "shift", mx.zeros((rows,), mx.int32))]
+        )
+
+    def extract(self, idx):
+        plain = super().extract(idx)
+        cache = ShiftedKVCache(int(self.shift[idx].item()))
+        cache.keys, cache.values, cache.offset = plain.keys, plain.values, plain.offset
+        return cache
+
+
+def set_shift(cache: list[Any], shift: int) -> None:
+    for layer in cache:
+        if isinstance(layer, ShiftedKVCache):
+            layer.shift = shift
+
+
+@dataclass
+class VisionInput:
+    """A prompt's images as the model reads them: the processor's arrays, where the last
+    image ends, and the prompt as the prefix cache keys it (each image's tokens replaced by
+    ids from a hash of its pixels, so two prompts share a cached prefix only where their
+    images are the same)."""
+
+    features: dict[str, mx.array]
+    image_end: int  # prompt offset just past the last image token
+    key: list[int]
+    image_tokens: int = 0
+    digests: list[str] = field(default_factory=list)
+
+
+def image_key(
+    prompt: list[int], image_token_id: int, digests: list[str], counts: list[int] | None
+) -> list[int]:
+    """``prompt`` with image-token positions replaced by negative ids (no vocabulary id is
+    negative). With ``counts`` (tokens per image, in order) each image's tokens get its own
+    digest's id; without, every image token gets the id of all the images' joint digest."""
+    positions = [i for i, t in enumerate(prompt) if t == image_token_id]
+    if counts is not None and sum(counts) == len(positions):
+        owners = [k for k, n in enumerate(counts) for _ in range(n)]
+        ids = [_negative_id(digests[k]) for k in owners]
+    else:
+        joint = _negative_id(hashlib.sha256("".join(digests).encode()).hexdigest())
+        ids = [joint] * len(positions)
+    key = list(prompt)
+    for position, value in zip(positions, ids, strict=True):
+        key[position] = value
+    return key
+
+
+def _negative_id(digest: str) -> int:
+    return -1 - (int(digest[:8], 16) & 0x7FFFFFFE)
+
+
+class LanguageModel(nn.Module):
+    """An mlx-vlm model's language model in mlx-lm's calling convention."""
+
+    def __init__(self, vlm: Any):
+        super().__init__()
+        self.vlm = vlm
+        language = vlm.language_model
+        self.args = language.args if hasattr(language, "args") else language.config
+        # M-RoPE (Qwen2-VL, Qwen2.5-VL): three rotary components; text runs on the diagonal
+        self.mrope = hasattr(language, "get_rope_index")
+
+    @property
+    def layers(self):
+        return self.vlm.language_model.layers
+
+    def make_cache(self) -> list[Any]:
+        return [ShiftedKVCache() for _ in self.layers]
+
+    def __call__(self, inputs: mx.array, cache=None, input_embeddings: mx.array | None = None):
+        extra: dict[str, Any] = {}
+        if self.mrope:
+            extra["position_ids"] = self._text_positions(inputs.shape, cache)
+        out = self.vlm.language_model(inputs, inputs_embeds=input_embeddings, cache=cache, **extra)
+        return out.logits
+
+    @staticmethod
+    def _text_positions(shape: tuple[int, ...], cache) -> mx.array:
+        batch, length = shape
+        first = cache[0] if cache else None
+        offset = first.offset if first is not None else 0
+        shift = getattr(first, "shift", 0)
+        start = mx.array(offset) + mx.array(shift)
+        start = mx.broadcast_to(start.reshape(-1, 1) if start.ndim else start, (batch, 1))
+        positions = start + mx.arange(length)[None]
+        return mx.broadcast_to(positions[None], (3, batch, length))
+
+    def prefill_images(
+        self, prompt: list[int], vision: VisionInput, cache: list[Any], start: int, step: int = 256
+    ) -> int:
+        """Encode the images and prefill ``prompt[start:vision.image_end]`` from the merged
+        embeddings into ``cache`` (which holds ``prompt[:start]``); returns where it ended.
+        The rows' text positions after the images are set either way."""
+        ids = mx.array([prompt])
+        features = (
+            self.vlm.get_input_embeddings(ids, **vision.features)
+            if start < vision.image_end
+            else None
+        )
+        positions = None
+        if self.mrope:
+            if features is not None and features.position_ids is not None:
+                positions, deltas = features.position_ids, features.rope_deltas
+            else:
+                positions, deltas = self.vlm.language_model.get_rope_index(
+                    ids, vision.features.get("image_grid_thw"), None, None
+                )
+            set_shift(cache, int(np.array(deltas).reshape(-1)[0]))
+        if features is None:
+            return start
+        embeds = features.inputs_embeds
+        language = self.vlm.language_model
+        for a in range(start, vision.image_end, step):
+            b = min(a + step, vision.image_end)
+            extra = {"position_ids": positions[..., a:b]} if positions is not None else {}
+            language(ids[:, a:b], inputs_embeds=embeds[:, a:b], cache=cache, **extra)
+            mx.eval([c.state for c in cache])
+        return vision.image_end

@@ -1,0 +1,78 @@
+"""Vision-language models through mlx-vlm: detected from the config, loaded with their
+processor, served through the language model in mlx-lm's shape (``engine/vision.py``)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from vllm_mlx.engine.vision import LanguageModel
+from vllm_mlx.models.errors import ModelLoadError
+
+log = logging.getLogger(__name__)
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def has_vision_tower(folder: str | Path) -> bool:
+    """Whether a model folder's config describes a vision tower (cheap: no mlx-vlm import;
+    for listings of models not loaded yet)."""
+    path = Path(folder).expanduser()
+    return path.is_dir() and isinstance(read_config(path).get("vision_config"), dict)
+
+
+def is_vision_config(config: dict[str, Any]) -> bool:
+    """A config mlx-vlm knows with a vision tower (``vision_config``) and a model type it
+    implements; text-only configs (and text configs of VLM families) stay with mlx-lm."""
+    if not isinstance(config.get("vision_config"), dict):
+        return False
+    from mlx_vlm.utils import get_model_and_args
+
+    try:
+        get_model_and_args(dict(config))
+    except (ValueError, ImportError, KeyError):
+        return False
+    return True
+
+
+def load_vision(path: Path) -> tuple[LanguageModel, Any, Any, dict[str, Any]]:
+    """(the language model adapter, its mlx-lm tokenizer, the mlx-vlm processor, config).
+
+    Weights are cast to float32 on the CPU (float16 activations are ~28x slower there);
+    the processor is mlx-vlm's own (no torch)."""
+    import mlx.core as mx
+    from mlx_lm.utils import load_tokenizer
+    from mlx_vlm.utils import load as vlm_load
+
+    try:
+        vlm, processor = vlm_load(str(path))
+        config = read_config(path)
+        eos = config.get("eos_token_id") or (config.get("text_config") or {}).get("eos_token_id")
+        tokenizer = load_tokenizer(path, eos_token_ids=[eos] if isinstance(eos, int) else eos)
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as error:
+        raise ModelLoadError(f"could not load vision model from {path}: {error}") from error
+    if getattr(tokenizer, "chat_template", None) is None:
+        tokenizer._tokenizer.chat_template = getattr(processor, "chat_template", None)
+    model = LanguageModel(vlm)
+    if model.mrope and not _mrope_supported(vlm):
+        raise ModelLoadError(
+            f"{config.get('model_type')}: its rotary layout is not supported for serving yet"
+        )
+    if mx.default_device().type == mx.DeviceType.cpu:
+        vlm.set_dtype(mx.float32)
+    mx.eval(vlm.parameters())
+    log.info("vision model %s: %s", config.get("model_type"), type(processor).__name__)
+    return model, tokenizer, processor, config
+
+
+def _mrope_supported(vlm: Any) -> bool:
+    """Families whose language model takes explicit ``position_ids`` (Qwen2-VL, Qwen2.5-VL)."""
+    return type(vlm).__module__.split(".")[-2] in {"qwen2_vl", "qwen2_5_vl"}
