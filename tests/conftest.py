@@ -36,3 +36,12 @@ def embedding_server(tmp_path_factory) -> str:
     models = write_embedding_models_dir(root / "models")
     with cli_server("--models-dir", str(models), log_path=root / "server.log") as base:
         yield base
+
+
+@pytest.fixture(scope="session")
+def fleet(tmp_path_factory):
+    """A tiny quantized Llama base, two adapters and mlx-lm's tokens for each
+    (tests/tiny_adapters.py); the CPU path runs the base on the native fused blocks."""
+    from tiny_adapters import make_fleet
+
+    return make_fleet(tmp_path_factory.mktemp("adapters"), quantized=True)

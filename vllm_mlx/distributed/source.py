@@ -23,6 +23,7 @@ import mlx.core as mx
 
 from ..engine.sampling import LogitsProcessor, Sampler
 from ..engine.sources import ModelBatchSource, Step
+from ..engine.types import AdapterChoice
 from .channel import Channel, Op, broadcast_tokens
 from .group import GroupFailed, GroupHealth
 
@@ -81,7 +82,10 @@ class LeaderSource:
         processors: list[LogitsProcessor],
         max_tokens: int,
         checkpoints: Sequence[int] = (),
+        adapter: AdapterChoice | None = None,
     ) -> tuple[int, int]:
+        if adapter is not None:
+            raise ValueError("adapters are not served by a sharded model")
         payload = {"prompt": list(prompt), "max_tokens": max_tokens}
 
         def work() -> tuple[int, int]:

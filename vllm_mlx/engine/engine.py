@@ -208,7 +208,9 @@ class Engine:
                 job.emit(GenerationChunk(finish_reason="cancelled"))
             elif job.cancelled.is_set():
                 continue
-            elif self.source.prefill_to_share(job.request.prompt_tokens):
+            elif job.request.adapter is None and self.source.prefill_to_share(
+                job.request.prompt_tokens
+            ):  # only the base lane's prefills are shared
                 self._deferred.append(job)
             else:
                 self._start(job)
@@ -224,6 +226,7 @@ class Engine:
                 max_tokens=params.max_tokens,
                 checkpoints=request.checkpoints,
                 **({"vision": request.vision} if request.vision is not None else {}),
+                **({"adapter": request.adapter} if request.adapter is not None else {}),
             )
         except Exception as exc:
             log.exception("could not start request %s", request.request_id)

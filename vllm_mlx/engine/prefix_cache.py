@@ -12,12 +12,18 @@ MLX arrays are values; a write into a view whose buffer the entry still holds pr
 buffer, so the entry is never changed, and the only copy is the one the batch makes anyway
 when it merges the request's cache into its own buffers. At least the last prompt token is
 always recomputed, because generation needs its logits.
+
+Entries live in lanes: the base model's (``lane=None``) and one per adapter (its files'
+hash). A prefix computed under one adapter is never served to another or to the base, in
+memory or on disk (each lane has its own disk namespace).
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +42,7 @@ class _Entry:
     nbytes: int
     trimmable: bool
     used: int = 0
+    lane: str | None = None
 
 
 def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
@@ -64,21 +71,37 @@ def shared_copy(cache: list[Any]) -> list[Any]:
 
 
 class PrefixCache:
-    def __init__(self, max_bytes: int, max_entries: int = 64, disk: DiskCache | None = None):
+    def __init__(
+        self,
+        max_bytes: int,
+        max_entries: int = 64,
+        disk: DiskCache | None = None,
+        lane_disk: Callable[[str], DiskCache] | None = None,
+    ):
         self.max_bytes = max_bytes
         self.max_entries = max_entries
         self.disk = disk
+        self._lane_disk = lane_disk  # an adapter lane's disk cache, made on first use
+        self._lane_disks: dict[str, DiskCache] = {}
         self._entries: list[_Entry] = []
         self._clock = itertools.count(1)
 
-    def fetch(self, prompt: list[int]) -> tuple[list[Any] | None, int]:
+    def _disk(self, lane: str | None) -> DiskCache | None:
+        if lane is None or self.disk is None or self._lane_disk is None:
+            return self.disk if lane is None else None
+        if lane not in self._lane_disks:
+            self._lane_disks[lane] = self._lane_disk(lane)
+        return self._lane_disks[lane]
+
+    def fetch(self, prompt: list[int], lane: str | None = None) -> tuple[list[Any] | None, int]:
         """(a private copy of the best entry's cache trimmed to what it serves, that length)."""
         if not prompt:
             return None, 0
         wanted = np.asarray(prompt, dtype=np.int32)
-        best, served = self._best(wanted)
-        if self.disk is not None:
-            best, served = self._from_disk(self.disk, wanted, best, served)
+        best, served = self._best(wanted, lane)
+        disk = self._disk(lane)
+        if disk is not None:
+            best, served = self._from_disk(disk, wanted, best, served, lane)
         if best is None:
             return None, 0
         best.used = next(self._clock)
@@ -87,19 +110,28 @@ class PrefixCache:
             trim_prompt_cache(cache, len(best.tokens) - served)
         return cache, served
 
-    def _best(self, wanted: np.ndarray) -> tuple[_Entry | None, int]:
+    def _best(self, wanted: np.ndarray, lane: str | None) -> tuple[_Entry | None, int]:
         best, served = None, 0
         for entry in self._entries:
+            if entry.lane != lane:
+                continue
             n = usable(entry.tokens, entry.trimmable, wanted)
             if n > served:
                 best, served = entry, n
         return best, served
 
-    def served(self, prompt: np.ndarray) -> int:
+    def served(self, prompt: np.ndarray, lane: str | None = None) -> int:
         """Prompt tokens memory would serve now (nothing fetched, nothing copied)."""
-        return self._best(prompt)[1]
+        return self._best(prompt, lane)[1]
 
-    def _from_disk(self, disk: DiskCache, wanted: np.ndarray, best: _Entry | None, served: int):
+    def _from_disk(
+        self,
+        disk: DiskCache,
+        wanted: np.ndarray,
+        best: _Entry | None,
+        served: int,
+        lane: str | None,
+    ):
         """A disk entry that serves more than memory can, loaded into memory."""
         ranked = sorted(
             ((usable(e.tokens, e.trimmable, wanted), e) for e in disk.candidates()),
@@ -110,30 +142,32 @@ class PrefixCache:
                 break
             cache = disk.load(entry)
             if cache is not None:
-                loaded = self._insert(entry.tokens, cache)
+                loaded = self._insert(entry.tokens, cache, lane)
                 return (loaded, n) if loaded is not None else (best, served)
         return best, served
 
-    def store(self, tokens: list[int], cache: list[Any]) -> None:
+    def store(self, tokens: list[int], cache: list[Any], lane: str | None = None) -> None:
         if not tokens or not cache:
             return
         # A row extracted from a batch is a lazy slice of the whole batch's KV buffers:
         # evaluate it now, or the entry would keep every row of that batch alive.
         mx.eval([c.state for c in cache])
-        entry = self._insert(np.asarray(tokens, dtype=np.int32), cache)
-        if entry is not None and self.disk is not None:
-            self.disk.save(list(tokens), cache, entry.trimmable)
+        entry = self._insert(np.asarray(tokens, dtype=np.int32), cache, lane)
+        disk = self._disk(lane)
+        if entry is not None and disk is not None:
+            disk.save(list(tokens), cache, entry.trimmable)
 
-    def _insert(self, tokens: np.ndarray, cache: list[Any]) -> _Entry | None:
+    def _insert(self, tokens: np.ndarray, cache: list[Any], lane: str | None) -> _Entry | None:
         nbytes = sum(c.nbytes for c in cache)
         if nbytes > self.max_bytes:
             return None
-        entry = _Entry(tokens, cache, nbytes, can_trim_prompt_cache(cache), next(self._clock))
+        entry = _Entry(tokens, cache, nbytes, can_trim_prompt_cache(cache), next(self._clock), lane)
         # Same tokens: replaced. A trimmable entry also serves every prefix of itself.
         self._entries = [
             e
             for e in self._entries
-            if not (
+            if e.lane != lane
+            or not (
                 np.array_equal(e.tokens, tokens)
                 or (
                     entry.trimmable
@@ -156,8 +190,9 @@ class PrefixCache:
 
     def flush(self) -> None:
         """Finish writing to disk."""
-        if self.disk is not None:
-            self.disk.flush()
+        for disk in (self.disk, *self._lane_disks.values()):
+            if disk is not None:
+                disk.flush()
 
 
 def build_prefix_cache(
@@ -173,8 +208,15 @@ def build_prefix_cache(
     ``disk_dir`` in this model's namespace when given."""
     if memory_mb <= 0:
         return None
-    disk = None
-    if disk_dir:
-        namespace = cache_namespace(model, tokenizer, **kv_settings)
-        disk = DiskCache(disk_dir, namespace, int(disk_gb * 2**30))
-    return PrefixCache(memory_mb * 2**20, disk=disk)
+    if not disk_dir:
+        return PrefixCache(memory_mb * 2**20)
+    namespace = cache_namespace(model, tokenizer, **kv_settings)
+    budget = int(disk_gb * 2**30)
+
+    def lane_disk(lane: str) -> DiskCache:
+        digest = hashlib.sha256(f"{namespace}+adapter:{lane}".encode()).hexdigest()[:24]
+        return DiskCache(disk_dir, digest, budget)
+
+    return PrefixCache(
+        memory_mb * 2**20, disk=DiskCache(disk_dir, namespace, budget), lane_disk=lane_disk
+    )

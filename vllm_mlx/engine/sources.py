@@ -18,11 +18,13 @@ import numpy as np
 from mlx_lm.generate import BatchGenerator, StopSequences
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
 
+from .adapter_rows import RowRoutedModel, RowTarget
 from .kv_quant import quantized_prompt_cache
 from .prefix_cache import PrefixCache, common_prefix
 from .sampling import LogitsProcessor, Sampler
 from .speculative import SoloSpeculator
 from .vision import LanguageModel, VisionInput, set_shift
+from .types import AdapterChoice
 
 # Prompt tokens a new request must share with one still prefilling to wait for it (its
 # prefix then comes from the cache) rather than compute them a second time alongside.
@@ -46,9 +48,11 @@ class TokenSource(Protocol):
         processors: list[LogitsProcessor],
         max_tokens: int,
         checkpoints: Sequence[int] = (),
+        adapter: AdapterChoice | None = None,
     ) -> tuple[int, int]:
         """Start a sequence; returns (uid, prompt tokens served from a cache).
-        ``checkpoints``: prompt offsets (message ends) whose cache is worth keeping."""
+        ``checkpoints``: prompt offsets (message ends) whose cache is worth keeping;
+        ``adapter``: the adapter it runs under (the engine passes it only when set)."""
 
     def remove(self, uid: int) -> None: ...
 
@@ -98,8 +102,13 @@ class ModelBatchSource:
         kv_group_size: int = 64,
         draft_model: Any = None,
         num_draft_tokens: int = 4,
+        adapter_rows: RowTarget | None = None,
     ):
         self.model = model
+        # Adapters: the generator's model first tells the layers each row's adapter slot.
+        self.adapter_rows = adapter_rows
+        self._slot_of: dict[int, int] = {}  # generator uid -> adapter slot (adapter rows only)
+        self._lane_of: dict[int, str] = {}  # generator uid -> its adapter's prefix-cache lane
         self.max_num_seqs = max_num_seqs
         self.prefill_step_size = prefill_step_size
         self.prefix_cache = prefix_cache
@@ -153,17 +162,39 @@ class ModelBatchSource:
         return self._gen.stream
 
     def _new_generator(self) -> BatchGenerator:
+        model = self.model
+        if self.adapter_rows is not None:
+            model = RowRoutedModel(model, self.adapter_rows, self._batches, self._slot_of)
         return BatchGenerator(
-            self.model,
+            model,
             stop_tokens=None,  # the engine decides stops (stop ids, strings, constraints)
             completion_batch_size=self.max_num_seqs,
             prefill_batch_size=min(self.max_num_seqs, 8),
             prefill_step_size=self.prefill_step_size,
         )
 
-    def insert(self, prompt, *, sampler, processors, max_tokens, checkpoints=(), vision=None):
+    def _batches(self) -> list[Any]:
+        """The generator's batches whose calls the adapter rows must place."""
+        return [self._gen._generation_batch, self._gen._prompt_batch]
+
+    def insert(
+        self,
+        prompt,
+        *,
+        sampler,
+        processors,
+        max_tokens,
+        checkpoints=(),
+        vision=None,
+        adapter=None,
+    ):
+        if adapter is not None and (self.adapter_rows is None or vision is not None):
+            raise ValueError("adapters run only on a text model's source that serves them")
+        lane = adapter.lane if adapter is not None else None
         key = vision.key if vision is not None else prompt
-        cache, cached = self.prefix_cache.fetch(key) if self.prefix_cache is not None else (None, 0)
+        cache, cached = (
+            self.prefix_cache.fetch(key, lane) if self.prefix_cache is not None else (None, 0)
+        )
         if vision is not None:
             return self._insert_vision(
                 prompt, vision, cache, cached, sampler, processors, max_tokens
@@ -172,7 +203,7 @@ class ModelBatchSource:
             set_shift(cache, 0)  # text positions: no image before them
         if cache is None:
             cache = self._fresh_cache()
-        if self.speculating and self._solo is None and not self._in_batch:
+        if self.speculating and self._solo is None and not self._in_batch and adapter is None:
             return self._start_solo(prompt, cache, cached, sampler, processors, max_tokens)
         if self._solo is not None:
             self._hand_over()
@@ -194,7 +225,10 @@ class ModelBatchSource:
         if cut is not None:
             self._checkpoints[uid] = list(prompt[:cut])
         self._in_batch.add(uid)
-        if self.prefix_cache is not None and not self.checkpointing:
+        if adapter is not None:
+            self._slot_of[uid] = adapter.slot
+            self._lane_of[uid] = adapter.lane
+        elif self.prefix_cache is not None and not self.checkpointing:
             self._prefilling[uid] = np.asarray(prompt, dtype=np.int32)
         return uid, cached
 
@@ -258,7 +292,7 @@ class ModelBatchSource:
             if r.uid in self._awaited and self.prefix_cache is not None:
                 self._awaited.discard(r.uid)
                 cache, tokens = self._gen.extract_cache([r.uid])[r.uid]
-                self.prefix_cache.store(list(tokens), cache)
+                self.prefix_cache.store(list(tokens), cache)  # base lane: only it is shared
 
     def _start_solo(self, prompt, cache, cached, sampler, processors, max_tokens):
         self._solo_uid -= 1
@@ -331,10 +365,12 @@ class ModelBatchSource:
         self._prefilling.pop(uid, None)
         self._awaited.discard(uid)
         self._checkpoints.pop(uid, None)
+        self._slot_of.pop(uid, None)
+        lane = self._lane_of.pop(uid, None)
         caches = self._gen.remove([uid], return_prompt_caches=self.prefix_cache is not None)
         if uid in caches and self.prefix_cache is not None:
             cache, tokens = caches[uid]
-            self.prefix_cache.store(self._keyed(uid, tokens), cache)
+            self.prefix_cache.store(self._keyed(uid, tokens), cache, lane)
         self._keys.pop(uid, None)
 
     def _store_checkpoints(self, prompt_responses: list[Any]) -> None:
@@ -343,7 +379,7 @@ class ModelBatchSource:
                 tokens = self._checkpoints.pop(r.uid)
                 cache, held = self._gen.extract_cache([r.uid])[r.uid]
                 if list(held) == tokens and self.prefix_cache is not None:
-                    self.prefix_cache.store(tokens, cache)
+                    self.prefix_cache.store(tokens, cache, self._lane_of.get(r.uid))
 
     def step(self) -> tuple[list[Step], list[int]]:
         if self._solo is not None:
@@ -356,10 +392,13 @@ class ModelBatchSource:
         steps = []
         for r in responses:
             done = r.finish_reason is not None
+            lane = self._lane_of.get(r.uid)
             if done:
                 self._in_batch.discard(r.uid)
+                self._slot_of.pop(r.uid, None)
+                self._lane_of.pop(r.uid, None)
             if done and self.prefix_cache is not None:
-                self.prefix_cache.store(self._keyed(r.uid, r.all_tokens), r.prompt_cache)
+                self.prefix_cache.store(self._keyed(r.uid, r.all_tokens), r.prompt_cache, lane)
             uid = self._alias.pop(r.uid, r.uid) if done else self._alias.get(r.uid, r.uid)
             steps.append(Step(uid, r.token, r.logprobs, done))
         return steps, []
@@ -372,6 +411,8 @@ class ModelBatchSource:
         self._awaited.clear()
         self._checkpoints.clear()
         self._keys.clear()
+        self._slot_of.clear()
+        self._lane_of.clear()
         self._gen.close()
         self._gen = self._new_generator()
 
@@ -388,7 +429,7 @@ class ReplayBatchSource:
         self._running: dict[int, list] = {}  # uid -> [position, max_tokens]
         self._next_uid = 0
 
-    def insert(self, prompt, *, sampler, processors, max_tokens, checkpoints=()):
+    def insert(self, prompt, *, sampler, processors, max_tokens, checkpoints=(), adapter=None):
         uid, self._next_uid = self._next_uid, self._next_uid + 1
         self._running[uid] = [0, max_tokens]
         return uid, 0

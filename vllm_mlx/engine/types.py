@@ -13,6 +13,17 @@ from .sampling import LogitsProcessor, SamplingParams
 UNAVAILABLE = "service unavailable: "
 
 
+@dataclass(frozen=True)
+class AdapterChoice:
+    """The adapter a request runs under: its slot on the base model (what the batch source
+    tells the model per row) and ``lane``, what the prefix cache keys its KV by (a hash of
+    the adapter's files: a name reused for other weights never reads the old entries)."""
+
+    name: str
+    slot: int
+    lane: str
+
+
 @dataclass
 class GenerationRequest:
     prompt_tokens: list[int]
@@ -25,6 +36,7 @@ class GenerationRequest:
     checkpoints: list[int] = field(default_factory=list)
     # The prompt's images (engine/vision.VisionInput), for a vision-language model
     vision: Any = None
+    adapter: AdapterChoice | None = None  # None: the base model
 
 
 @dataclass

@@ -129,10 +129,12 @@ class NativeLlamaModel(llama.LlamaModel):
 
     stack: StackShape
     pending: _Pending
+    adapter_rows: Any = None  # models.lora.AdapterRows: active, the blocks run unfused
 
     def __call__(self, inputs: mx.array, cache: Any = None, input_embeddings: Any = None):
         if (
             input_embeddings is None
+            and not (self.adapter_rows is not None and self.adapter_rows.active)
             and cache is not None
             and inputs.ndim == 2
             and inputs.shape[1] == 1

@@ -1,0 +1,84 @@
+"""Adapters on one base in one continuous batch: each sequence gets its own adapter's
+tokens (mlx-lm's ``load(..., adapter_path=...)``), the base rows the base's, whatever
+else shares the batch; the base weights are never changed."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import pytest
+from mlx.utils import tree_flatten
+from tiny_adapters import MAX_TOKENS, PROMPT, greedy, make_fleet
+
+from vllm_mlx.engine.sources import ModelBatchSource
+from vllm_mlx.models import load_model
+from vllm_mlx.models.adapter_set import AdapterSet
+
+
+def served(fleet):
+    loaded = load_model(str(fleet.base))
+    adapters = AdapterSet(loaded.model)
+    adapters.load("lora", fleet.lora)
+    adapters.load("dora", fleet.dora)
+    return loaded, adapters
+
+
+def run(loaded, adapters, names, prompt=PROMPT, prefix_cache=None):
+    """Greedy tokens of one sequence per name (None: the base), inserted together, in
+    the names' order."""
+    source = ModelBatchSource(loaded.model, adapter_rows=adapters.rows, prefix_cache=prefix_cache)
+    out: dict[int, list[int]] = {}
+    for name in names:
+        extra = {"adapter": adapters.get(name).choice} if name else {}
+        uid, _ = source.insert(
+            prompt, sampler=greedy, processors=[], max_tokens=MAX_TOKENS, **extra
+        )
+        out[uid] = []
+    while any(len(tokens) < MAX_TOKENS for tokens in out.values()):
+        steps, _ = source.step()
+        for step in steps:
+            out[step.uid].append(step.token)
+    return list(out.values())
+
+
+@pytest.fixture(scope="module")
+def quantized(fleet):
+    return fleet, *served(fleet)
+
+
+def test_an_adapter_gives_mlx_lm_s_tokens_and_changes_the_output(quantized):
+    fleet, loaded, adapters = quantized
+    assert loaded.kernels.startswith("native")  # the fused path is what is stepped around
+    for name in ("lora", "dora"):
+        assert run(loaded, adapters, [name]) == [fleet.expected[name]]
+        assert fleet.expected[name] != fleet.expected[None]
+    assert run(loaded, adapters, [None]) == [fleet.expected[None]]
+
+
+def test_base_and_two_adapters_batched_give_each_one_s_solo_tokens(quantized):
+    fleet, loaded, adapters = quantized
+    before = {k: mx.array(v) for k, v in tree_flatten(loaded.model.parameters())}
+    names = ["lora", None, "dora", "lora"]
+    assert run(loaded, adapters, names) == [fleet.expected[name] for name in names]
+    after = dict(tree_flatten(loaded.model.parameters()))
+    assert all(mx.array_equal(before[k], after[k]) for k in before)
+
+
+def test_float_weights_match_mlx_lm_too(tmp_path):
+    fleet = make_fleet(tmp_path, quantized=False)
+    loaded, adapters = served(fleet)
+    names = [None, "lora", "dora"]
+    assert run(loaded, adapters, names) == [fleet.expected[name] for name in names]
+
+
+def test_an_unloaded_adapter_no_longer_applies(fleet):
+    loaded, adapters = served(fleet)
+    choice = adapters.get("lora").choice
+    assert adapters.unload("lora")
+    source = ModelBatchSource(loaded.model, adapter_rows=adapters.rows)
+    uid, _ = source.insert(
+        PROMPT, sampler=greedy, processors=[], max_tokens=MAX_TOKENS, adapter=choice
+    )
+    tokens = []
+    while len(tokens) < MAX_TOKENS:
+        tokens += [s.token for s in source.step()[0]]
+    assert tokens == fleet.expected[None]  # its slot adds nothing any more
