@@ -140,6 +140,9 @@ class FleetOptions:
     model_ttl: float | None = None
     max_memory_gb: float | None = None
     strict_model_ids: bool = False
+    adapter: tuple[str, ...] = ()  # NAME=PATH, on the default model
+    adapter_fuse: tuple[str, ...] = ()  # adapters served merged, as models of their own
+    max_loaded_adapters: int | None = None  # per model
 
     @property
     def several(self) -> bool:

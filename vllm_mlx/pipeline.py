@@ -10,6 +10,7 @@ disagree.
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import functools
 import logging
@@ -36,7 +37,7 @@ from .constrained.tokenizer_cache import token_count
 from .engine.boundaries import history_end
 from .engine.engine import Engine
 from .engine.sampling import LogitsProcessor, SamplingParams
-from .engine.types import GenerationChunk, GenerationRequest, TokenLogprob
+from .engine.types import AdapterChoice, GenerationChunk, GenerationRequest, TokenLogprob
 from .families.formats import ReasoningFormat, ToolCallFormat
 from .families.message import MessageDelta, ParsedMessage
 from .options import RuntimeOptions
@@ -146,6 +147,7 @@ class Pipeline:
         # may carry (its own template; media on this text-only model), size limits
         self.options = options or RuntimeOptions()
         self.tokenizer = engine.tokenizer
+        self.adapter: AdapterChoice | None = None  # what with_adapter's copies run under
         self.context_length = context_length
         self.reasoning_format = reasoning_format  # the model's family, resolved by the runtime
         self.tool_format = tool_format
@@ -164,6 +166,16 @@ class Pipeline:
     @property
     def structured_backend(self) -> str:
         return self.options.request.structured_output_backend
+
+    def with_adapter(self, adapter: AdapterChoice, chat_template: str | None) -> Pipeline:
+        """This pipeline for requests under ``adapter``: the same engine, parsers and
+        defaults (the base's), its prompts rendered with the adapter folder's own chat
+        template when it carries one."""
+        view = copy.copy(self)
+        view.adapter = adapter
+        if chat_template is not None:
+            view.tokenizer = _WithTemplate(self.tokenizer, chat_template)
+        return view
 
     # -- preparing -------------------------------------------------------------------------
 
@@ -311,6 +323,7 @@ class Pipeline:
             processors,
             checkpoints=history_end(self.tokenizer, prompt.token_ids, prompt.tail),
             vision=prompt.vision,
+            adapter=self.adapter,
         )
         if raw is not None:
             style = self.tool_format.id_style if self.tool_format else "openai"
@@ -367,7 +380,8 @@ class Pipeline:
         except ConstraintError as exc:
             raise RequestError(str(exc), exc.param) from None
         output = make_output_stream(reasoning_format=None, tool_format=None)
-        return Prepared(GenerationRequest(token_ids, params, processors), output)
+        generation = GenerationRequest(token_ids, params, processors, adapter=self.adapter)
+        return Prepared(generation, output)
 
     def _fit_max_tokens(
         self, requested: int | None, policy: MaxTokensPolicy, prompt_len: int
@@ -442,6 +456,17 @@ class Pipeline:
             error=last.error,
             constraint_gave_up=last.constraint_gave_up,
         )
+
+
+class _WithTemplate:
+    """A tokenizer whose chat template is another (an adapter's own)."""
+
+    def __init__(self, tokenizer: Any, chat_template: str):
+        self._tokenizer = tokenizer
+        self.chat_template = chat_template
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tokenizer, name)
 
 
 def _check(prepared: Prepared, event: ChatEvent) -> None:

@@ -25,7 +25,10 @@ from .engine.prefix_cache import build_prefix_cache
 from .engine.sampling import SamplingParams
 from .engine.sources import ModelBatchSource, ReplayBatchSource, TokenSource
 from .families.formats import ReasoningFormat, ToolCallFormat
+from .models.adapter_set import AdapterSet
+from .models.adapters import read_adapter
 from .models.loader import CpuWeights, LoadedModel, load_model, load_tokenizer_only
+from .models.lora import fuse_adapter
 from .models.sampling_defaults import model_sampling
 from .native.layers import kv_namespace
 from .options import RuntimeOptions
@@ -45,6 +48,7 @@ class Runtime:
     engine: Engine
     pipeline: Pipeline
     distributed: GroupHealth | None = None  # a sharded server's group, as /health shows it
+    adapters: AdapterSet | None = None  # adapters served on this model (models/adapter_set.py)
 
     def close(self) -> None:
         self.engine.close()
@@ -59,17 +63,33 @@ def build_runtime(
     chat_template: str | None = None,
     progress: bool = True,
     sharding: Sharding | None = None,
+    fuse: str | None = None,
+    max_loaded_adapters: int | None = None,
 ) -> Runtime:
     """``chat_template``: a template's text to use instead of the model's own;
-    ``sharding``: this process is rank 0 of a sharded server (``_build_sharded``)."""
+    ``sharding``: this process is rank 0 of a sharded server (``_build_sharded``);
+    ``fuse``: an adapter folder merged into this copy of the weights (``--adapter-fuse``;
+    float32 weights, no per-request adapters on it); ``max_loaded_adapters``: the bound on
+    the adapters loaded on it at once."""
     options = options or RuntimeOptions()
     if sharding is not None:
         return _build_sharded(model, sharding, options)
     cpu_weights = _weights_for_cpu(options.model.cpu_weights)
     engine, cache = options.engine, options.cache
+    if fuse is not None:
+        cpu_weights = "float32"
     loaded = load_model(model, cpu_weights=cpu_weights, progress=progress)
     if loaded.processor is not None and (engine.kv_bits or options.model.draft_model):
         raise ValueError("--kv-bits and --draft-model are not supported for vision models yet")
+    adapters = None
+    if fuse is not None:
+        weights = read_adapter(fuse, loaded.model)
+        fuse_adapter(loaded.model, weights)
+        if weights.chat_template is not None and chat_template is None:
+            chat_template = weights.chat_template
+        log.info("fused adapter %s into %s", fuse, loaded.name)
+    elif loaded.processor is None:  # a vision model's layers take no adapters yet
+        adapters = AdapterSet(loaded.model, max_loaded_adapters)
     if chat_template is not None:
         loaded.tokenizer.chat_template = loaded.chat_template = chat_template
     prefix_cache = build_prefix_cache(
@@ -91,9 +111,11 @@ def build_runtime(
         kv_group_size=engine.kv_group_size,
         draft_model=load_draft(draft, loaded, cpu_weights) if draft else None,
         num_draft_tokens=options.model.num_draft_tokens,
+        adapter_rows=adapters.rows if adapters is not None else None,
     )
     log.info("loaded %s (%s weights) from %s", loaded.name, loaded.weights, loaded.path)
     runtime = _assemble(loaded, source, options)
+    runtime.adapters = adapters
     if cache.warmup_prompt:
         warm_up(runtime.pipeline, cache.warmup_prompt)
     return runtime

@@ -23,8 +23,8 @@ from .kv_quant import quantized_prompt_cache
 from .prefix_cache import PrefixCache, common_prefix
 from .sampling import LogitsProcessor, Sampler
 from .speculative import SoloSpeculator
-from .vision import LanguageModel, VisionInput, set_shift
 from .types import AdapterChoice
+from .vision import LanguageModel, VisionInput, set_shift
 
 # Prompt tokens a new request must share with one still prefilling to wait for it (its
 # prefix then comes from the cache) rather than compute them a second time alongside.

@@ -27,6 +27,7 @@ from ..models.gguf import read_header
 from ..models.loader import context_length
 from ..models.resolve import cache_root, validate_model_folder
 from ..options import RuntimeOptions
+from .adapters import AdapterEntry, parse_tables
 from .settings import CatalogError, ModelSettings, SettingsError, parse_settings
 
 if sys.version_info >= (3, 11):
@@ -48,6 +49,8 @@ class Entry:
     chat_template: str | None = None  # the template file's text
     draft_spec: str | None = None
     config: str = ""  # the models.toml that configured it, if one did
+    adapter: AdapterEntry | None = None  # an adapter's id: the base's entry with the adapter
+    fuse: str | None = None  # an adapter folder merged into this model's own weights
 
     @property
     def aliases(self) -> tuple[str, ...]:
@@ -117,13 +120,59 @@ class Catalog:
     entries: dict[str, Entry]
     default: str | None = None
     aliases: dict[str, str] = field(default_factory=dict)  # alias -> entry name
+    adapters: dict[str, AdapterEntry] = field(default_factory=dict)  # served name -> adapter
 
     def lookup(self, model_id: str | None) -> Entry | None:
-        """The entry ``model_id`` names exactly or by alias (None when it names none)."""
+        """The entry ``model_id`` names exactly or by alias, or the adapter it names (by
+        its served name or as ``BASE:ADAPTER``); None when it names none."""
         if model_id is None:
             return None
         name = model_id if model_id in self.entries else self.aliases.get(model_id)
-        return self.entries.get(name) if name is not None else None
+        if name is not None:
+            return self.entries.get(name)
+        adapter = self.adapters.get(model_id)
+        if adapter is None and ":" in model_id:
+            base_id, _, adapter_name = model_id.rpartition(":")
+            base = self.lookup(base_id)
+            candidate = self.adapters.get(adapter_name)
+            if (
+                base is not None
+                and candidate is not None
+                and self.base_name(candidate) == base.name
+            ):
+                adapter = candidate
+        return self.with_adapter(adapter) if adapter is not None else None
+
+    def base_name(self, adapter: AdapterEntry) -> str | None:
+        """The catalog name of the model ``adapter`` runs on (None: the default model)."""
+        name = adapter.base or self.default
+        if name is None:
+            return None
+        entry = self.entries.get(name) or self.entries.get(self.aliases.get(name, ""))
+        return entry.name if entry is not None else None
+
+    def with_adapter(self, adapter: AdapterEntry) -> Entry | None:
+        """The base's entry, named and marked as ``adapter``'s."""
+        base = self.base_name(adapter)
+        if base is None:
+            return None
+        return replace(self.entries[base], name=adapter.name, adapter=adapter)
+
+    def add_adapter(self, adapter: AdapterEntry) -> None:
+        """Add ``adapter``, refusing an id a model or another adapter has."""
+        owner = self.lookup(adapter.name)
+        if owner is not None:
+            kind = "adapter" if owner.adapter is not None else "model"
+            raise CatalogError(
+                f"{adapter.found_in}: adapter {adapter.name!r}: id already taken by {kind} "
+                f"{owner.name!r}"
+            )
+        if adapter.base is not None and self.lookup(adapter.base) is None:
+            raise CatalogError(
+                f"{adapter.found_in}: adapter {adapter.name!r}: base {adapter.base!r} is not "
+                "a model of this server"
+            )
+        self.adapters[adapter.name] = adapter
 
     def add(self, entry: Entry) -> None:
         """Add ``entry``, refusing a name or alias that is already taken."""
@@ -161,9 +210,11 @@ def read_config(path: Path) -> dict[str, Any]:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise CatalogError(f"{path}: {exc}") from None
-    unknown = set(data) - {"default", "models"}
+    unknown = set(data) - {"default", "models", "adapters"}
     if unknown:
-        raise CatalogError(f"{path}: unknown key {sorted(unknown)[0]!r} (known: default, models)")
+        raise CatalogError(
+            f"{path}: unknown key {sorted(unknown)[0]!r} (known: default, models, adapters)"
+        )
     if "default" in data and not isinstance(data["default"], str):
         raise CatalogError(f"{path}: default must be a model name, got {data['default']!r}")
     if not isinstance(data.get("models", {}), dict):
@@ -190,6 +241,8 @@ def build_catalog(
         data = read_config(config) if config.is_file() else {}
         pending.append((config, discover(folder), data))
     extra = read_config(Path(config_file)) if config_file else {}
+    adapter_tables = [(config, data.get("adapters", {})) for config, _, data in pending]
+    adapter_tables.append((Path(config_file or ""), extra.get("adapters", {})))
     found_anywhere = {name: path for _, found, _ in pending for name, path in found.items()}
     for config, found, data in pending:
         tables = data.get("models", {})
@@ -212,6 +265,9 @@ def build_catalog(
         raise CatalogError(f"default model {catalog.default!r} is not in the catalog")
     if catalog.default is not None:
         catalog.default = catalog.lookup(catalog.default).name  # type: ignore[union-attr]
+    for source, tables in adapter_tables:
+        for adapter in parse_tables(source, tables):
+            catalog.add_adapter(adapter)
     return catalog
 
 

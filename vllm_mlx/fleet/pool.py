@@ -21,8 +21,11 @@ from typing import Any, cast
 
 from mlx.utils import tree_flatten
 
+from ..models.adapter_set import AdapterBusy, AdapterCapacity, AdapterSet
+from ..models.adapters import AdapterError
 from ..pipeline import Pipeline
 from ..runtime import Runtime
+from .adapters import AdapterEntry
 from .catalog import Catalog, Entry
 
 log = logging.getLogger(__name__)
@@ -53,6 +56,10 @@ class ModelBusy(RuntimeError):
     """An unload asked for while requests use the model."""
 
 
+class AdapterRefused(ValueError):
+    """An adapter that does not fit its base (or is not an adapter folder)."""
+
+
 @dataclass(frozen=True)
 class PoolLimits:
     max_loaded: int | None = None  # models loaded at once
@@ -78,6 +85,12 @@ class Loaded:
     load_seconds: float
     leases: int = 0
     last_used: float = field(default_factory=time.monotonic)
+    adapters: AdapterSet | None = None  # the adapters loaded on this model
+
+    @property
+    def total_bytes(self) -> int:
+        """The weights and the adapters loaded on them."""
+        return self.memory_bytes + (self.adapters.nbytes if self.adapters is not None else 0)
 
 
 class Lease:
@@ -88,6 +101,7 @@ class Lease:
         self.name = slot.entry.name
         self.pipeline = slot.pipeline
         self._released = False
+        self._then: list[Callable[[], None]] = []  # an adapter's hold, released with it
         slot.leases += 1
         slot.last_used = time.monotonic()
 
@@ -96,6 +110,8 @@ class Lease:
             self._released = True
             self.slot.leases -= 1
             self.slot.last_used = time.monotonic()
+            for then in self._then:
+                then()
 
 
 def weights_in_memory(runtime: Runtime) -> int:
@@ -124,6 +140,7 @@ class ModelPool:
         self._waiting: Counter[str] = Counter()
         self._measured: dict[str, int] = {}  # bytes of earlier loads
         self._closing: set[asyncio.Future[None]] = set()
+        self._adapter_loading: dict[tuple[str, str], asyncio.Future[None]] = {}
 
     @classmethod
     def single(cls, pipeline: Pipeline, name: str) -> ModelPool:
@@ -141,6 +158,7 @@ class ModelPool:
             runtime.close,
             weights_in_memory(runtime),
             seconds,
+            adapters=runtime.adapters,
         )
         self._slots[name] = slot
         self._measured[name] = slot.memory_bytes
@@ -160,6 +178,10 @@ class ModelPool:
         return self.catalog.entries[self.catalog.default]
 
     def is_ready(self, entry: Entry) -> bool:
+        if entry.adapter is not None:
+            slot = self._slots.get(self.catalog.base_name(entry.adapter) or "")
+            adapters = slot.adapters if slot is not None else None
+            return adapters is not None and adapters.get(entry.adapter.name) is not None
         return entry.name in self._slots
 
     def loaded(self) -> list[Loaded]:
@@ -176,7 +198,9 @@ class ModelPool:
 
     async def acquire(self, entry: Entry) -> Lease:
         """A lease on ``entry``'s model, loading it first if needed (waiting on a load
-        already running for it)."""
+        already running for it); an adapter's entry leases its base with the adapter."""
+        if entry.adapter is not None:
+            return await self._acquire_adapter(entry.adapter)
         slot = self._slots.get(entry.name)
         if slot is None:
             self._waiting[entry.name] += 1  # a loaded model someone waits for stays
@@ -202,6 +226,70 @@ class ModelPool:
             task = self._loading[name] = asyncio.ensure_future(self._build(entry))
         return await asyncio.shield(task)  # a waiter that leaves does not cancel the load
 
+    # -- adapters -------------------------------------------------------------------------
+
+    async def _acquire_adapter(self, adapter: AdapterEntry) -> Lease:
+        """A lease on the adapter's base whose pipeline runs the adapter (loaded first if
+        it is not, waiting on a load already running for it)."""
+        base = self.catalog.base_name(adapter)
+        if base is None:
+            raise UnknownModel(adapter.base, sorted(self.catalog.entries))
+        lease = await self.acquire(self.catalog.entries[base])
+        try:
+            adapters = await self.load_adapter(lease.slot, adapter)
+            held = adapters.use(adapter.name)
+        except BaseException:
+            lease.release()
+            raise
+        lease.name = adapter.name
+        lease.pipeline = lease.pipeline.with_adapter(held.choice, held.weights.chat_template)
+        lease._then.append(lambda: adapters.release(held))
+        return lease
+
+    async def load_adapter(self, slot: Loaded, adapter: AdapterEntry) -> AdapterSet:
+        """Load ``adapter`` on the model of ``slot`` (one load per adapter; the memory it
+        needs is made room for like a model's)."""
+        adapters = slot.adapters
+        if adapters is None:
+            raise AdapterRefused(f"model {slot.entry.name!r} does not serve adapters")
+        if adapters.get(adapter.name) is not None:
+            return adapters
+        key = (slot.entry.name, adapter.name)
+        task = self._adapter_loading.get(key)
+        if task is None:
+            need = sum(f.stat().st_size for f in adapter.path.glob("*.safetensors"))
+            self._make_room(slot.entry, need=need, keep=slot)
+            task = self._adapter_loading[key] = asyncio.ensure_future(
+                self._load_adapter(adapters, adapter, key)
+            )
+        await asyncio.shield(task)
+        return adapters
+
+    async def _load_adapter(
+        self, adapters: AdapterSet, adapter: AdapterEntry, key: tuple[str, str]
+    ) -> None:
+        try:
+            await asyncio.to_thread(adapters.load, adapter.name, adapter.path)
+            log.info("loaded adapter %s on %s from %s", adapter.name, key[0], adapter.path)
+        except AdapterError as exc:
+            raise AdapterRefused(str(exc)) from None
+        except AdapterCapacity as exc:
+            raise PoolFull(str(exc)) from None
+        finally:
+            del self._adapter_loading[key]
+
+    async def unload_adapter(self, name: str) -> bool:
+        """Unload ``name`` wherever it is loaded (ModelBusy while requests use it)."""
+        unloaded = False
+        for slot in self._slots.values():
+            if slot.adapters is None:
+                continue
+            try:
+                unloaded = slot.adapters.unload(name) or unloaded
+            except AdapterBusy as exc:
+                raise ModelBusy(str(exc)) from None
+        return unloaded
+
     async def _build(self, entry: Entry) -> Loaded:
         assert self.build is not None
         started = time.perf_counter()
@@ -214,7 +302,14 @@ class ModelPool:
         finally:
             del self._loading[entry.name]
         seconds = time.perf_counter() - started
-        slot = Loaded(entry, runtime.pipeline, runtime.close, weights_in_memory(runtime), seconds)
+        slot = Loaded(
+            entry,
+            runtime.pipeline,
+            runtime.close,
+            weights_in_memory(runtime),
+            seconds,
+            adapters=runtime.adapters,
+        )
         self._slots[entry.name] = slot
         self._measured[entry.name] = slot.memory_bytes
         log.info(
@@ -228,10 +323,12 @@ class ModelPool:
         """The memory a load of ``entry`` takes: what it took last time, else its files."""
         return self._measured.get(entry.name) or entry.weight_bytes()
 
-    def _make_room(self, entry: Entry) -> None:
-        """Unload idle models, least recently used first, until ``entry`` fits the limits;
+    def _make_room(self, entry: Entry, need: int | None = None, keep: Loaded | None = None) -> None:
+        """Unload idle models, least recently used first, until ``entry`` (or ``need``
+        more bytes beside the loaded ``keep``: an adapter on it) fits the limits;
         PoolFull when the models in the way are in use."""
-        limits, need = self.limits, self._estimate(entry)
+        limits = self.limits
+        need = self._estimate(entry) if need is None else need
         if limits.max_memory_bytes is not None and need > limits.max_memory_bytes:
             raise ModelTooLarge(
                 f"model {entry.name!r} needs about {need / 2**30:.2f} GB, over "
@@ -239,14 +336,14 @@ class ModelPool:
             )
         while True:
             count = len(self._slots) + len(self._loading)
-            used = sum(s.memory_bytes for s in self._slots.values()) + sum(
+            used = sum(s.total_bytes for s in self._slots.values()) + sum(
                 self._estimate(self.catalog.entries[n]) for n in self._loading
             )
-            too_many = limits.max_loaded is not None and count >= limits.max_loaded
+            too_many = keep is None and limits.max_loaded is not None and count >= limits.max_loaded
             too_big = limits.max_memory_bytes is not None and used + need > limits.max_memory_bytes
             if not (too_many or too_big):
                 return
-            idle = [s for s in self._slots.values() if self._evictable(s)]
+            idle = [s for s in self._slots.values() if self._evictable(s) and s is not keep]
             if not idle:
                 busy = ", ".join(sorted([*self._slots, *self._loading]))
                 raise PoolFull(

@@ -16,6 +16,7 @@ from starlette.routing import Route
 from ..chat.template import ChatTemplateError
 from ..engine.engine import EngineUnavailableError, QueueFullError
 from ..request import RequestError
+from . import adapters
 from .anthropic.handler import count_tokens, create_message
 from .errors import APIError, error_response
 from .info import get_model, health, list_models, load_model, unload_model, version
@@ -93,6 +94,8 @@ def create_app(state: ServerState) -> Starlette:
         Route("/v1/models/{model_id:path}/load", load_model, methods=["POST"]),
         Route("/v1/models/{model_id:path}/unload", unload_model, methods=["POST"]),
         Route("/v1/models/{model_id:path}", get_model, methods=["GET"]),
+        Route("/v1/adapters", adapters.load_adapter, methods=["POST"]),
+        Route("/v1/adapters/{name:path}", adapters.unload_adapter, methods=["DELETE"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/embeddings", embeddings, methods=["POST"]),

@@ -284,6 +284,23 @@ import click
     help="Models loaded at once; loading one more unloads the least recently used idle one.",
 )
 @click.option(
+    "--adapter",
+    multiple=True,
+    help="NAME=PATH: serve the mlx_lm.lora adapter folder PATH on the default model, as "
+    "model id NAME or MODEL:NAME (repeatable; docs/models.md).",
+)
+@click.option(
+    "--adapter-fuse",
+    multiple=True,
+    help="Serve adapter NAME merged into its own copy of the base weights, as model NAME "
+    "(repeatable).",
+)
+@click.option(
+    "--max-loaded-adapters",
+    type=click.IntRange(min=1),
+    help="Adapters loaded on one model at once; one more unloads the least recently used idle one.",
+)
+@click.option(
     "--model-ttl",
     type=click.FloatRange(min=0, min_open=True),
     help="Seconds a model may stay idle before it is unloaded (default: never).",
@@ -506,7 +523,13 @@ def _model_pool(model: str | None, options):
             )
         if not first:
             runtime_options = runtime_options.updated(warmup_prompt=None)
-        return build_runtime(entry.spec, runtime_options, chat_template=entry.chat_template)
+        return build_runtime(
+            entry.spec,
+            runtime_options,
+            chat_template=entry.chat_template,
+            fuse=entry.fuse,
+            max_loaded_adapters=fleet.max_loaded_adapters,
+        )
 
     limits = PoolLimits(
         max_loaded=fleet.max_loaded_models,
@@ -515,6 +538,7 @@ def _model_pool(model: str | None, options):
     )
     pool = ModelPool(catalog, build, limits, strict=fleet.strict_model_ids)
     if model is None and catalog.entries:
+        _add_adapters(catalog, fleet)
         return pool  # the default loads on its first request
     spec = model or "default"
     main = next((e for e in catalog.entries.values() if _same_path(e.spec, spec)), None)
@@ -526,6 +550,7 @@ def _model_pool(model: str | None, options):
         except CatalogError as exc:
             raise click.ClickException(f"MODEL {spec}: {exc}") from None
     catalog.default = main.name
+    _add_adapters(catalog, fleet)
     if model_facts(Path(main.spec)) is not None:
         return pool  # an embedding model or reranker: loaded by its first request
     started = time.perf_counter()
@@ -535,6 +560,33 @@ def _model_pool(model: str | None, options):
         raise click.ClickException(str(exc)) from None
     pool.adopt(main.name, runtime, time.perf_counter() - started)
     return pool
+
+
+def _add_adapters(catalog, fleet) -> None:
+    """``--adapter NAME=PATH`` on the default model, then ``--adapter-fuse NAME``: that
+    adapter (from either source) as a model of its own."""
+    from dataclasses import replace
+
+    from ..fleet.adapters import AdapterEntry, checked_folder, parse_flag
+    from ..fleet.catalog import CatalogError
+
+    try:
+        for value in fleet.adapter:
+            name, path = parse_flag(value)
+            folder = checked_folder(path, f"--adapter {value}")
+            catalog.add_adapter(AdapterEntry(name, folder, None, "--adapter"))
+        for name in fleet.adapter_fuse:
+            adapter = catalog.adapters.pop(name, None)
+            if adapter is None:
+                raise CatalogError(f"--adapter-fuse {name}: no adapter of that name")
+            base = catalog.with_adapter(adapter)
+            if base is None:
+                raise CatalogError(f"--adapter-fuse {name}: its base is not served")
+            settings = base.settings.model_copy(update={"aliases": ()})
+            fused = replace(base, settings=settings, adapter=None, fuse=str(adapter.path))
+            catalog.add(replace(fused, found_in=f"--adapter-fuse ({adapter.found_in})"))
+    except (CatalogError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def _same_path(a: str, b: str) -> bool:

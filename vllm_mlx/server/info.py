@@ -23,6 +23,7 @@ from ..fleet.catalog import Entry
 from ..fleet.pool import UnknownModel
 from ..models.vision import has_vision_tower
 from ..native import status as native_status
+from .adapters import adapter_card
 from .serving import POOL_ERRORS, pool_error
 from .state import ServerState, server_state
 
@@ -142,9 +143,9 @@ async def list_models(request: Request) -> JSONResponse:
                 "last_id": names[-1] if names else None,
             }
         )
-    return JSONResponse(
-        {"object": "list", "data": [_openai_model(state, e, e.name) for e in entries]}
-    )
+    cards = [_openai_model(state, e, e.name) for e in entries]
+    cards += [adapter_card(state.models, a) for a in catalog.adapters.values()]
+    return JSONResponse({"object": "list", "data": cards})
 
 
 async def get_model(request: Request) -> JSONResponse:

@@ -22,6 +22,7 @@ from ..embeddings.kinds import KIND_NAMES
 from ..engine.engine import QueueFullError
 from ..fleet.catalog import Entry
 from ..fleet.pool import (
+    AdapterRefused,
     Lease,
     ModelBusy,
     ModelLoadFailed,
@@ -54,10 +55,12 @@ def pool_error(exc: Exception) -> APIError:
         return APIError(503, str(exc), code="model_too_large")
     if isinstance(exc, ModelBusy):
         return APIError(409, str(exc), code="model_busy")
+    if isinstance(exc, AdapterRefused):
+        return APIError(400, str(exc), param="model", code="invalid_adapter")
     return APIError(500, str(exc), code="model_load_failed")
 
 
-POOL_ERRORS = (UnknownModel, PoolFull, ModelTooLarge, ModelBusy, ModelLoadFailed)
+POOL_ERRORS = (UnknownModel, PoolFull, ModelTooLarge, ModelBusy, ModelLoadFailed, AdapterRefused)
 
 
 async def lease_for(request: Request, model_id: str | None) -> Lease:
