@@ -1,4 +1,5 @@
-"""Shared fixtures: the real default model served over real HTTP, once per test session."""
+"""Shared fixtures: the real default model served over real HTTP, once per test session, the
+embedding models server, and the tiny tokenizer the in-process model tests use."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from embedding_models import write_embedding_models_dir  # noqa: E402
 from servers import cli_server  # noqa: E402
+from tiny_models import build_tiny_tokenizer  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -45,3 +47,9 @@ def fleet(tmp_path_factory):
     from tiny_adapters import make_fleet
 
     return make_fleet(tmp_path_factory.mktemp("adapters"), quantized=True)
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """The tiny byte-level tokenizer of tests/tiny_models.py (cached there; do not mutate)."""
+    return build_tiny_tokenizer()

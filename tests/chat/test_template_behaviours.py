@@ -1,4 +1,4 @@
-"""What the renderer does with the things real chat templates do (issue 11).
+"""What the renderer does with the things real chat templates do.
 
 Each test renders one of our minimal templates (tests/templates/, README there) through
 `render_chat` with a tiny tokenizer carrying it: null content, enforced id shapes, tools the

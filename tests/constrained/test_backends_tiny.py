@@ -9,7 +9,7 @@ import mlx.core as mx
 import pytest
 from mlx_lm.generate import generate_step
 from mlx_lm.sample_utils import make_sampler
-from tiny_models import build_tiny_model, build_tiny_tokenizer
+from tiny_models import build_tiny_model
 
 from constrained.forcing import sample_ids
 from vllm_mlx.constrained import (
@@ -58,11 +58,6 @@ def schema_for(backend: str) -> dict:
     text = json.dumps(SCHEMA)
     text = text.replace('"type": "string", "maxLength": 12', '"enum": ["ann", "bob"]')
     return json.loads(text.replace('"type": "string", "maxLength": 6', '"enum": ["x", "yz"]'))
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_tiny_tokenizer()
 
 
 @pytest.fixture(scope="module")

@@ -44,11 +44,6 @@ REGEX = r"(yes|no)-[0-9]{1,3}"
 APPLY_PATCH = (Path(__file__).parent / "apply_patch.lark").read_text()
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_tiny_tokenizer()
-
-
 def test_format_shapes_of_both_apis_and_their_errors():
     assert from_format("t", None, "f") == CustomTool("t", field="f")
     assert from_format("t", {}, "f").syntax == "text"

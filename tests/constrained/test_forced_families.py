@@ -10,7 +10,6 @@ from pathlib import Path
 
 import mlx.core as mx
 import pytest
-from tiny_models import build_tiny_tokenizer
 
 from constrained.forcing import accepts, matcher
 from vllm_mlx.constrained import ConstraintError, build_logits_processors
@@ -66,11 +65,6 @@ def cases(family: str) -> list[tuple[str, str, list[dict]]]:
                 text += HARMONY_CALL  # the source stripped the stop token
             out.append((case["id"], text, _tools(expected["tool_calls"])))
     return out
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_tiny_tokenizer()
 
 
 @pytest.mark.parametrize("family", ["pythonic", "gemma4", "harmony"])

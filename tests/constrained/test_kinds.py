@@ -8,7 +8,7 @@ import json
 import re
 
 import pytest
-from tiny_models import build_tiny_model, build_tiny_tokenizer
+from tiny_models import build_tiny_model
 
 from constrained.forcing import accepts, sample_ids
 from vllm_mlx.constrained import (
@@ -33,11 +33,6 @@ CASES = [
     ("gbnf", GBNF, ["(a)", "(ab,c,cc)"], ["()", "(abc)", "(a,)"], LANG),
     ("gbnf", LARK, ["(a)", "(ab,c)"], ["(d)"], LANG),  # Lark text given as a grammar
 ]
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_tiny_tokenizer()
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import threading
 
 import jsonschema
 import pytest
-from tiny_models import build_tiny_model, build_tiny_tokenizer
+from tiny_models import build_tiny_model
 
 from vllm_mlx.constrained import build_logits_processors, from_response_format
 from vllm_mlx.engine.engine import Engine, QueueFullError
@@ -24,11 +24,6 @@ SCHEMA = {
     "required": ["n"],
     "additionalProperties": False,
 }
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_tiny_tokenizer()
 
 
 @pytest.fixture(scope="module")

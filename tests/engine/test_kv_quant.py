@@ -9,7 +9,7 @@ import threading
 import mlx.core as mx
 import pytest
 from mlx_lm.models.cache import KVCache
-from tiny_models import build_tiny_model, build_tiny_tokenizer
+from tiny_models import build_tiny_model
 
 from vllm_mlx.engine.engine import Engine
 from vllm_mlx.engine.kv_quant import QuantizedKV, quantized_prompt_cache
@@ -23,11 +23,6 @@ from vllm_mlx.engine.types import GenerationRequest
 # over seeds 0-3 were 0.026-0.031 (8-bit) and 0.39-0.63 (4-bit).
 BOUND = {8: 0.05, 4: 1.0}
 GROUP = 32  # the tiny model's head size is 32
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_tiny_tokenizer()
 
 
 @pytest.fixture(scope="module")

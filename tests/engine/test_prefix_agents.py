@@ -7,7 +7,7 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 from mlx_lm.models import lfm2
-from tiny_models import build_tiny_model, build_tiny_tokenizer, tiny_vocab_size
+from tiny_models import build_tiny_model, tiny_vocab_size
 
 from vllm_mlx.chat.template import render_chat
 from vllm_mlx.engine.boundaries import history_end
@@ -47,11 +47,6 @@ def build_hybrid(tokenizer, seed: int = 0):
     model = lfm2.Model(args)
     mx.eval(model.parameters())
     return model
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_tiny_tokenizer()
 
 
 @pytest.fixture(scope="module", params=["qwen3", "lfm2"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from test_prefix_agents import build_hybrid
-from tiny_models import build_tiny_model, build_tiny_tokenizer
+from tiny_models import build_tiny_model
 
 from vllm_mlx.engine.cache_files import DiskCache, cache_namespace
 from vllm_mlx.engine.engine import Engine
@@ -13,11 +13,6 @@ from vllm_mlx.engine.prefix_cache import PrefixCache
 from vllm_mlx.engine.sampling import SamplingParams
 from vllm_mlx.engine.sources import ModelBatchSource
 from vllm_mlx.engine.types import GenerationRequest
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_tiny_tokenizer()
 
 
 @pytest.fixture(scope="module")

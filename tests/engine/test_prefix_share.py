@@ -11,7 +11,7 @@ import pytest
 from mlx.utils import tree_flatten
 from mlx_lm.models.cache import make_prompt_cache
 from test_prefix_agents import build_hybrid
-from tiny_models import build_tiny_model, build_tiny_tokenizer
+from tiny_models import build_tiny_model
 
 from vllm_mlx.engine.engine import Engine
 from vllm_mlx.engine.kv_quant import quantized_prompt_cache
@@ -19,11 +19,6 @@ from vllm_mlx.engine.prefix_cache import PrefixCache
 from vllm_mlx.engine.sampling import SamplingParams
 from vllm_mlx.engine.sources import ModelBatchSource
 from vllm_mlx.engine.types import GenerationRequest
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_tiny_tokenizer()
 
 
 def snapshot(cache):

@@ -10,7 +10,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 from test_prefix_agents import build_hybrid
-from tiny_models import build_tiny_model, build_tiny_tokenizer
+from tiny_models import build_tiny_model
 
 from vllm_mlx.constrained import Constraint, build_logits_processors
 from vllm_mlx.engine.engine import Engine
@@ -23,11 +23,6 @@ from vllm_mlx.families.catalog import REASONING_FORMATS
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
 THINKING_TAIL = "<|im_start|>assistant\n<think>\n"
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_tiny_tokenizer()
 
 
 @pytest.fixture(scope="module")

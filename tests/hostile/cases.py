@@ -1,4 +1,4 @@
-"""The hostile cases of issue 12, one row each: (id, path, raw body, expected param or None).
+"""The hostile cases, one row each: (id, path, raw body, expected param or None).
 
 Every row must answer a 4xx in its API's shape (``check_answer``); a param, when given, is
 the field the OpenAI-shaped error must name. Bodies are bytes so that lone surrogates,

@@ -1,4 +1,4 @@
-"""Issue 12's hostile cases through the real CLI server (replay): each is a 4xx in its API's
+"""The hostile cases through the real CLI server (replay): each is a 4xx in its API's
 shape naming the field, the near-misses succeed, the server stays up and /health keeps
 answering while they run."""
 

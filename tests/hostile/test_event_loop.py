@@ -1,4 +1,4 @@
-"""Item 4 of issue 12: a huge request is decoded, rendered and tokenized off the event loop,
+"""A huge request is decoded, rendered and tokenized off the event loop,
 so /health (and every stream) keeps answering while it is processed; oversized requests
 are refused by counting, before any rendering."""
 

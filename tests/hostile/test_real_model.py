@@ -1,5 +1,5 @@
-"""The token-id cases that crashed the process (issue 12, item 1) and the cancelled-metrics
-count (item 7), on the real default model: an id past the vocabulary would reach MLX's
+"""The token-id cases that crashed the process, and the cancelled-metrics count, on the
+real default model: an id past the vocabulary would reach MLX's
 native code here, so an unfixed server dies instead of answering. Few cases, max_tokens=1."""
 
 from __future__ import annotations

@@ -118,7 +118,7 @@ def test_there_are_at_least_25_hostile_cases():
     assert len(HOSTILE) >= 25
 
 
-# The bypasses of the old deny-list (issue 12): each ran code. "@PY"/"@JS" are existing scripts.
+# Bypasses of a command deny-list: each ran code. "@PY"/"@JS" are existing scripts.
 NPX = {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-memory"]}
 BYPASSES = [
     ({"command": "python3", "args": ["-cimport os"]}, "argument-shape", f"{S}.args[0]"),

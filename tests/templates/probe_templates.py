@@ -1,6 +1,6 @@
 """Render each minimal template in this folder through the current chat renderer and report.
 
-A phase-1 probe for issue 11 ("real model families"): every template here reproduces one thing
+A probe of the renderer over real model families: every template here reproduces one thing
 real chat templates do (see README.md). For each one the probe renders a conversation with a
 tool call (content: null, a client id ``call_1``) and its result, then says whether rendering
 worked, whether the tools, the earlier call and the result reach the prompt, whether a plain

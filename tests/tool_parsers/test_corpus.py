@@ -56,7 +56,7 @@ KNOWN_FAILURES: dict[str, str] = {
     # Names that peers have and we do not (yet)
     "kimi_k2-vllm-k3-message-close": "no kimi_k3 parser (Kimi K3 message close)",
     "names-tool-json": "no generic `json` tool parser name",
-    # The families issue 11 added
+    # Families with one or two shapes not read yet
     "command_r-vllm-citations": "citation spans not reduced",
     "deepseek_v32-smg-empty-name": "a malformed sibling invoke is not skipped",
     "deepseek_v32-vllm-arguments-wrapper": "lone 'arguments' wrapper not unwrapped",

@@ -1,4 +1,4 @@
-"""Real templates' behaviours through the real server and the openai SDK (issue 11).
+"""Real templates' behaviours through the real server and the openai SDK.
 
 The echo server answers with the prompt the template rendered, so each test sends one of our
 minimal templates (tests/templates/, allowed by the operator's opt-in) with an OpenAI-style

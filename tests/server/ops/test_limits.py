@@ -1,4 +1,4 @@
-"""--max-queue and --max-num-seqs hold in --replay mode too (issue 12, item 7)."""
+"""--max-queue and --max-num-seqs hold in --replay mode too."""
 
 from __future__ import annotations
 

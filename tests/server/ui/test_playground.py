@@ -182,7 +182,7 @@ def test_stop_aborts_the_request_and_the_server_cancels_the_generation(tab):
         assert produced < total / 2
         status = _status(base)
         assert status["requests_in_flight"] == 1  # only this status request
-        # a cancelled stream is counted with the tokens it had made (issue 12)
+        # a cancelled stream is counted with the tokens it had made
         assert 0 < status["completion_tokens"] <= produced
 
 
