@@ -16,10 +16,11 @@ import functools
 import logging
 from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .chat.custom_tools import RawCallStream
+from .chat.fim import fim_format, fim_prompt, stop_ids
 from .chat.images import DecodedImage, ImageError, read_image
 from .chat.stream import OutputStream, make_output_stream
 from .chat.template import (
@@ -38,15 +39,18 @@ from .engine.boundaries import history_end
 from .engine.engine import Engine
 from .engine.sampling import LogitsProcessor, SamplingParams
 from .engine.types import AdapterChoice, GenerationChunk, GenerationRequest, TokenLogprob
+from .families.fim import FimFormat
 from .families.formats import ReasoningFormat, ToolCallFormat
 from .families.message import MessageDelta, ParsedMessage
 from .options import RuntimeOptions
 from .request import (
     ChatRequest,
     ContextLengthError,
+    Infill,
     MaxTokensPolicy,
     RequestError,
     Sampling,
+    check_chars,
     check_prompt_ids,
     check_prompt_size,
     check_sampling,
@@ -288,7 +292,10 @@ class Pipeline:
         prompt, thinking = self.render(request)
         tools = self._tools(request)
         max_tokens = self._fit_max_tokens(
-            request.max_tokens, request.max_tokens_policy, len(prompt.token_ids)
+            request.max_tokens,
+            request.max_tokens_policy,
+            len(prompt.token_ids),
+            request.context_limit,
         )
         params = request.sampling.resolve(self.sampling_defaults, max_tokens)
         constraint, tool_choice, raw = self._custom_tools(request, tools)
@@ -361,6 +368,9 @@ class Pipeline:
         sampling: Sampling,
         max_tokens: int | None,
         constraint: Constraint | None = None,
+        *,
+        max_tokens_policy: MaxTokensPolicy = "exact",
+        context_limit: int | None = None,
     ) -> Prepared:
         check_prompt_size(prompt, self.options.limits)
         check_sampling(sampling, self.vocab_size)
@@ -371,7 +381,7 @@ class Pipeline:
         )
         if not token_ids:
             raise RequestError("prompt must not be empty", "prompt")
-        fitted = self._fit_max_tokens(max_tokens, "exact", len(token_ids))
+        fitted = self._fit_max_tokens(max_tokens, max_tokens_policy, len(token_ids), context_limit)
         params = sampling.resolve(self.sampling_defaults, fitted)
         try:
             processors = build_logits_processors(
@@ -383,22 +393,66 @@ class Pipeline:
         generation = GenerationRequest(token_ids, params, processors, adapter=self.adapter)
         return Prepared(generation, output)
 
+    @functools.cached_property
+    def fim_format(self) -> FimFormat | None:
+        """The model's fill-in-the-middle tokens (None: it has none)."""
+        return fim_format(self.tokenizer)
+
+    def prepare_infill(
+        self,
+        infill: Infill,
+        sampling: Sampling,
+        max_tokens: int | None,
+        *,
+        max_tokens_policy: MaxTokensPolicy = "exact",
+        context_limit: int | None = None,
+    ) -> Prepared:
+        """A fill-in-the-middle completion in the model's own FIM tokens and order; a model
+        without them is a 400 (``suffix``), not a prompt it was never trained on."""
+        fmt = self.fim_format
+        if fmt is None:
+            raise RequestError(
+                "this model has no fill-in-the-middle tokens in its vocabulary, so it cannot "
+                "complete between a prefix and a suffix; use a code model with FIM tokens "
+                "(Qwen2.5-Coder, DeepSeek-Coder, CodeLlama, StarCoder2, Codestral)",
+                "suffix",
+            )
+        check_chars(infill.chars(), self.options.limits)
+        token_ids = fim_prompt(
+            self.tokenizer, fmt, infill.prefix, infill.suffix, infill.prompt, infill.extra
+        )
+        stops = [*sampling.stop_token_ids, *stop_ids(self.tokenizer, fmt)]
+        sampling = replace(sampling, stop_token_ids=stops)
+        return self.prepare_completion(
+            token_ids,
+            sampling,
+            max_tokens,
+            max_tokens_policy=max_tokens_policy,
+            context_limit=context_limit,
+        )
+
     def _fit_max_tokens(
-        self, requested: int | None, policy: MaxTokensPolicy, prompt_len: int
+        self,
+        requested: int | None,
+        policy: MaxTokensPolicy,
+        prompt_len: int,
+        context_limit: int | None = None,
     ) -> int:
         """The completion's token limit, under the operator's cap: when none was asked, the
         server default (or, without one, all the room the prompt leaves, as OpenAI does); the
-        asked one under ``policy`` otherwise."""
-        room = self.context_length - prompt_len
+        asked one under ``policy`` otherwise. A client's ``context_limit`` below the model's
+        context bounds prompt + completion instead."""
+        context = min(self.context_length, context_limit or self.context_length)
+        room = context - prompt_len
         if room <= 0:
-            raise ContextLengthError(prompt_len, self.context_length)
+            raise ContextLengthError(prompt_len, context)
         cap = self.options.request.max_tokens_cap or room
         if requested is None:
             return min(self.options.request.max_tokens or room, room, cap)
         if policy == "cap":
             return min(requested, room, cap)
         if requested > room:
-            raise ContextLengthError(prompt_len, self.context_length, requested)
+            raise ContextLengthError(prompt_len, context, requested)
         return min(requested, cap)
 
     # -- running ---------------------------------------------------------------------------

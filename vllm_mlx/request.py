@@ -197,6 +197,9 @@ class ChatRequest:
     sampling: Sampling = field(default_factory=Sampling)
     max_tokens: int | None = None  # None: the server's default, cut to the context
     max_tokens_policy: MaxTokensPolicy = "exact"
+    # the client's own bound on prompt + completion, below the model's context (Ollama's
+    # num_ctx); None: the model's context
+    context_limit: int | None = None
     tools: list[dict] | None = None
     tool_choice: str | dict | None = None
     parallel_tool_calls: bool = True
@@ -300,8 +303,13 @@ def check_size(request: ChatRequest, limits: RequestLimits) -> None:
 
 def check_prompt_size(prompt: str | list[int], limits: RequestLimits) -> None:
     """A raw completions prompt (text, or ids counted as one character each) is in bounds."""
-    if len(prompt) > limits.max_prompt_chars:
-        raise RequestError(_too_long(len(prompt), limits), "prompt")
+    check_chars(len(prompt), limits)
+
+
+def check_chars(chars: int, limits: RequestLimits, param: str = "prompt") -> None:
+    """``chars`` characters of prompt text are within ``limits``."""
+    if chars > limits.max_prompt_chars:
+        raise RequestError(_too_long(chars, limits), param)
 
 
 def _too_long(chars: int, limits: RequestLimits) -> str:
@@ -324,3 +332,20 @@ def text_chars(value: object) -> int:
         elif isinstance(item, (list, tuple)):
             stack.extend(item)
     return total
+
+
+@dataclass
+class Infill:
+    """A fill-in-the-middle request: the code around the gap, and files for context.
+
+    ``prompt`` is text that continues the prefix right before the gap (llama.cpp's
+    ``/infill`` ``prompt``); ``extra`` holds (file name, text) pairs of other files."""
+
+    prefix: str
+    suffix: str
+    prompt: str = ""
+    extra: list[tuple[str, str]] = field(default_factory=list)
+
+    def chars(self) -> int:
+        parts = [self.prefix, self.suffix, self.prompt, *(n + t for n, t in self.extra)]
+        return sum(len(part) for part in parts)

@@ -5,6 +5,7 @@ what it refuses."""
 from __future__ import annotations
 
 import asyncio
+import math
 
 import pytest
 from models_dir import write_models_dir
@@ -151,3 +152,31 @@ def test_unknown_ids_get_the_default_unless_strict(catalog):
     with pytest.raises(UnknownModel, match="'gpt-4o' is not served here; models: coder, small"):
         strict.resolve("gpt-4o")
     assert strict.resolve("small").name == "small"
+
+
+def test_a_requests_keep_alive_overrides_the_ttl_zero_unloads_once_idle(catalog):
+    recorder = Recorder()
+    pool = pool_of(catalog, recorder, ttl=0.2)
+
+    async def scenario():
+        watcher = asyncio.ensure_future(pool.watch_idle())
+        kept = await pool.acquire(pool.resolve("small"))
+        kept.keep_alive(math.inf)  # Ollama's negative keep_alive: never
+        kept.release()
+        gone = await pool.acquire(pool.resolve("coder"))
+        gone.keep_alive(0.0)
+        await asyncio.sleep(0.3)
+        assert sorted(s.entry.name for s in pool.loaded()) == ["coder", "small"]  # in use
+        gone.release()
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            if len(pool.loaded()) == 1:
+                break
+        await asyncio.sleep(0.3)  # past the pool's ttl: the kept model stays
+        assert [s.entry.name for s in pool.loaded()] == ["small"]
+        assert pool.expires_at(pool.loaded()[0]) is None
+        watcher.cancel()
+        await pool.close()
+
+    asyncio.run(scenario())
+    assert recorder.evicted == [("coder", "ttl")]

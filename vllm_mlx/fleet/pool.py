@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -86,6 +87,10 @@ class Loaded:
     leases: int = 0
     last_used: float = field(default_factory=time.monotonic)
     adapters: AdapterSet | None = None  # the adapters loaded on this model
+    # seconds idle before unloading, as the last request that asked set it (Ollama's
+    # keep_alive): None keeps the pool's --model-ttl, math.inf never unloads, 0 unloads
+    # as soon as no request uses it
+    keep_alive: float | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -104,6 +109,11 @@ class Lease:
         self._then: list[Callable[[], None]] = []  # an adapter's hold, released with it
         slot.leases += 1
         slot.last_used = time.monotonic()
+
+    def keep_alive(self, seconds: float | None) -> None:
+        """How long the model stays loaded once idle, from this request on (None: the
+        pool's TTL)."""
+        self.slot.keep_alive = seconds
 
     def release(self) -> None:
         if not self._released:
@@ -386,16 +396,33 @@ class ModelPool:
         await self._unload(slot, "operator")
         return True
 
+    def idle_ttl(self, slot: Loaded) -> float | None:
+        """Seconds ``slot`` may stay idle before it is unloaded (None: never)."""
+        ttl = slot.keep_alive if slot.keep_alive is not None else self.limits.ttl
+        return None if ttl is None or math.isinf(ttl) else ttl
+
+    def expires_at(self, slot: Loaded) -> float | None:
+        """When (``time.monotonic``) the idle model will be unloaded; None: not while in use,
+        or never."""
+        ttl = self.idle_ttl(slot)
+        return None if ttl is None or slot.leases else slot.last_used + ttl
+
+    def expire(self, name: str) -> None:
+        """Unload ``name`` as soon as no request uses it (Ollama's ``keep_alive: 0``)."""
+        slot = self._slots.get(name)
+        if slot is not None:
+            slot.keep_alive = 0.0
+
     async def watch_idle(self) -> None:
-        """Unload models idle for ``ttl`` seconds (runs while the server does)."""
-        ttl = self.limits.ttl
-        if ttl is None:
-            return
+        """Unload models idle past their TTL (``--model-ttl``, or a request's keep-alive);
+        runs while the server does."""
         while True:
-            await asyncio.sleep(min(max(ttl / 4, 0.05), 5.0))
+            ttls = [t for s in self._slots.values() if (t := self.idle_ttl(s)) is not None]
+            await asyncio.sleep(min([max(t / 4, 0.05) for t in ttls] + [5.0]))
             now = time.monotonic()
             for slot in list(self._slots.values()):
-                if self._evictable(slot) and now - slot.last_used >= ttl:
+                ttl = self.idle_ttl(slot)
+                if ttl is not None and self._evictable(slot) and now - slot.last_used >= ttl:
                     self._unload(slot, "ttl")
 
     async def close(self) -> None:

@@ -36,6 +36,14 @@ _ANTHROPIC_TYPES = {
     429: "rate_limit_error",
     503: "overloaded_error",
 }
+_LLAMA_CPP_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    501: "not_supported_error",
+    503: "unavailable_error",
+}
 
 
 class APIError(Exception):
@@ -65,6 +73,17 @@ class APIError(Exception):
             }
         }
 
+    def ollama_body(self) -> dict:
+        """Ollama's: one string (its clients raise it as ``ResponseError``), led by the
+        field it is about when the message does not name it."""
+        named = not self.param or self.param in self.message
+        return {"error": self.message if named else f"{self.param}: {self.message}"}
+
+    def llama_cpp_body(self) -> dict:
+        """llama.cpp's server (``/infill``): the status repeated as ``code``."""
+        kind = _LLAMA_CPP_TYPES.get(self.status, "server_error")
+        return {"error": {"code": self.status, "message": self.message, "type": kind}}
+
     def anthropic_body(self) -> dict:
         return {
             "type": "error",
@@ -79,8 +98,23 @@ def is_anthropic_path(path: str) -> bool:
     return path.startswith("/v1/messages")
 
 
+def is_ollama_path(path: str) -> bool:
+    return path.startswith("/api/")
+
+
+def error_body(request_path: str, error: APIError) -> dict:
+    """The error in the shape of the API the path belongs to."""
+    if is_anthropic_path(request_path):
+        return error.anthropic_body()
+    if is_ollama_path(request_path):
+        return error.ollama_body()
+    if request_path == "/infill":
+        return error.llama_cpp_body()
+    return error.openai_body()
+
+
 def error_response(request_path: str, error: APIError) -> JSONResponse:
-    body = error.anthropic_body() if is_anthropic_path(request_path) else error.openai_body()
+    body = error_body(request_path, error)
     return JSONResponse(body, status_code=error.status, headers=error.headers)
 
 
