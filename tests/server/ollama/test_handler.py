@@ -194,7 +194,7 @@ def test_the_client_raises_response_errors_and_the_server_stays_up(client, real_
 
 
 def test_tool_calls_in_ollamas_shape_streamed_equal_whole():
-    with replay_client("Checking." + TOOL_REPLY, tool_parser="hermes") as (client, _):
+    with replay_client("Checking." + TOOL_REPLY, tool_call_parser="hermes") as (client, _):
         whole, pieces = chat_both(client, model="replay", messages=FRANCE, tools=[WEATHER_CHAT])
     (call,) = whole.message.tool_calls
     assert call.function.name == "get_weather"
@@ -226,7 +226,7 @@ def test_the_history_reaches_the_template_with_its_tool_call_and_result():
         },
         {"role": "tool", "content": "18C and sunny", "tool_name": "get_weather"},
     ]
-    with echo_server(tool_parser="hermes") as (base, _):
+    with echo_server(tool_call_parser="hermes") as (base, _):
         client = ollama.Client(host=base, timeout=60)
         echoed = client.chat(model="echo", messages=history, tools=[WEATHER_CHAT]).message
     # the rendered call, echoed, is read back as a call by the same parser
