@@ -144,12 +144,12 @@ def test_history_tool_calls_become_json_text_and_results_answer_their_call():
     assert chat.tools[0]["function"]["name"] == "get_weather"
 
 
-def test_images_become_placeholders_recorded_for_the_pipeline():
-    chat = chat_request(
-        body(messages=[{"role": "user", "content": "What is it?", "images": ["aGk="]}])
-    )
-    assert chat.messages[0]["content"] == "What is it?[image omitted: this model reads text only]"
-    assert [m.param for m in chat.omitted_media] == ["messages.0.images.0"]
+def test_images_are_recorded_with_their_data_for_the_pipeline():
+    message = {"role": "user", "content": "What is it?", "images": ["aGk="]}
+    chat = chat_request(body(messages=[message]))
+    assert chat.messages[0]["content"].startswith("What is it?")
+    (image,) = chat.omitted_media
+    assert (image.kind, image.param, image.source.data) == ("image", "messages.0.images.0", "aGk=")
 
 
 def test_streamed_pieces_fold_into_the_whole_reply_with_calls_sent_whole():

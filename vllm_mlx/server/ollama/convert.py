@@ -18,6 +18,7 @@ from ...families.message import ToolCall as ParsedCall
 from ...request import (
     ChatRequest,
     ContextLengthError,
+    ImageSource,
     Sampling,
     Thinking,
     collecting_media,
@@ -200,8 +201,12 @@ def _messages(messages: list[Message]) -> list[dict]:
 
 
 def _images(images: list[str] | None, param: str) -> str:
-    """Each image as the placeholder a text-only model reads (``--unsupported-media``)."""
-    return "".join(media_placeholder("image", f"{param}.{k}") for k in range(len(images or [])))
+    """Each image (base64, as Ollama sends them) where the message has it: read by a
+    vision model, a placeholder for a text-only one (``--unsupported-media``)."""
+    return "".join(
+        media_placeholder("image", f"{param}.{k}", ImageSource(data=image))
+        for k, image in enumerate(images or [])
+    )
 
 
 # -- results ------------------------------------------------------------------------------
