@@ -116,6 +116,7 @@ class Fleet:
     base: Path
     lora: Path
     dora: Path
+    last: Path  # LoRA on the last layer only: the first block stays fused beside it
     expected: dict[str | None, list[int]]  # adapter name (None: base) -> mlx-lm's tokens
 
 
@@ -125,7 +126,8 @@ def make_fleet(root: Path, quantized: bool) -> Fleet:
     dora = write_adapter(
         base, root / "dora", seed=2, dora=True, keys=["self_attn.q_proj", "mlp.down_proj"]
     )
+    last = write_adapter(base, root / "last", seed=4, num_layers=1)
     expected = {None: mlx_lm_tokens(base, None)}
-    expected["lora"] = mlx_lm_tokens(base, lora)
-    expected["dora"] = mlx_lm_tokens(base, dora)
-    return Fleet(base, lora, dora, expected)
+    for name, folder in (("lora", lora), ("dora", dora), ("last", last)):
+        expected[name] = mlx_lm_tokens(base, folder)
+    return Fleet(base, lora, dora, last, expected)

@@ -19,6 +19,7 @@ def served(fleet):
     adapters = AdapterSet(loaded.model)
     adapters.load("lora", fleet.lora)
     adapters.load("dora", fleet.dora)
+    adapters.load("last", fleet.last)
     return loaded, adapters
 
 
@@ -48,7 +49,7 @@ def quantized(fleet):
 def test_an_adapter_gives_mlx_lm_s_tokens_and_changes_the_output(quantized):
     fleet, loaded, adapters = quantized
     assert loaded.kernels.startswith("native")  # the fused path is what is stepped around
-    for name in ("lora", "dora"):
+    for name in ("lora", "dora", "last"):
         assert run(loaded, adapters, [name]) == [fleet.expected[name]]
         assert fleet.expected[name] != fleet.expected[None]
     assert run(loaded, adapters, [None]) == [fleet.expected[None]]
@@ -57,7 +58,7 @@ def test_an_adapter_gives_mlx_lm_s_tokens_and_changes_the_output(quantized):
 def test_base_and_two_adapters_batched_give_each_one_s_solo_tokens(quantized):
     fleet, loaded, adapters = quantized
     before = {k: mx.array(v) for k, v in tree_flatten(loaded.model.parameters())}
-    names = ["lora", None, "dora", "lora"]
+    names = ["lora", None, "dora", "last", "lora"]
     assert run(loaded, adapters, names) == [fleet.expected[name] for name in names]
     after = dict(tree_flatten(loaded.model.parameters()))
     assert all(mx.array_equal(before[k], after[k]) for k in before)
@@ -66,7 +67,7 @@ def test_base_and_two_adapters_batched_give_each_one_s_solo_tokens(quantized):
 def test_float_weights_match_mlx_lm_too(tmp_path):
     fleet = make_fleet(tmp_path, quantized=False)
     loaded, adapters = served(fleet)
-    names = [None, "lora", "dora"]
+    names = [None, "lora", "dora", "last"]
     assert run(loaded, adapters, names) == [fleet.expected[name] for name in names]
 
 
@@ -82,3 +83,16 @@ def test_an_unloaded_adapter_no_longer_applies(fleet):
     while len(tokens) < MAX_TOKENS:
         tokens += [s.token for s in source.step()[0]]
     assert tokens == fleet.expected[None]  # its slot adds nothing any more
+
+
+def test_only_the_blocks_an_adapter_targets_leave_the_fused_kernels(quantized):
+    fleet, loaded, adapters = quantized
+    first, second = loaded.model.layers
+    rows = adapters.rows
+    rows.set_rows([0, adapters.get("last").choice.slot])
+    assert not rows.touches(first) and rows.touches(second)
+    rows.set_rows([adapters.get("lora").choice.slot, 0])
+    assert rows.touches(first) and rows.touches(second)
+    rows.set_rows([0, 0])
+    assert not rows.active and not rows.touches(second)
+    rows.set_rows(None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+import anthropic
 import openai
 import pytest
 from servers import cli_server
@@ -21,6 +22,7 @@ KEY = "sekrit"
 def server(fleet, tmp_path_factory):
     log = tmp_path_factory.mktemp("adapter-server") / "server.log"
     args = (str(fleet.base), "--served-model-name", "base", "--adapter", f"lora={fleet.lora}")
+    args += ("--adapter", f"merged={fleet.last}", "--adapter-fuse", "merged")
     args += ("--api-key", KEY, "--strict-model-ids", "--temperature", "0")
     with cli_server(*args, log_path=log) as base:
         yield base
@@ -55,6 +57,29 @@ def test_models_lists_the_adapter_with_its_base(client):
     cards = {m.id: m for m in client.models.list().data}
     assert cards["lora"].model_extra["parent"] == "base"
     assert "base" in cards
+
+
+def test_chat_surfaces_run_the_adapter_their_model_id_names(client, server):
+    messages = [{"role": "user", "content": "Hello there"}]
+
+    def chat(model):
+        reply = client.chat.completions.create(
+            model=model, messages=messages, max_tokens=8, temperature=0
+        )
+        return reply.model, reply.choices[0].message.content
+
+    (model, tuned), (_, plain) = chat("base:lora"), chat("base")
+    assert model == "lora" and tuned != plain
+    claude = anthropic.Anthropic(base_url=server, api_key=KEY, max_retries=0)
+    message = claude.messages.create(model="lora", max_tokens=8, messages=messages)
+    assert message.model == "lora" and message.content[0].text == tuned
+
+
+def test_a_fused_adapter_is_a_model_of_its_own(client, expected_text):
+    cards = {m.id: m for m in client.models.list().data}
+    assert "parent" not in cards["merged"].model_extra
+    model, text = complete(client, "merged")
+    assert model == "merged" and text != expected_text(None)
 
 
 def test_an_adapter_answers_as_mlx_lm_does_by_either_id(client, expected_text):

@@ -246,8 +246,13 @@ class ModelPool:
             raise UnknownModel(adapter.base, sorted(self.catalog.entries))
         lease = await self.acquire(self.catalog.entries[base])
         try:
-            adapters = await self.load_adapter(lease.slot, adapter)
-            held = adapters.use(adapter.name)
+            for _ in range(3):  # another load may evict it between its load and this use
+                adapters = await self.load_adapter(lease.slot, adapter)
+                held = adapters.use(adapter.name)
+                if held is not None:
+                    break
+            else:
+                raise PoolFull(f"adapter {adapter.name!r} was evicted as it loaded; retry")
         except BaseException:
             lease.release()
             raise

@@ -112,12 +112,13 @@ class AdapterSet:
             self._drop(adapter)
             return True
 
-    def use(self, name: str) -> ServedAdapter:
-        """One request's hold on a loaded adapter (``release`` when it ends)."""
+    def use(self, name: str) -> ServedAdapter | None:
+        """One request's hold on a loaded adapter (``release`` when it ends); None when
+        it is not loaded."""
         with self._lock:
             adapter = self._loaded.get(name)
             if adapter is None:
-                raise KeyError(name)
+                return None
             adapter.in_use += 1
             adapter.last_used = time.monotonic()
             return adapter

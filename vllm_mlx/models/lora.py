@@ -5,9 +5,10 @@ class (as ``native.patch`` does) to a subclass that runs the base layer and then
 the rows of the batch whose sequence uses adapter *i*, ``scale_i · (x @ A_i) @ B_i`` (and
 DoRA's per-output rescale). Which row uses which adapter is one per-model ``AdapterRows``
 the batch source sets before each model call; with no adapter row in a step nothing is
-added, and the native fused blocks and one-node decode step run as without adapters. A
-step with an adapter row runs mlx-lm's own layers (the fused kernels do not see the
-low-rank terms), so only steps that need the adapters pay for them.
+added, and the native fused blocks and one-node decode step run as without adapters. In a
+step with adapter rows the blocks those adapters target run mlx-lm's own layers (the fused
+kernels do not see the low-rank terms) and the others stay fused, so only the layers that
+need the adapters pay for them.
 """
 
 from __future__ import annotations
@@ -31,17 +32,23 @@ class AdapterRows:
 
     def __init__(self) -> None:
         self.plan: list[tuple[int, mx.array]] = []  # (slot, row indices) for this call
+        self._slots: frozenset[int] = frozenset()  # the slots of this call's rows
 
     @property
     def active(self) -> bool:
         return bool(self.plan)
 
+    def touches(self, block: Any) -> bool:
+        """Whether an adapter of this call updates one of ``block``'s layers (a block no
+        such adapter targets keeps its fused kernels)."""
+        targeted = block.__dict__.get("adapter_slots")
+        return bool(self.plan) and targeted is not None and not self._slots.isdisjoint(targeted)
+
     def set_rows(self, slots: Sequence[int] | None) -> None:
         self.plan = []
-        if not slots:
-            return
-        for slot in sorted(set(slots) - {0}):
-            rows = [i for i, s in enumerate(slots) if s == slot]
+        self._slots = frozenset(slots or ()) - {0}
+        for slot in sorted(self._slots):
+            rows = [i for i, s in enumerate(slots or ()) if s == slot]
             self.plan.append((slot, mx.array(rows, dtype=mx.int32)))
 
 
@@ -92,9 +99,14 @@ class ModelAdapters:
         self._slots: dict[int, list[str]] = {}  # slot -> the module paths it updates
         self._next_slot = 1
         self._lock = threading.Lock()
+        self._blocks = {  # module path prefix -> the block it is in
+            path: module
+            for path, module in self._modules.items()
+            if isinstance(module, llama.TransformerBlock)
+        }
         for _, module in self._modules.items():
             if isinstance(module, llama.TransformerBlock | llama.LlamaModel):
-                module.adapter_rows = self.rows  # native blocks step aside while active
+                module.adapter_rows = self.rows  # native blocks step aside when touched
 
     def install(self, weights: AdapterWeights) -> int:
         """Add ``weights`` under a new slot (never reused: a stale slot adds nothing)."""
@@ -106,14 +118,23 @@ class ModelAdapters:
                     layer.adapter_updates = _Updates(self.rows)
                     layer.__class__ = _routed_class(type(layer))
                 layer.adapter_updates.by_slot[slot] = update
+                block = self._block_of(path)
+                if block is not None:
+                    block.adapter_slots = block.__dict__.get("adapter_slots", set()) | {slot}
             self._slots[slot] = list(weights.layers)
             return slot
+
+    def _block_of(self, path: str) -> Any:
+        return next((b for p, b in self._blocks.items() if path.startswith(p + ".")), None)
 
     def uninstall(self, slot: int) -> None:
         """Drop a slot no running sequence uses."""
         with self._lock:
             for path in self._slots.pop(slot, []):
                 self._modules[path].adapter_updates.by_slot.pop(slot, None)
+                block = self._block_of(path)
+                if block is not None:
+                    block.adapter_slots = block.__dict__.get("adapter_slots", set()) - {slot}
 
     @property
     def slots(self) -> list[int]:

@@ -163,7 +163,7 @@ class NativeLlamaBlock(llama.TransformerBlock):
 
     max_rows: int | None = None  # longer blocks (prefill) use the unfused layers
     shape: BlockShape
-    adapter_rows: Any = None  # models.lora.AdapterRows: active, the projections add terms
+    adapter_rows: Any = None  # models.lora.AdapterRows: touching it, its projections add terms
 
     def __call__(self, x: mx.array, mask: Any = None, cache: Any = None) -> mx.array:
         if x.dtype != mx.float32 or not native.available():
@@ -171,7 +171,7 @@ class NativeLlamaBlock(llama.TransformerBlock):
         cache = _kv_writes(cache)
         if self.max_rows is not None and x.size > self.max_rows * x.shape[-1]:
             return super().__call__(x, mask, cache)
-        if self.adapter_rows is not None and self.adapter_rows.active:
+        if self.adapter_rows is not None and self.adapter_rows.touches(self):
             return super().__call__(x, mask, cache)
         shape = self.shape
         offset = _cache_offset(cache)
