@@ -3,6 +3,8 @@ vectors (batched equal to alone), dimensions, limits and hostile inputs, reranke
 
 from __future__ import annotations
 
+import mlx.core as mx
+import mlx.nn as nn
 import numpy as np
 import pytest
 from embedding_models import (
@@ -18,6 +20,7 @@ from tiny_models import build_tiny_model, build_tiny_tokenizer, tiny_vocab_size
 
 from vllm_mlx.embeddings import service
 from vllm_mlx.embeddings.decoders import DecoderEmbedder
+from vllm_mlx.embeddings.encoders import gelu_without_erf
 from vllm_mlx.embeddings.kinds import model_facts
 from vllm_mlx.embeddings.load import load_embedding_model
 from vllm_mlx.embeddings.service import Embedder, EmbeddingError, Reranker, batches
@@ -186,3 +189,18 @@ def test_rerankers_score_each_document_as_alone(models):
             reranker.score_sync("", documents)
         with pytest.raises(EmbeddingError, match="at least one document"):
             reranker.score_sync(query, [])
+
+
+def test_the_input_limit_never_passes_the_position_table(tmp_path):
+    folder = write_bert_embedder(tmp_path / "bert")
+    (folder / "sentence_bert_config.json").write_text('{"max_seq_length": 4096}')
+    assert model_facts(folder).max_length == BERT_MAX_POSITIONS
+    (folder / "sentence_bert_config.json").write_text('{"max_seq_length": 32}')
+    assert model_facts(folder).max_length == 32
+
+
+def test_the_cpu_gelu_is_exact_gelu_without_erf(models):
+    x = mx.linspace(-8, 8, 4001)
+    assert mx.abs(gelu_without_erf(x) - nn.gelu(x)).max().item() < 2e-6
+    layers = [type(m).__name__ for _, m in models["bert"].model.named_modules()]
+    assert "_ArithmeticGELU" in layers and "GELU" not in layers
