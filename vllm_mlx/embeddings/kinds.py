@@ -98,19 +98,19 @@ def _pooling(folder: Path, model_type: str, kind: Kind) -> Pooling:
 
 def _max_length(folder: Path, config: dict[str, Any], model_type: str) -> int | None:
     """sentence-transformers' ``max_seq_length``, else the tokenizer's
-    ``model_max_length`` (when it is not transformers' "unlimited" placeholder), else the
-    position table (RoBERTa's keeps two rows for its padding offset)."""
-    found = _positive(read_json(folder / "sentence_bert_config.json").get("max_seq_length"))
-    if found is not None:
-        return found
-    found = _positive(read_json(folder / "tokenizer_config.json").get("model_max_length"))
-    if found is not None and found < 1_000_000:
-        return found
+    ``model_max_length`` (when it is not transformers' "unlimited" placeholder), never past
+    the position table (RoBERTa's keeps two rows for its padding offset): a position past it
+    would index outside the weights."""
     positions = _positive(config.get("max_position_embeddings"))
-    if positions is not None:
-        offset = 2 if model_type in ("xlm-roberta", "xlm_roberta", "roberta") else 0
-        return positions - offset
-    return None
+    if positions is not None and model_type in ("xlm-roberta", "xlm_roberta", "roberta"):
+        positions -= 2
+    declared = _positive(read_json(folder / "sentence_bert_config.json").get("max_seq_length"))
+    if declared is None:
+        declared = _positive(read_json(folder / "tokenizer_config.json").get("model_max_length"))
+        declared = declared if declared is not None and declared < 1_000_000 else None
+    if declared is None or positions is None:
+        return declared or positions
+    return min(declared, positions)
 
 
 def _positive(value: object) -> int | None:
