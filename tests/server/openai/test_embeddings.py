@@ -101,7 +101,6 @@ def test_embedding_while_a_chat_stream_runs(client):
             messages=[{"role": "user", "content": "hi"}],
             max_tokens=40,
             stream=True,
-            extra_body={"ignore_eos": True},
         )
         for chunk in stream:
             if chunk.choices and chunk.choices[0].finish_reason:
