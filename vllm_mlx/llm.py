@@ -38,14 +38,17 @@ class LLM:
         reasoning_parser: str | None = None,
         tool_parser: str | None = None,
         max_tokens: int = 512,
+        chat_template: str | None = None,
+        chat_template_kwargs: dict | None = None,
     ):
         options = RuntimeOptions.of(
             cpu_weights=cpu_weights,
             max_tokens=max_tokens,
             reasoning_parser=reasoning_parser,
             tool_call_parser=tool_parser,
+            chat_template_kwargs=dict(chat_template_kwargs or {}),
         )
-        self._runtime = build_runtime(model, options, progress=False)
+        self._runtime = build_runtime(model, options, chat_template=chat_template, progress=False)
         self.name = self._runtime.loaded.name
         self.tokenizer = self._runtime.loaded.tokenizer
 

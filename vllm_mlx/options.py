@@ -84,6 +84,9 @@ class RequestOptions:
     structured_output_backend: str = "auto"
     allow_request_chat_templates: bool = False
     unsupported_media: Literal["placeholder", "reject"] = "placeholder"
+    # the template variables every request starts from (a request's own, and its thinking
+    # fields, win): ``--chat-template-kwargs``, or a ``models.toml`` entry's
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,7 @@ class ServingOptions:
     host: str = "127.0.0.1"
     port: int = 8000
     served_model_name: str | None = None
+    chat_template: str | None = None  # MODEL's template text, instead of its own
     api_key: str | None = None
     allowed_origins: tuple[str, ...] = ()
     allowed_hosts: tuple[str, ...] = ()

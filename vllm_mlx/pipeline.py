@@ -196,6 +196,7 @@ class Pipeline:
                 effort=request.thinking.effort,
                 template_kwargs=request.template_kwargs,
                 default_budget=self.options.request.default_thinking_token_budget,
+                default_kwargs=self.options.request.chat_template_kwargs,
             )
         except UnknownEffortError as exc:
             raise RequestError(str(exc), "reasoning_effort") from None

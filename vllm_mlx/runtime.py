@@ -90,8 +90,7 @@ def build_runtime(
         log.info("fused adapter %s into %s", fuse, loaded.name)
     elif loaded.processor is None:  # a vision model's layers take no adapters yet
         adapters = AdapterSet(loaded.model, max_loaded_adapters)
-    if chat_template is not None:
-        loaded.tokenizer.chat_template = loaded.chat_template = chat_template
+    loaded = _with_template(loaded, chat_template)
     prefix_cache = build_prefix_cache(
         loaded.model,
         loaded.tokenizer,
@@ -208,15 +207,28 @@ def warm_up(pipeline: Pipeline, system_prompt: str) -> int:
 
 
 def build_replay_runtime(
-    text: str, model: str | None = None, options: RuntimeOptions | None = None
+    text: str,
+    model: str | None = None,
+    options: RuntimeOptions | None = None,
+    *,
+    chat_template: str | None = None,
 ) -> Runtime:
     """A runtime that answers every request with ``text`` (then EOS), tokenized by the
     model's real tokenizer, at no model cost: for measuring the server's own per-token cost
     and for exercising clients and parsers with a chosen output."""
-    loaded = load_tokenizer_only(model)
+    loaded = _with_template(load_tokenizer_only(model), chat_template)
     token_ids = loaded.tokenizer.encode(text, add_special_tokens=False)
     source = ReplayBatchSource([*token_ids, loaded.tokenizer.eos_token_id])
     return _assemble(loaded, source, options or RuntimeOptions())
+
+
+def _with_template(loaded: LoadedModel, chat_template: str | None) -> LoadedModel:
+    """``loaded`` with ``chat_template`` in place of its own, before anything reads it:
+    parser detection, the template profile, the thinking switch and the tool prompt all
+    follow the override as they would a shipped template."""
+    if chat_template is not None:
+        loaded.tokenizer.chat_template = loaded.chat_template = chat_template
+    return loaded
 
 
 def _assemble(loaded: LoadedModel, source: TokenSource, options: RuntimeOptions) -> Runtime:

@@ -59,6 +59,15 @@ class RenderedPrompt:
     vision: Any = None
 
 
+def check_template_kwargs(kwargs: dict[str, Any]) -> None:
+    """ChatTemplateError for a variable the renderer sets itself."""
+    owned = sorted(key for key in kwargs if key in RENDERER_KEYS)
+    if owned:
+        raise ChatTemplateError(
+            f"chat_template_kwargs.{owned[0]} is set by the server and cannot be given"
+        )
+
+
 def render_chat(
     tokenizer: Any,
     messages: list[dict],
@@ -78,11 +87,7 @@ def render_chat(
     request: a ``chat_template`` among them (other than the name of one of the model's
     templates) is used only with ``allow_request_templates``."""
     kwargs = dict(template_kwargs or {})
-    owned = sorted(key for key in kwargs if key in RENDERER_KEYS)
-    if owned:
-        raise ChatTemplateError(
-            f"chat_template_kwargs.{owned[0]} is set by the server and cannot be given"
-        )
+    check_template_kwargs(kwargs)
     template = choose_template(
         tokenizer, kwargs.pop("chat_template", None), tools, allow_request_templates
     )

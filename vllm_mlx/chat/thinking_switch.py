@@ -107,12 +107,13 @@ def decide_thinking(
     effort: str | None = None,
     template_kwargs: dict[str, Any] | None = None,
     default_budget: int | None = None,
+    default_kwargs: dict[str, Any] | None = None,
 ) -> ThinkingDecision:
     """Map a request's thinking intent onto the template's switch and a budget.
 
     Precedence: explicit ``template_kwargs`` > ``enabled`` / ``budget`` > ``effort``
-    ("none" disables; the others enable with ``EFFORT_BUDGETS``). ValueError for an unknown
-    effort or a negative budget.
+    ("none" disables; the others enable with ``EFFORT_BUDGETS``) > the operator's
+    ``default_kwargs``. ValueError for an unknown effort or a negative budget.
     """
     if effort is not None:
         if effort not in EFFORTS:
@@ -125,8 +126,12 @@ def decide_thinking(
             budget = EFFORT_BUDGETS[effort]
     if budget is not None and budget < 0:
         raise ValueError("thinking budget must be >= 0")
-    key = thinking_key(chat_template)
     kwargs: dict[str, Any] = {}
+    for name, value in (default_kwargs or {}).items():
+        kwargs[name] = value
+        if enabled is None and name in THINKING_KEYS and isinstance(value, bool):
+            enabled = value
+    key = thinking_key(chat_template)
     system_switch = None
     if key in THINKING_KEYS and enabled is not None:
         kwargs[key] = enabled

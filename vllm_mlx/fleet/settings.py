@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ..chat.template import check_template_kwargs
 from ..reasoning import ReasoningParserManager
 from ..tool_parsers import ToolParserManager
 
@@ -28,6 +29,7 @@ class ModelSettings(BaseModel):
     reasoning_parser: str | None = None
     tool_call_parser: str | None = None
     chat_template: str | None = Field(default=None, min_length=1)  # a .jinja file
+    chat_template_kwargs: dict[str, Any] | None = None
     max_tokens: int | None = Field(default=None, ge=1)
     max_tokens_cap: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0, le=2)
@@ -57,6 +59,15 @@ class ModelSettings(BaseModel):
     def _aliases_not_empty(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         if any(not alias.strip() for alias in value):
             raise ValueError("an alias cannot be empty")
+        return value
+
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _template_variables(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            if "chat_template" in value:
+                raise ValueError("the template is the chat_template field")
+            check_template_kwargs(value)
         return value
 
     @field_validator("reasoning_parser")

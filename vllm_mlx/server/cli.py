@@ -182,6 +182,22 @@ import click
     "allowed launchers (npx, uvx, python SCRIPT…); see docs/security.md.",
 )
 @click.option(
+    "--chat-template",
+    metavar="FILE|TEMPLATE",
+    callback=lambda ctx, param, value: _template_text(value),
+    help="MODEL's chat template instead of its own: a Jinja file, or the template itself. "
+    "Parser detection, the thinking switch, the tool prompt and count_tokens follow it "
+    "(models.toml entries take a chat_template field).",
+)
+@click.option(
+    "--chat-template-kwargs",
+    metavar="JSON",
+    callback=lambda ctx, param, value: _template_kwargs(value),
+    help="Template variables every request starts from, a JSON object (e.g. "
+    "'{\"enable_thinking\": false}'); a request's chat_template_kwargs and thinking "
+    "fields win over them.",
+)
+@click.option(
     "--allow-request-chat-templates",
     is_flag=True,
     help="Let requests carry their own chat template (chat_template_kwargs.chat_template); "
@@ -410,7 +426,7 @@ def serve(model: str | None, **flags) -> None:
         raise click.ClickException("--distributed serves one model: leave out --models-dir")
     runtime = None
     if serving.replay is not None:
-        runtime = _replay_runtime(model, serving.replay, options.runtime)
+        runtime = _replay_runtime(model, serving.replay, options)
     elif sharding is not None:
         runtime = sharded_runtime(model, sharding, local_ranks, options.runtime)
     if runtime is not None:  # one model, served under every id
@@ -461,12 +477,51 @@ def _listed(values: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(item.strip() for value in values for item in value.split(",") if item.strip())
 
 
+def _template_text(value: str | None) -> str | None:
+    """``--chat-template``: a file's text, or the value itself when it is a template."""
+    from pathlib import Path
+
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    if path.is_file():
+        return path.read_text(encoding="utf-8")
+    if "{{" in value or "{%" in value:
+        return value
+    raise click.BadParameter(f"{value!r} is neither a file nor a template (no {{{{ or {{%)")
+
+
+def _template_kwargs(value: str | None) -> dict:
+    """``--chat-template-kwargs``: a JSON object of variables the renderer does not own."""
+    import json
+
+    from ..chat.template import ChatTemplateError, check_template_kwargs
+
+    if value is None:
+        return {}
+    try:
+        kwargs = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not JSON: {exc}") from None
+    if not isinstance(kwargs, dict):
+        raise click.BadParameter("must be a JSON object of template variables")
+    if "chat_template" in kwargs:
+        raise click.BadParameter("a template is given with --chat-template")
+    try:
+        check_template_kwargs(kwargs)
+    except ChatTemplateError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return kwargs
+
+
 def _replay_runtime(model: str | None, text: str, options):
     from ..models.errors import ModelLoadError
     from ..runtime import build_replay_runtime
 
     try:
-        return build_replay_runtime(text, model, options)
+        return build_replay_runtime(
+            text, model, options.runtime, chat_template=options.serving.chat_template
+        )
     except (ModelLoadError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
 
@@ -495,6 +550,7 @@ def _mcp_manager(path: str, allow_any_command: bool):
 def _model_pool(model: str | None, options):
     """The catalog (checked: a bad models.toml stops here), MODEL loaded as the default
     when given or when nothing else is served, and the pool that loads the others."""
+    import dataclasses
     import time
     from pathlib import Path
 
@@ -542,13 +598,16 @@ def _model_pool(model: str | None, options):
         return pool  # the default loads on its first request
     spec = model or "default"
     main = next((e for e in catalog.entries.values() if _same_path(e.spec, spec)), None)
+    template = options.serving.chat_template
     if main is None:
         name = options.serving.served_model_name or served_name(model, Path(spec))
-        main = Entry(name, spec, "MODEL")
+        main = Entry(name, spec, "MODEL", chat_template=template)
         try:
             catalog.add(main)
         except CatalogError as exc:
             raise click.ClickException(f"MODEL {spec}: {exc}") from None
+    elif template is not None:
+        main = catalog.entries[main.name] = dataclasses.replace(main, chat_template=template)
     catalog.default = main.name
     _add_adapters(catalog, fleet)
     if model_facts(Path(main.spec)) is not None:
