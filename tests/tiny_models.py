@@ -86,9 +86,12 @@ _TRAINING_CORPUS = (
 
 @functools.lru_cache(maxsize=4)
 def build_tiny_tokenizer(
-    vocab_size: int = 600, chat_template: str = QWEN3_STYLE_CHAT_TEMPLATE
+    vocab_size: int = 600,
+    chat_template: str = QWEN3_STYLE_CHAT_TEMPLATE,
+    extra_special: tuple[str, ...] = (),
 ) -> TokenizerWrapper:
-    """A byte-level BPE with reasoning/tool special tokens and a Qwen3-style template (or
+    """A byte-level BPE with reasoning/tool special tokens (and ``extra_special``, e.g. a
+    code family's fill-in-the-middle tokens) and a Qwen3-style template (or
     ``chat_template``).
 
     Cached per vocab size because building the detokenizer map costs a little; callers must
@@ -99,7 +102,7 @@ def build_tiny_tokenizer(
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=list(SPECIAL_TOKENS),
+        special_tokens=[*SPECIAL_TOKENS, *extra_special],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 import vllm_mlx.server
 
 SERVER = Path(vllm_mlx.server.__file__).parent
-SURFACES = ("openai", "anthropic", "responses", "ollama")
+SURFACES = ("openai", "anthropic", "responses", "ollama", "llamacpp")
 ENTRY_POINTS = {"cli.py", "cli_ranks.py", "launch.py", "serve_flags.py"}
 
 

@@ -42,7 +42,9 @@ def fim_prompt(
     vocab = vocabulary(tokenizer)
 
     def text(value: str) -> list[int]:
-        return list(tokenizer.encode(value, add_special_tokens=False)) if value else []
+        if not value:
+            return []
+        return list(tokenizer.encode(value, add_special_tokens=False, split_special_tokens=True))
 
     head = _files(vocab, fmt, extra or [], text)
     prefix = [vocab[fmt.prefix], *text(prefix_text), *text(prompt)]

@@ -20,6 +20,7 @@ from . import adapters
 from .anthropic.handler import count_tokens, create_message
 from .errors import APIError, error_response
 from .info import get_model, health, list_models, load_model, unload_model, version
+from .llamacpp.infill import infill
 from .mcp import routes as mcp_routes
 from .ollama.routes import ROUTES as OLLAMA_ROUTES
 from .openai.chat import chat_completions
@@ -110,6 +111,7 @@ def create_app(state: ServerState) -> Starlette:
         Route("/v1/mcp/status", mcp_routes.status, methods=["GET"]),
         Route("/v1/mcp/tools", mcp_routes.list_tools, methods=["GET"]),
         Route("/v1/mcp/execute", mcp_routes.execute, methods=["POST"]),
+        Route("/infill", infill, methods=["POST"]),  # llama.cpp's fill-in-the-middle
         *OLLAMA_ROUTES,  # /api/chat, /api/generate, /api/tags… (server/ollama)
     ]
     app = Starlette(

@@ -10,7 +10,7 @@ from starlette.responses import JSONResponse, Response
 
 from ...engine.types import TokenLogprob
 from ...pipeline import ChatEvent
-from ...request import ContextLengthError
+from ...request import ContextLengthError, Infill
 from ..errors import APIError, parse_body
 from ..ops.keepalive import OPENAI_KEEPALIVE
 from ..serving import Lease, answer_with
@@ -36,8 +36,8 @@ async def completions(request: Request) -> Response:
 async def _answer(request: Request, body: CompletionRequest, lease: Lease) -> Response:
     if body.n != 1:
         raise APIError(400, "n > 1 is not supported by this server", param="n")
-    if body.echo or body.suffix:
-        raise APIError(400, "echo and suffix are not supported", param="echo")
+    if body.echo:
+        raise APIError(400, "echo is not supported", param="echo")
     prompt = body.prompt
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
         if len(prompt) != 1:
@@ -48,13 +48,25 @@ async def _answer(request: Request, body: CompletionRequest, lease: Lease) -> Re
     sampling.top_logprobs = body.logprobs or 0
     text_or_ids = cast("str | list[int]", prompt)  # a list of strings was unpacked above
     try:  # tokenizing a huge prompt takes seconds: off the event loop
-        prepared = await asyncio.to_thread(
-            lease.pipeline.prepare_completion,
-            text_or_ids,
-            sampling,
-            body.max_tokens,
-            constraint_of(body),
-        )
+        if body.suffix:  # fill-in-the-middle, in the model's own FIM tokens
+            if not isinstance(text_or_ids, str):
+                raise APIError(400, "suffix needs a text prompt, not token ids", param="prompt")
+            if constraint_of(body) is not None:
+                raise APIError(400, "suffix cannot be combined with an output constraint")
+            prepared = await asyncio.to_thread(
+                lease.pipeline.prepare_infill,
+                Infill(prefix=text_or_ids, suffix=body.suffix),
+                sampling,
+                body.max_tokens,
+            )
+        else:
+            prepared = await asyncio.to_thread(
+                lease.pipeline.prepare_completion,
+                text_or_ids,
+                sampling,
+                body.max_tokens,
+                constraint_of(body),
+            )
     except ContextLengthError as exc:
         raise context_error(exc, "prompt") from None
 

@@ -1,0 +1,1 @@
+"""llama.cpp server routes editors call: /infill (fill-in-the-middle)."""
