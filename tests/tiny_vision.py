@@ -9,7 +9,7 @@ family's real template does, and the processor files (``preprocessor_config.json
 Public API:
     write_tiny_vlm(folder, family) -> Path   (family: "qwen2_5_vl" | "idefics3")
     tiny_vlm(family) -> Path                 (written once per process)
-    png_data_url(color, size), encoded(color, size, format)
+    png_data_url(color, size), encoded(color, size, format), bomb_png(width, height)
     FAMILIES
 """
 
@@ -19,7 +19,9 @@ import base64
 import functools
 import io
 import json
+import struct
 import tempfile
+import zlib
 from pathlib import Path
 
 import mlx.core as mx
@@ -275,3 +277,20 @@ def encoded(color: tuple[int, int, int], size: tuple[int, int], fmt: str, **save
     buffer = io.BytesIO()
     Image.new("RGB", size, color).save(buffer, fmt, **save)
     return buffer.getvalue()
+
+
+def bomb_png(width: int, height: int) -> bytes:
+    """A PNG whose header declares ``width`` x ``height`` with almost no data behind it."""
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        )
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"\x00" * 64))
+        + chunk(b"IEND", b"")
+    )
