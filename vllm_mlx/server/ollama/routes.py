@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from starlette.routing import Route
 
+from .embed import embed, embeddings
 from .handler import chat, generate
 from .models import ps, show, tags, version
 
@@ -14,4 +15,6 @@ ROUTES = [
     Route("/api/show", show, methods=["POST"]),
     Route("/api/ps", ps, methods=["GET"]),
     Route("/api/version", version, methods=["GET"]),
+    Route("/api/embed", embed, methods=["POST"]),
+    Route("/api/embeddings", embeddings, methods=["POST"]),
 ]
