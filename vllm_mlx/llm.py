@@ -9,7 +9,7 @@ from .constrained import from_response_format
 from .models.loader import CpuWeights
 from .options import RuntimeOptions
 from .pipeline import ChatEvent, ChatResult
-from .request import ChatRequest, Sampling
+from .request import ChatRequest, ImageSource, Sampling, collecting_media, media_placeholder
 from .runtime import build_runtime
 
 _SAMPLING_FIELDS = {f.name for f in fields(Sampling)} | {"max_tokens"}
@@ -108,8 +108,11 @@ class LLM:
 
     def _prepare_chat(self, messages, tools, tool_choice, response_format, sampling):
         fields_, max_tokens = _sampling(sampling)
+        with collecting_media() as media:
+            messages = [_with_text_content(m, i) for i, m in enumerate(messages)]
         request = ChatRequest(
             messages=messages,
+            omitted_media=media,
             sampling=fields_,
             max_tokens=max_tokens,
             tools=tools,
@@ -117,6 +120,30 @@ class LLM:
             constraint=from_response_format(response_format),
         )
         return self._runtime.pipeline.prepare_chat(request)
+
+
+def _with_text_content(message: dict, index: int) -> dict:
+    """A message whose content is a list of OpenAI parts (``text``, ``image_url`` with a
+    data URL or, when the runtime allows, a network URL) as the pipeline takes it."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return message
+    texts = []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text":
+            texts.append(str(part.get("text", "")))
+        elif kind == "image_url":
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else image
+            detail = image.get("detail") if isinstance(image, dict) else None
+            source = ImageSource(url=url if isinstance(url, str) else None, detail=detail)
+            texts.append(media_placeholder("image", f"messages.{index}.content.{j}", source))
+        else:
+            raise ValueError(
+                f"messages[{index}].content[{j}]: parts are text or image_url, not {kind!r}"
+            )
+    return {**message, "content": "".join(texts)}
 
 
 def _sampling(sampling: dict) -> tuple[Sampling, int | None]:

@@ -9,6 +9,7 @@ const SETTINGS = ["model", "system", "temperature", "top_p", "top_k", "max_token
 
 let conversation = [];
 let controller = null;
+let attachments = []; // data URLs of the images the next message carries
 
 function loadJSON(store, fallback) {
   try { return JSON.parse(localStorage.getItem(store)) || fallback; } catch (_) { return fallback; }
@@ -16,7 +17,32 @@ function loadJSON(store, fallback) {
 
 function saveConversation() {
   const kept = conversation.map((m) => { const { streaming, ...rest } = m; return rest; });
-  localStorage.setItem(CONVERSATION_STORE, JSON.stringify(kept));
+  try {
+    localStorage.setItem(CONVERSATION_STORE, JSON.stringify(kept));
+  } catch (_) { // images can outgrow the browser's storage: keep the text of the chat
+    const texts = kept.map((m) => Array.isArray(m.content)
+      ? { ...m, content: m.content.filter((p) => p.type === "text") } : m);
+    try { localStorage.setItem(CONVERSATION_STORE, JSON.stringify(texts)); } catch (_) { /* full */ }
+  }
+}
+
+// Images pasted, dropped or picked: read as data URLs, shown above the message box.
+function attachFiles(files) {
+  for (const file of files) {
+    if (!file.type.startsWith("image/")) continue;
+    const reader = new FileReader();
+    reader.onload = () => { attachments.push(reader.result); renderAttachments(); };
+    reader.readAsDataURL(file);
+  }
+}
+
+function renderAttachments() {
+  $("attachments").replaceChildren(...attachments.map((url, i) => {
+    const remove = el("button", { type: "button", title: "remove", "aria-label": "remove image" }, "x");
+    remove.addEventListener("click", () => { attachments.splice(i, 1); renderAttachments(); });
+    return el("div", { class: "attachment", "data-part": "attachment" },
+      el("img", { src: url, alt: "attached image" }), remove);
+  }));
 }
 
 function saveSettings() {
@@ -131,10 +157,16 @@ function setBusy(busy) {
 
 async function send() {
   const text = $("prompt").value.trim();
-  if (!text || controller) return;
+  if ((!text && !attachments.length) || controller) return;
   let body;
   try { body = requestOptions(); } catch (_) { return; }
-  conversation.push({ role: "user", content: text });
+  const content = attachments.length
+    ? [...attachments.map((url) => ({ type: "image_url", image_url: { url } })),
+      { type: "text", text }]
+    : text;
+  conversation.push({ role: "user", content });
+  attachments = [];
+  renderAttachments();
   $("prompt").value = "";
   await generate(body);
 }
@@ -259,6 +291,20 @@ async function start() {
     }
   });
   $("stop").addEventListener("click", () => { if (controller) controller.abort(); });
+  $("attach-button").addEventListener("click", () => $("attach").click());
+  $("attach").addEventListener("change", () => { attachFiles($("attach").files); $("attach").value = ""; });
+  $("prompt").addEventListener("paste", (event) => {
+    const files = [...(event.clipboardData ? event.clipboardData.files : [])];
+    if (files.some((f) => f.type.startsWith("image/"))) { event.preventDefault(); attachFiles(files); }
+  });
+  const composer = $("composer");
+  composer.addEventListener("dragover", (event) => { event.preventDefault(); composer.classList.add("dropping"); });
+  composer.addEventListener("dragleave", () => composer.classList.remove("dropping"));
+  composer.addEventListener("drop", (event) => {
+    event.preventDefault();
+    composer.classList.remove("dropping");
+    attachFiles(event.dataTransfer ? event.dataTransfer.files : []);
+  });
   $("clear").addEventListener("click", () => {
     conversation = [];
     saveConversation();

@@ -9,9 +9,16 @@ function messageView(message) {
       el("div", { "data-part": "content" }, message.content));
   }
   if (message.role === "user") {
+    const parts = Array.isArray(message.content) ? message.content : [];
+    const text = parts.length
+      ? parts.filter((p) => p.type === "text").map((p) => p.text).join("")
+      : message.content;
+    const images = parts.filter((p) => p.type === "image_url").map((p) =>
+      el("img", { "data-part": "image", alt: "attached image",
+        src: String(p.image_url.url).startsWith("data:image/") ? p.image_url.url : "" }));
     return el("article", { class: "msg", "data-role": "user" },
-      el("div", { class: "who" }, "you"),
-      el("div", { "data-part": "content" }, message.content));
+      el("div", { class: "who" }, "you"), ...images,
+      el("div", { "data-part": "content" }, text));
   }
   const reasoning = el("details", { "data-part": "reasoning" },
     el("summary", {}, "Reasoning"), el("div", { class: "reasoning-text" }));
