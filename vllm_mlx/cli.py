@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 
 import click
 
@@ -18,8 +19,10 @@ _SUBCOMMANDS = {
     ),
     "models": (
         "vllm_mlx.cli:models",
-        "List the models a --models-dir folder serves, and whether each loads.",
+        "List the models servable by name (or a --models-dir folder's), with sizes.",
     ),
+    "pull": ("vllm_mlx.cli:pull", "Download a model from the hub without serving it."),
+    "rm": ("vllm_mlx.cli:rm", "Delete a downloaded hub model (and what was converted from it)."),
 }
 
 
@@ -43,6 +46,8 @@ class _LazyGroup(click.Group):
 @click.version_option(package_name="vllm-mlx")
 def main() -> None:
     """A local OpenAI- and Anthropic-compatible LLM server on MLX."""
+    # transformers warns at import that PyTorch is missing: irrelevant here, and alarming
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
 
 @click.command()
@@ -99,7 +104,7 @@ def template(
 
 @click.command()
 @click.argument(
-    "models_dir", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False)
+    "models_dir", nargs=-1, required=False, type=click.Path(exists=True, file_okay=False)
 )
 @click.option(
     "--model-config",
@@ -110,9 +115,24 @@ def template(
 def models(models_dir: tuple[str, ...], model_config: str | None, as_json: bool) -> None:
     """What `vllm-mlx serve --models-dir MODELS_DIR` would serve: each model's id, aliases,
     settings and files, and whether it loads (its files checked, no weights read). Exit
-    status 1 when one does not load; a bad models.toml is an error, as at start-up."""
+    status 1 when one does not load; a bad models.toml is an error, as at start-up.
+
+    Without MODELS_DIR: every model `vllm-mlx serve NAME` takes from disk (the Hugging Face
+    cache, LM Studio's folder, Ollama's store), with its size and where it lives."""
     import json
 
+    if not models_dir and not model_config:
+        from vllm_mlx.models.stores import servable
+
+        found = servable()
+        for item in found:
+            row = {"id": item.name, "size_mb": round(item.size / 1e6, 1)}
+            row |= {"source": item.source, "path": str(item.path)}
+            line = f"{item.name}  {item.size / 1e9:.2f} GB  {item.source}  {item.path}"
+            click.echo(json.dumps(row) if as_json else line)
+        if not found and not as_json:
+            click.echo("no downloaded models found (Hugging Face cache, LM Studio, Ollama)")
+        return
     from vllm_mlx.fleet.catalog import CatalogError, build_catalog
 
     try:
@@ -153,3 +173,34 @@ def models(models_dir: tuple[str, ...], model_config: str | None, as_json: bool)
         click.echo("no models found (model folders with a config.json, or .gguf files)")
     if failed:
         raise SystemExit(1)
+
+
+@click.command()
+@click.argument("name")
+def pull(name: str) -> None:
+    """Download NAME (ORG/NAME[@REVISION][:QUANT]) into the Hugging Face cache (resuming
+    a partial download; a GGUF is converted too), so `serve NAME` starts offline."""
+    from vllm_mlx.models.errors import ModelLoadError
+    from vllm_mlx.models.manage import pull as pull_model
+
+    try:
+        folder = pull_model(name)
+    except ModelLoadError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"{name}: ready in {folder}")
+
+
+@click.command()
+@click.argument("name")
+def rm(name: str) -> None:
+    """Delete NAME from the Hugging Face cache: ORG/NAME (every revision), ORG/NAME@REVISION
+    or ORG/NAME:QUANT (that GGUF), with the folders converted from it."""
+    from vllm_mlx.models.errors import ModelLoadError
+    from vllm_mlx.models.manage import remove
+
+    try:
+        removed = remove(name)
+    except ModelLoadError as exc:
+        raise click.ClickException(str(exc)) from None
+    for path in removed:
+        click.echo(f"removed {path}")

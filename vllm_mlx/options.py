@@ -132,6 +132,7 @@ class ServingOptions:
     mcp_allow_any_command: bool = False
     log_level: str = "info"
     replay: str | None = None  # a recorded model output answering every request
+    estimate: bool = False  # print the fit check's numbers and exit
 
 
 @dataclass(frozen=True)

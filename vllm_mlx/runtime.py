@@ -27,6 +27,7 @@ from .engine.sources import ModelBatchSource, ReplayBatchSource, TokenSource
 from .families.formats import ReasoningFormat, ToolCallFormat
 from .models.adapter_set import AdapterSet
 from .models.adapters import read_adapter
+from .models.fit import Estimate, fit_context, model_estimate
 from .models.loader import CpuWeights, LoadedModel, load_model, load_tokenizer_only
 from .models.lora import fuse_adapter
 from .models.sampling_defaults import model_sampling
@@ -74,6 +75,7 @@ def build_runtime(
     options = options or RuntimeOptions()
     if sharding is not None:
         return _build_sharded(model, sharding, options)
+    options = _fitted(model, options, progress)
     cpu_weights = _weights_for_cpu(options.model.cpu_weights)
     engine, cache = options.engine, options.cache
     if fuse is not None:
@@ -118,6 +120,28 @@ def build_runtime(
     if cache.warmup_prompt:
         warm_up(runtime.pipeline, cache.warmup_prompt)
     return runtime
+
+
+def estimate_for(model: str | None, options: RuntimeOptions, progress: bool = True) -> Estimate:
+    """The fit check's estimate for ``model`` served with ``options``."""
+    return model_estimate(
+        model,
+        cpu_weights=_weights_for_cpu(options.model.cpu_weights),
+        max_model_len=options.model.max_model_len,
+        default_context=DEFAULT_CONTEXT_LENGTH,
+        kv_bits=options.engine.kv_bits,
+        kv_group_size=options.engine.kv_group_size,
+        prefix_cache_mb=options.cache.prefix_cache_mb,
+        progress=progress,
+    )
+
+
+def _fitted(model: str | None, options: RuntimeOptions, progress: bool) -> RuntimeOptions:
+    """``options`` with the context capped to what fits in memory (logged), or a
+    ModelLoadError with the numbers when the model does not fit at all."""
+    found = estimate_for(model, options, progress)
+    context = fit_context(found, explicit=options.model.max_model_len is not None)
+    return options.updated(max_model_len=context) if context < found.context else options
 
 
 def _weights_for_cpu(cpu_weights: CpuWeights) -> CpuWeights:

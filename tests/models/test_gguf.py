@@ -353,8 +353,8 @@ def test_a_folder_holding_a_gguf_points_at_the_file(tmp_path: Path) -> None:
 def test_missing_path_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ModelLoadError, match="not found: expected a model folder, a .gguf"):
         load_model(str(tmp_path / "nowhere"))
-    with pytest.raises(ModelLoadError, match="looks like a hub id: vllm-mlx never downloads"):
-        resolve_model("mlx-community/Qwen2.5-0.5B-Instruct-4bit")
+    with pytest.raises(ModelLoadError, match="or a hub id .ORG/NAME"):
+        load_model(str(tmp_path / "no" / "such" / "model"))  # not a hub id either
 
 
 def make_wheel(path: Path, payload: bytes) -> Path:

@@ -25,7 +25,7 @@ from ..models.default_model import default_gguf, is_default_model_name
 from ..models.errors import ModelLoadError
 from ..models.gguf import read_header
 from ..models.loader import context_length
-from ..models.resolve import cache_root, validate_model_folder
+from ..models.resolve import cache_root, is_model_name, model_by_name, validate_model_folder
 from ..options import RuntimeOptions
 from .adapters import AdapterEntry, parse_tables
 from .settings import CatalogError, ModelSettings, SettingsError, parse_settings
@@ -63,12 +63,23 @@ class Entry:
             values["draft_model"] = self.draft_spec
         return server.updated(**values)
 
+    @property
+    def by_name(self) -> bool:
+        """The spec names a hub model or an Ollama one rather than a path."""
+        return is_model_name(self.spec)
+
+    def local_path(self) -> Path | None:
+        """The folder or file served, from disk only (None: a name not downloaded yet)."""
+        if is_default_model_name(self.spec):
+            return default_gguf(cache_root())
+        return model_by_name(self.spec, download=False) if self.by_name else Path(self.spec)
+
     def weight_files(self) -> list[Path]:
         """The files the weights are read from (their sizes estimate the memory a load
         needs before it happens)."""
-        if is_default_model_name(self.spec):
-            return [default_gguf(cache_root())]
-        path = Path(self.spec)
+        path = self.local_path()
+        if path is None:
+            return []
         return [path] if path.is_file() else sorted(path.glob("*.safetensors"))
 
     def weight_bytes(self) -> int:
@@ -78,8 +89,9 @@ class Entry:
         """The context the model will allow, known before loading when its config says."""
         if self.settings.max_model_len is not None:
             return self.settings.max_model_len
-        config = Path(self.spec) / "config.json"
-        if config.is_file():
+        path = self.local_path()
+        config = path / "config.json" if path is not None else None
+        if config is not None and config.is_file():
             try:
                 return context_length(_json_object(config))
             except (OSError, ValueError):
@@ -94,12 +106,13 @@ class Entry:
             route = "/v1/rerank" if facts.kind != "embedding" else "/v1/embeddings"
             return f"it is {KIND_NAMES[facts.kind]}: it serves {route}, not chat"
         try:
-            if is_default_model_name(self.spec):
-                default_gguf(cache_root())
-            elif Path(self.spec).is_file():
-                read_header(Path(self.spec))
+            path = self.local_path()
+            if path is None:
+                return None  # downloaded at start-up or on first use
+            if path.is_file():
+                read_header(path)
             else:
-                validate_model_folder(Path(self.spec))
+                validate_model_folder(path)
         except (ModelLoadError, OSError) as exc:
             return str(exc)
         return None
@@ -279,9 +292,13 @@ def _add(catalog: Catalog, config: Path, name: str, table: Any, found: Path | No
         if not is_default_model_name(spec):
             target = Path(spec).expanduser()
             target = target if target.is_absolute() else base / target
-            if not target.exists():
-                raise SettingsError(f"{config}: model {name!r}, field 'path': {target} not found")
-            spec = str(target)
+            if target.exists():
+                spec = str(target)
+            elif not is_model_name(spec):
+                raise SettingsError(
+                    f"{config}: model {name!r}, field 'path': {target} not found (nor is it a "
+                    "hub id ORG/NAME or a model Ollama pulled)"
+                )
     elif found is not None:
         spec = str(found)
     else:

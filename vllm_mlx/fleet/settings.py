@@ -14,7 +14,7 @@ from ..tool_parsers import ToolParserManager
 
 # where the model is and what clients call it (the catalog's); every other field is a
 # runtime option of the same name (options.RuntimeOptions)
-PLACEMENT = ("path", "served_name", "aliases", "chat_template", "draft_model")
+PLACEMENT = ("path", "served_name", "aliases", "chat_template", "draft_model", "download")
 
 
 class ModelSettings(BaseModel):
@@ -23,7 +23,9 @@ class ModelSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    path: str | None = Field(default=None, min_length=1)  # a folder, a .gguf or "default"
+    path: str | None = Field(default=None, min_length=1)  # a folder, a .gguf, "default", a name
+    # a hub model not yet downloaded: fetched when the server starts, or by its first request
+    download: Literal["start", "first_use"] | None = None
     served_name: str | None = Field(default=None, min_length=1, max_length=256)
     aliases: tuple[str, ...] = ()
     reasoning_parser: str | None = None

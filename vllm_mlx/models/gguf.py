@@ -241,7 +241,7 @@ def convert_gguf(gguf_path: Path, out_dir: Path, *, progress: bool = True) -> di
         disable=not progress,
     ) as bar:
         try:
-            loaded = mx.load(str(gguf_path), return_metadata=True)
+            loaded = mx.load(str(gguf_path), format="gguf", return_metadata=True)
             tensors, metadata = cast(tuple[dict[str, mx.array], dict[str, Any]], loaded)
         except (RuntimeError, ValueError) as error:
             raise ModelLoadError(f"MLX could not read GGUF file {gguf_path}: {error}") from error

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from vllm_mlx.models.default_model import DEFAULT_MODEL_NAME, is_default_model_name
 from vllm_mlx.models.errors import ModelLoadError
 from vllm_mlx.models.memory import freeze_loaded_objects, limit_buffer_cache
-from vllm_mlx.models.resolve import resolve_model
+from vllm_mlx.models.resolve import display_name, is_model_name, resolve_model
 from vllm_mlx.models.vision import is_vision_config, load_vision, read_config
 from vllm_mlx.native import available as native_available
 from vllm_mlx.native import status as native_status
@@ -47,9 +47,12 @@ class LoadedModel:
 
 
 def served_name(spec: str | None, path: Path) -> str:
-    """The name clients see by default: the default model's name, a GGUF's stem or the folder."""
+    """The name clients see by default: the default model's name, the hub id or Ollama
+    name it was given by, a GGUF's stem or the folder."""
     if is_default_model_name(spec):
         return DEFAULT_MODEL_NAME
+    if spec is not None and is_model_name(spec):
+        return display_name(spec)
     given = Path(spec or "").expanduser()
     return given.stem if given.is_file() else given.resolve().name or str(path)
 

@@ -1,5 +1,6 @@
-"""Turn a model spec (nothing, a short name, a ``.gguf`` file, a folder) into a local MLX
-model folder, converting GGUF files once into a cache that later starts reuse."""
+"""Turn a model spec (nothing, a short name, a ``.gguf`` file, a folder, an Ollama name, a
+hub id) into a local MLX model folder, converting GGUF files once into a cache that later
+starts reuse."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from pathlib import Path
 from vllm_mlx.models.default_model import default_gguf, is_default_model_name
 from vllm_mlx.models.errors import ModelLoadError
 from vllm_mlx.models.gguf import convert_gguf
+from vllm_mlx.models.hub import cached_model, hub_model
+from vllm_mlx.models.names import parse_hub_ref
+from vllm_mlx.models.stores import lmstudio_model, ollama_blob, ollama_manifest
 
 # Bump when the converter's output changes, so stale cache folders are not reused.
 CONVERTER_VERSION = 1
@@ -94,10 +98,12 @@ def validate_model_folder(folder: Path) -> Path:
     return folder
 
 
-def resolve_model(spec: str | None, *, progress: bool = True) -> Path:
+def resolve_model(spec: str | None, *, progress: bool = True, download: bool = True) -> Path:
     """Return a validated local MLX model folder for ``spec``.
 
-    ``None`` or a short name (``default``, ``smollm2``, …) means the embedded default model.
+    ``None`` or a short name (``default``, ``smollm2``, …) means the embedded default model;
+    a name that is no path is looked up by ``model_by_name`` (``download=False``: only what
+    is on disk already).
     """
     if spec is None or is_default_model_name(spec):
         return validate_model_folder(
@@ -105,14 +111,57 @@ def resolve_model(spec: str | None, *, progress: bool = True) -> Path:
         )
     path = Path(spec).expanduser()
     if not path.exists():
-        hint = ""
-        if spec.count("/") == 1 and not spec.startswith((".", "/", "~")):
-            hint = " (it looks like a hub id: vllm-mlx never downloads from model hubs)"
-        raise ModelLoadError(
-            f"model {spec!r} not found: expected a model folder, a .gguf file or 'default'{hint}"
-        )
+        found = model_by_name(spec, progress=progress, download=download)
+        if found is None:
+            raise ModelLoadError(
+                f"model {spec!r} not found: expected a model folder, a .gguf file, 'default', "
+                "a model Ollama pulled (NAME:TAG) or a hub id (ORG/NAME[@REVISION][:QUANT])"
+            )
+        path = found
     if path.is_file():
-        if path.suffix.lower() != ".gguf":
+        if path.suffix.lower() != ".gguf" and not is_gguf(path):
             raise ModelLoadError(f"model file {path} is not a .gguf file")
         return validate_model_folder(converted_folder(path, progress=progress))
     return validate_model_folder(path)
+
+
+def is_model_name(spec: str) -> bool:
+    """True for a spec that names a model rather than a path: an Ollama name Ollama has
+    pulled, or a hub id (the models of LM Studio and the Hugging Face cache included)."""
+    if is_default_model_name(spec) or Path(spec).expanduser().exists():
+        return False
+    return ollama_manifest(spec) is not None or parse_hub_ref(spec) is not None
+
+
+def display_name(spec: str) -> str:
+    """The id a model named by ``spec`` is served under: the hub repo (and GGUF tag)
+    without the revision, or the Ollama name as given."""
+    if ollama_manifest(spec) is not None:
+        return spec
+    ref = parse_hub_ref(spec)
+    return ref.name if ref is not None else spec
+
+
+def model_by_name(spec: str, *, progress: bool = True, download: bool = True) -> Path | None:
+    """The folder or GGUF file a name stands for: Ollama's store, then for a hub id the
+    Hugging Face cache, LM Studio's folder and (``download``) the hub; None when it is no
+    such name (or, without ``download``, not on disk)."""
+    blob = ollama_blob(spec)
+    if blob is not None:
+        return blob
+    ref = parse_hub_ref(spec)
+    if ref is None:
+        return None
+    local = cached_model(ref) or lmstudio_model(ref)
+    if local is not None or not download:
+        return local
+    return hub_model(ref, progress=progress)
+
+
+def is_gguf(path: Path) -> bool:
+    """A file that starts with GGUF's magic (Ollama's blobs have no suffix)."""
+    try:
+        with path.open("rb") as file:
+            return file.read(4) == b"GGUF"
+    except OSError:
+        return False

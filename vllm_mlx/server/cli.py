@@ -14,11 +14,15 @@ from .serve_flags import serve_flags
 @click.argument("model", required=False)
 @serve_flags
 def serve(model: str | None, **flags) -> None:
-    """Serve MODEL (a model folder, a .gguf file or a short name; default: the embedded
+    """Serve MODEL (a model folder, a .gguf file, a short name, a hub id
+    ORG/NAME[@REVISION][:QUANT] or a model Ollama pulled; default: the embedded
     SmolLM2-135M-Instruct) over the OpenAI and Anthropic APIs."""
     from ..options import ServeOptions
 
     options = ServeOptions.of(**flags)
+    if options.serving.estimate:
+        _print_estimate(model, options.runtime)
+        return
     serving, fleet, sharded = options.serving, options.fleet, options.distributed
     if (sharded.ranks or sharded.hosts) and not sharded.distributed:
         raise click.ClickException("--ranks and --hosts need --distributed tensor|pipeline")
@@ -111,6 +115,31 @@ def serve(model: str | None, **flags) -> None:
             local_ranks.stop()
 
 
+def _print_estimate(model: str | None, options) -> None:
+    """`serve MODEL --estimate`: the fit check's numbers, without loading any weight."""
+    from ..models.errors import ModelLoadError
+    from ..runtime import estimate_for
+
+    try:
+        found = estimate_for(model, options)
+    except ModelLoadError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"{model or 'default'}\n{found.describe()}")
+
+
+def _download_at_start(catalog) -> None:
+    """Fetch the hub models models.toml marks ``download = "start"`` before serving."""
+    from ..models.errors import ModelLoadError
+    from ..models.resolve import resolve_model
+
+    for entry in catalog.entries.values():
+        if entry.settings.download == "start" and entry.by_name:
+            try:
+                resolve_model(entry.spec)
+            except ModelLoadError as exc:
+                raise click.ClickException(f"{entry.config}: model {entry.name!r}: {exc}") from None
+
+
 def _replay_runtime(model: str | None, text: str, options):
     from ..models.errors import ModelLoadError
     from ..runtime import build_replay_runtime
@@ -165,6 +194,7 @@ def _model_pool(model: str | None, options):
         )
     except CatalogError as exc:  # SettingsError included
         raise click.ClickException(str(exc)) from None
+    _download_at_start(catalog)
 
     def build(entry: Entry, first: bool = False):
         """``entry``'s runtime; only the model loaded at start-up is warmed up."""

@@ -382,6 +382,12 @@ def serve_flags(command: F) -> F:
     type=click.FloatRange(min=1),
     help="Seconds one step's collectives may take before the rank group counts as failed.",
 )
+@click.option(
+    "--estimate",
+    is_flag=True,
+    help="Print the memory MODEL needs (weights + KV cache for the context) against what MLX "
+    "can use, and exit.",
+)
 def _flags() -> None:
     """Carries the flags (click stores a decorated function's options on it)."""
 

@@ -1,0 +1,55 @@
+"""models.toml entries that name hub ids: accepted without a folder, found in the cache
+without a request once downloaded, fetched at start-up when marked so (errors naming the
+file and model)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import pytest
+from models.conftest import hub, stores, tiny_folder  # noqa: F401  (the stand-in fixtures)
+from models.hub_standin import HubStandIn
+
+from vllm_mlx.fleet.catalog import build_catalog
+from vllm_mlx.fleet.settings import SettingsError
+from vllm_mlx.server.cli import _download_at_start
+
+
+def write_config(folder: Path, body: str) -> Path:
+    folder.mkdir(exist_ok=True)
+    (folder / "models.toml").write_text(body)
+    return folder
+
+
+def test_a_hub_entry_downloads_at_start_or_on_first_use(
+    hub: HubStandIn,  # noqa: F811
+    stores: Path,  # noqa: F811
+) -> None:
+    folder = write_config(
+        stores / "fleet",
+        '[models.tiny]\npath = "org/tiny"\ndownload = "start"\n'
+        '[models.later]\npath = "org/tiny"\nserved_name = "later"\n',
+    )
+    catalog = build_catalog([str(folder)])
+    entry = catalog.entries["tiny"]
+    assert entry.by_name and entry.local_path() is None and entry.check() is None
+    assert not hub.requests  # nothing fetched to build the catalog
+    _download_at_start(catalog)
+    assert entry.local_path() is not None and entry.weight_bytes() > 100_000
+    assert catalog.entries["later"].context_length() == 4096  # from the cached config
+
+
+def test_a_hub_entry_that_cannot_be_had_stops_start_up_with_its_name(
+    hub: HubStandIn,  # noqa: F811
+    stores: Path,  # noqa: F811
+) -> None:
+    folder = write_config(stores / "fleet", '[models.x]\npath = "org/absent"\ndownload = "start"\n')
+    with pytest.raises(click.ClickException, match=r"models.toml: model 'x': no model 'org/abs"):
+        _download_at_start(build_catalog([str(folder)]))
+    folder = write_config(stores / "fleet", '[models.x]\npath = "org/tiny"\ndownload = "soon"\n')
+    with pytest.raises(SettingsError, match="model 'x', field 'download'"):
+        build_catalog([str(folder)])
+    folder = write_config(stores / "fleet", '[models.x]\npath = "no/such/dir"\n')
+    with pytest.raises(SettingsError, match="not found .*nor is it a hub id"):
+        build_catalog([str(folder)])

@@ -1,0 +1,250 @@
+"""Will the model fit? Weights (from the safetensors headers, as they will be held after
+loading) plus the KV cache of one full context (from the config) against the memory MLX can
+use: Metal's recommended working set on a Mac, available RAM elsewhere. A start that would
+not fit is refused with the numbers, or its context capped to what fits (and said so),
+before any weight is read."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import struct
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from vllm_mlx.models.errors import ModelLoadError
+from vllm_mlx.models.loader import CpuWeights, choose_weights, computes_on_cpu, context_length
+from vllm_mlx.models.resolve import resolve_model
+
+log = logging.getLogger(__name__)
+
+MEMORY_ENV = "VLLM_MLX_MEMORY_GB"  # the memory the check counts as usable, instead of measuring
+MIN_CONTEXT = 512  # a context shorter than this is not worth serving: refuse instead
+CONTEXT_STEP = 256
+RUNTIME_OVERHEAD = 256 << 20  # activations, the tokenizer, Python and the libraries
+_DTYPE_BYTES = {
+    "F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2,
+    "I16": 2, "U16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1,
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The memory a model needs to serve ``context`` tokens, and what there is."""
+
+    weights: int  # bytes, as held after loading
+    kv_per_token: int  # bytes of KV cache per token of context
+    context: int  # the context counted
+    prefix_cache: int  # bytes the prefix cache may hold
+    available: int | None  # bytes MLX can use (None: unknown, nothing is checked)
+    available_from: str  # where ``available`` comes from
+
+    @property
+    def needed(self) -> int:
+        return (
+            self.weights + self.kv_per_token * self.context + self.prefix_cache + RUNTIME_OVERHEAD
+        )
+
+    def fitting_context(self) -> int:
+        """The longest context (a multiple of CONTEXT_STEP) that fits; 0 when none does."""
+        if self.available is None:
+            return self.context
+        room = self.available - self.weights - self.prefix_cache - RUNTIME_OVERHEAD
+        if room <= 0 or self.kv_per_token <= 0:
+            return self.context if room > 0 else 0
+        return min(self.context, room // self.kv_per_token // CONTEXT_STEP * CONTEXT_STEP)
+
+    def describe(self) -> str:
+        kv = self.kv_per_token * self.context
+        lines = [
+            f"weights       {gb(self.weights)}",
+            f"KV cache      {gb(kv)}  ({self.context} tokens x {self.kv_per_token / 1024:.1f} KB)",
+            f"prefix cache  {gb(self.prefix_cache)}  (--prefix-cache-mb)",
+            f"runtime       {gb(RUNTIME_OVERHEAD)}",
+            f"needed        {gb(self.needed)}",
+        ]
+        if self.available is None:
+            lines.append("available     unknown (nothing checked)")
+        else:
+            lines.append(f"available     {gb(self.available)}  ({self.available_from})")
+            fits = self.fitting_context()
+            verdict = "fits" if fits >= self.context else (
+                f"fits with a context of {fits} tokens" if fits >= MIN_CONTEXT else "does not fit"
+            )  # fmt: skip
+            lines.append(f"verdict       {verdict}")
+        return "\n".join(lines)
+
+
+def gb(n: int) -> str:
+    return f"{n / 2**30:.2f} GB"
+
+
+def estimate(
+    folder: Path,
+    context: int,
+    *,
+    weights: Literal["quantized", "float32"],
+    on_cpu: bool,
+    kv_bits: int | None = None,
+    kv_group_size: int = 64,
+    prefix_cache_mb: int = 0,
+) -> Estimate:
+    """The estimate for an MLX model folder (a converted GGUF included)."""
+    config = _json(folder / "config.json")
+    available, source = usable_memory()
+    return Estimate(
+        weights=weight_bytes(folder, config, float32=weights == "float32", on_cpu=on_cpu),
+        kv_per_token=kv_bytes_per_token(config, kv_bits, kv_group_size, on_cpu=on_cpu),
+        context=context,
+        prefix_cache=prefix_cache_mb << 20,
+        available=available,
+        available_from=source,
+    )
+
+
+def model_estimate(
+    spec: str | None,
+    *,
+    cpu_weights: CpuWeights = "auto",
+    max_model_len: int | None = None,
+    default_context: int,
+    kv_bits: int | None = None,
+    kv_group_size: int = 64,
+    prefix_cache_mb: int = 0,
+    progress: bool = True,
+) -> Estimate:
+    """The estimate for ``spec`` (resolved, so downloaded or converted first) at the context
+    the server would allow: ``max_model_len``, else the model's, else ``default_context``."""
+    folder = resolve_model(spec, progress=progress)
+    context = max_model_len or context_length(_json(folder / "config.json")) or default_context
+    return estimate(
+        folder,
+        context,
+        weights=choose_weights(cpu_weights),
+        on_cpu=computes_on_cpu(),
+        kv_bits=kv_bits,
+        kv_group_size=kv_group_size,
+        prefix_cache_mb=prefix_cache_mb,
+    )
+
+
+def fit_context(found: Estimate, *, explicit: bool) -> int:
+    """The context to serve: the one asked for when it fits, else (unless the operator set
+    it with ``--max-model-len``) the longest that fits, logged; a ModelLoadError with the
+    numbers when not even MIN_CONTEXT tokens fit."""
+    fits = found.fitting_context()
+    if fits >= found.context:
+        return found.context
+    head = (
+        f"the model does not fit in the memory MLX can use: it needs {gb(found.needed)} "
+        f"(weights {gb(found.weights)}, KV cache {gb(found.kv_per_token * found.context)} for "
+        f"{found.context} tokens) and {gb(found.available or 0)} is available "
+        f"({found.available_from})"
+    )
+    if fits < MIN_CONTEXT:
+        raise ModelLoadError(
+            f"{head}; not even a {MIN_CONTEXT}-token context fits. Use a smaller or more "
+            f"quantized model, close other apps, or set {MEMORY_ENV} to override the check"
+        )
+    if explicit:
+        raise ModelLoadError(f"{head}; a context of {fits} tokens fits: --max-model-len {fits}")
+    log.warning("%s; serving a context of %d tokens instead (--max-model-len)", head, fits)
+    print(f"Context capped to {fits} tokens to fit in memory ({head}).", file=sys.stderr)
+    return fits
+
+
+def usable_memory() -> tuple[int | None, str]:
+    """Bytes MLX can use: ``$VLLM_MLX_MEMORY_GB``, else Metal's recommended working set,
+    else the system's available RAM (Linux ``MemAvailable``); None when unknown."""
+    raw = os.environ.get(MEMORY_ENV)
+    if raw:
+        try:
+            return int(float(raw) * 2**30), MEMORY_ENV
+        except ValueError:
+            raise ModelLoadError(f"{MEMORY_ENV} must be a number of GB, not {raw!r}") from None
+    import mlx.core as mx
+
+    if mx.metal.is_available():
+        info: dict[str, Any] = dict(mx.device_info())
+        if info.get("max_recommended_working_set_size"):
+            return int(info["max_recommended_working_set_size"]), "Metal recommended working set"
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024, "available RAM"
+    except (OSError, ValueError, IndexError):
+        pass
+    return None, "unknown"
+
+
+def weight_bytes(folder: Path, config: dict, *, float32: bool, on_cpu: bool) -> int:
+    """The weights' bytes after loading, from the safetensors headers (no data read):
+    dequantized to float32 (``float32``), or as stored with half-precision tensors widened
+    on the CPU (the loader does both)."""
+    tensors: dict[str, tuple[str, list[int]]] = {}
+    for file in sorted(folder.glob("*.safetensors")):
+        tensors.update(safetensors_header(file))
+    quant = config.get("quantization") or config.get("quantization_config") or {}
+    total = 0
+    for name, (dtype, shape) in tensors.items():
+        elements = math.prod(shape)
+        prefix = name.rsplit(".", 1)[0]
+        quantized = dtype == "U32" and f"{prefix}.scales" in tensors
+        if float32:
+            if name.endswith((".scales", ".biases")) and f"{prefix}.weight" in tensors:
+                continue  # gone once the layer is dequantized
+            if quantized:
+                own = quant.get(prefix)
+                layer: dict = own if isinstance(own, dict) else {}
+                elements = elements * 32 // int(layer.get("bits", quant.get("bits", 4)))
+            total += elements * 4
+        elif on_cpu and dtype in ("F16", "BF16"):
+            total += elements * 4
+        else:
+            total += elements * _DTYPE_BYTES.get(dtype, 4)
+    return total
+
+
+def kv_bytes_per_token(
+    config: dict, kv_bits: int | None, kv_group_size: int, *, on_cpu: bool
+) -> int:
+    """Keys and values of every layer for one token (MLA models cache the latent)."""
+    text: dict = config.get("text_config") or config
+    layers = int(text.get("num_hidden_layers") or text.get("n_layer") or 0)
+    heads = int(text.get("num_attention_heads") or text.get("n_head") or 1)
+    if text.get("kv_lora_rank"):
+        per_layer = int(text["kv_lora_rank"]) + int(text.get("qk_rope_head_dim") or 0)
+    else:
+        kv_heads = int(text.get("num_key_value_heads") or heads)
+        head_dim = int(text.get("head_dim") or int(text.get("hidden_size") or 0) // heads)
+        per_layer = 2 * kv_heads * head_dim
+    float_bytes = 4 if on_cpu or str(text.get("torch_dtype")) == "float32" else 2
+    per_value = kv_bits / 8 + 2 * float_bytes / kv_group_size if kv_bits else float_bytes
+    return int(layers * per_layer * per_value)
+
+
+def safetensors_header(path: Path) -> dict[str, tuple[str, list[int]]]:
+    """Tensor name -> (dtype, shape) from a safetensors file's JSON header."""
+    try:
+        with path.open("rb") as file:
+            (length,) = struct.unpack("<Q", file.read(8))
+            header = json.loads(file.read(length))
+    except (OSError, ValueError, struct.error) as error:
+        raise ModelLoadError(f"cannot read the safetensors header of {path}: {error}") from None
+    return {
+        name: (info["dtype"], list(info["shape"]))
+        for name, info in header.items()
+        if name != "__metadata__"
+    }
+
+
+def _json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ModelLoadError(f"cannot read {path}: {error}") from None
+    return data if isinstance(data, dict) else {}
