@@ -38,7 +38,13 @@ from .constrained.tokenizer_cache import token_count
 from .engine.boundaries import history_end
 from .engine.engine import Engine
 from .engine.sampling import LogitsProcessor, SamplingParams
-from .engine.types import AdapterChoice, GenerationChunk, GenerationRequest, TokenLogprob
+from .engine.types import (
+    AdapterChoice,
+    GenerationChunk,
+    GenerationError,
+    GenerationRequest,
+    TokenLogprob,
+)
 from .families.fim import FimFormat
 from .families.formats import ReasoningFormat, ToolCallFormat
 from .families.message import MessageDelta, ParsedMessage
@@ -95,7 +101,7 @@ class ChatEvent:
     logprobs: list[TokenLogprob] = field(default_factory=list)
     finish_reason: str | None = None  # stop | length | tool_calls | cancelled | error
     stop_reason: str | int | None = None
-    error: str | None = None
+    error: GenerationError | None = None  # why a generation ended with "error"
     usage: Usage | None = None
     constraint_gave_up: str | None = None  # why enforcing stopped mid-generation, if it did
 
@@ -107,7 +113,7 @@ class ChatResult:
     stop_reason: str | int | None
     usage: Usage
     logprobs: list[TokenLogprob]
-    error: str | None = None
+    error: GenerationError | None = None
     constraint_gave_up: str | None = None
 
 

@@ -15,7 +15,7 @@ from vllm_mlx.engine.engine import Engine, QueueFullError
 from vllm_mlx.engine.prefix_cache import PrefixCache
 from vllm_mlx.engine.sampling import SamplingParams
 from vllm_mlx.engine.sources import ModelBatchSource
-from vllm_mlx.engine.types import GenerationChunk, GenerationRequest
+from vllm_mlx.engine.types import GenerationChunk, GenerationError, GenerationRequest
 from vllm_mlx.families.catalog import REASONING_FORMATS
 
 SCHEMA = {
@@ -187,7 +187,8 @@ def test_a_failing_processor_fails_its_batch_not_the_engine(model, tokenizer):
         raise RuntimeError("injected fault")
 
     _, last, _ = run(engine, prompt, max_tokens=5, processors=[broken])
-    assert last.finish_reason == "error" and "injected fault" in last.error
+    assert last.finish_reason == "error" and isinstance(last.error, GenerationError)
+    assert "injected fault" in str(last.error)
     _, last, _ = run(engine, prompt, max_tokens=5, temperature=0)
     assert last.finish_reason == "length" and last.completion_tokens == 5
     engine.close()

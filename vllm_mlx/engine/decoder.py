@@ -11,7 +11,7 @@ from typing import Any
 import mlx.core as mx
 
 from .stops import StopMatcher
-from .types import GenerationChunk, GenerationRequest, TokenLogprob, TopLogprob
+from .types import GenerationChunk, GenerationError, GenerationRequest, TokenLogprob, TopLogprob
 
 
 class RequestDecoder:
@@ -54,7 +54,7 @@ class RequestDecoder:
             )
         return self._chunk(text=text, token_ids=[token], logprobs=lp)
 
-    def on_end(self, reason: str, error: str | None = None) -> GenerationChunk:
+    def on_end(self, reason: str, error: GenerationError | None = None) -> GenerationChunk:
         """End without a deciding token: the source ran out (``stop``), ``cancelled``,
         or ``error``."""
         tail = ""

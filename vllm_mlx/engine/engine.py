@@ -20,7 +20,7 @@ from typing import Any
 from .decoder import RequestDecoder
 from .sampling import make_penalty_processors, make_sampler
 from .sources import TokenSource
-from .types import UNAVAILABLE, GenerationChunk, GenerationRequest
+from .types import EngineUnavailableError, GenerationChunk, GenerationError, GenerationRequest
 
 log = logging.getLogger(__name__)
 
@@ -30,10 +30,6 @@ _SHUTDOWN = object()
 
 class QueueFullError(RuntimeError):
     """More requests are waiting than the server accepts."""
-
-
-class EngineUnavailableError(RuntimeError):
-    """The engine can no longer generate (a sharded server's rank group failed): 503."""
 
 
 class _Job:
@@ -134,13 +130,15 @@ class Engine:
         waiting ones end now with an error that says why."""
         self.unavailable = reason
         for running in list(self._running.values()):
-            running.job.emit(running.decoder.on_end("error", error=self._error_text(reason)))
+            running.job.emit(running.decoder.on_end("error", error=self._failure(reason)))
         for job in list(self._deferred):
-            job.emit(GenerationChunk(finish_reason="error", error=self._error_text(reason)))
+            job.emit(GenerationChunk(finish_reason="error", error=self._failure(reason)))
 
-    def _error_text(self, message: str) -> str:
-        """An error after ``halt`` says the engine is unavailable (the API answers 503)."""
-        return f"{UNAVAILABLE}{self.unavailable}" if self.unavailable else message
+    def _failure(self, message: str) -> GenerationError:
+        """What ends a request that failed: after ``halt``, the engine's unavailability."""
+        if self.unavailable:
+            return EngineUnavailableError(self.unavailable)
+        return GenerationError(message)
 
     def _submit(self, request: GenerationRequest, emit: Emit) -> _Job:
         if self.unavailable:
@@ -230,7 +228,7 @@ class Engine:
             )
         except Exception as exc:
             log.exception("could not start request %s", request.request_id)
-            job.emit(GenerationChunk(finish_reason="error", error=self._error_text(str(exc))))
+            job.emit(GenerationChunk(finish_reason="error", error=self._failure(str(exc))))
             return
         decoder = RequestDecoder(request, self.tokenizer, self._eos, cached_tokens=cached)
         self._running[uid] = _Running(job, decoder)
@@ -245,5 +243,5 @@ class Engine:
     def _fail_all(self, message: str) -> None:
         self.source.reset()
         for running in self._running.values():
-            running.job.emit(running.decoder.on_end("error", error=self._error_text(message)))
+            running.job.emit(running.decoder.on_end("error", error=self._failure(message)))
         self._running.clear()

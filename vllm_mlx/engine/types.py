@@ -8,9 +8,14 @@ from typing import Any
 
 from .sampling import LogitsProcessor, SamplingParams
 
-# Starts the error of a request the engine could not finish because it stopped serving
-# (``Engine.halt``): the APIs answer 503, not 500.
-UNAVAILABLE = "service unavailable: "
+
+class GenerationError(RuntimeError):
+    """A generation that failed once admitted: the model or its source raised."""
+
+
+class EngineUnavailableError(GenerationError):
+    """The engine can no longer generate (a sharded server's rank group failed): new
+    requests are refused with it and running ones end with it."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,8 @@ class GenerationChunk:
     """Text decoded since the previous chunk (whole UTF-8 characters, stop strings removed).
 
     The last chunk of a request carries ``finish_reason``: ``stop`` (EOS, stop token or stop
-    string, named in ``stop_reason``), ``length``, ``cancelled`` or ``error`` (with ``error``).
+    string, named in ``stop_reason``), ``length``, ``cancelled`` or ``error`` (with ``error``,
+    whose type the APIs answer by: ``server/errors.FAILURES``).
     """
 
     text: str = ""
@@ -67,7 +73,7 @@ class GenerationChunk:
     logprobs: list[TokenLogprob] = field(default_factory=list)
     finish_reason: str | None = None
     stop_reason: str | int | None = None
-    error: str | None = None
+    error: GenerationError | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens served from the prefix cache

@@ -18,7 +18,6 @@ from ..fleet.catalog import CatalogError
 from ..fleet.pool import ModelPool, UnknownModel
 from ..fleet.settings import SettingsError
 from .errors import APIError, parse_body
-from .serving import POOL_ERRORS, pool_error
 from .state import server_state
 
 
@@ -62,7 +61,7 @@ async def load_adapter(request: Request) -> JSONResponse:
         raise APIError(400, str(exc), param="path", code="invalid_adapter") from None
     base = catalog.lookup(body.base or catalog.default)
     if base is None or base.adapter is not None:
-        raise pool_error(UnknownModel(body.base, sorted(catalog.entries)))
+        raise UnknownModel(body.base, sorted(catalog.entries))
     if known is not None and (known.path != folder or catalog.base_name(known) != base.name):
         raise APIError(409, f"adapter {body.name!r} is already served from {known.path}")
     adapter = known or AdapterEntry(body.name, folder, base.name, "POST /v1/adapters")
@@ -75,10 +74,10 @@ async def load_adapter(request: Request) -> JSONResponse:
     try:
         slot = await pool.load(base.name)
         await pool.load_adapter(slot, adapter)
-    except POOL_ERRORS as exc:
+    except Exception:
         if known is None:
             catalog.adapters.pop(body.name, None)
-        raise pool_error(exc) from None
+        raise
     card = adapter_card(pool, adapter)
     return JSONResponse({**card, "load_seconds": round(time.perf_counter() - started, 3)})
 
@@ -91,9 +90,6 @@ async def unload_adapter(request: Request) -> JSONResponse:
         raise APIError(
             404, f"adapter {name!r} is not served here", param="name", code="model_not_found"
         )
-    try:
-        was_loaded = await pool.unload_adapter(name)
-    except POOL_ERRORS as exc:
-        raise pool_error(exc) from None
+    was_loaded = await pool.unload_adapter(name)
     del pool.catalog.adapters[name]
     return JSONResponse({"id": name, "deleted": True, "was_loaded": was_loaded})

@@ -13,12 +13,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..chat.template import ChatTemplateError
-from ..engine.engine import EngineUnavailableError, QueueFullError
-from ..request import RequestError
 from . import adapters
 from .anthropic.handler import count_tokens, create_message
-from .errors import APIError, error_response
+from .errors import FAILURES, APIError, api_error, error_response
 from .info import get_model, health, list_models, load_model, unload_model, version
 from .llamacpp.infill import infill
 from .mcp import routes as mcp_routes
@@ -37,34 +34,14 @@ from .ui.routes import ROUTES as UI_ROUTES
 log = logging.getLogger(__name__)
 
 
-async def _api_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, APIError)
-    return error_response(request.url.path, exc)
-
-
-async def _http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
-    error = APIError(exc.status_code, exc.detail, headers=dict(exc.headers or {}) or None)
-    return error_response(request.url.path, error)
-
-
-async def _invalid_request(request: Request, exc: Exception) -> Response:
-    """A request the pipeline cannot serve for this model (context, template, constraint)."""
-    param = getattr(exc, "param", None)
-    return error_response(request.url.path, APIError(400, str(exc), param=param))
-
-
-async def _queue_full(request: Request, exc: Exception) -> Response:
-    return error_response(request.url.path, APIError(429, f"server is busy: {exc}"))
-
-
-async def _unavailable(request: Request, exc: Exception) -> Response:
-    return error_response(request.url.path, APIError(503, f"service unavailable: {exc}"))
+async def _failed(request: Request, exc: Exception) -> Response:
+    """Every failure the table knows (and ``APIError``, starlette's HTTP errors)."""
+    return error_response(request.url.path, api_error(exc))
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s", request.url.path)
-    return error_response(request.url.path, APIError(500, f"internal error: {exc}"))
+    return error_response(request.url.path, api_error(exc))
 
 
 @contextlib.asynccontextmanager
@@ -122,12 +99,7 @@ def create_app(state: ServerState) -> Starlette:
             Middleware(BodySizeLimit, max_bytes=state.max_body_bytes),
         ],
         exception_handlers={
-            APIError: _api_error,
-            HTTPException: _http_error,
-            QueueFullError: _queue_full,
-            EngineUnavailableError: _unavailable,
-            RequestError: _invalid_request,
-            ChatTemplateError: _invalid_request,
+            **{kind: _failed for kind in (APIError, HTTPException, *FAILURES)},
             Exception: _unexpected,
         },
     )

@@ -21,19 +21,15 @@ from ..embeddings.encoders import ModelUnsupported
 from ..embeddings.kinds import Pooling
 from ..embeddings.service import Embedder, EmbeddingError, Embeddings, Reranker, Scores
 from ..fleet.catalog import Entry
-from ..fleet.pool import UnknownModel
 from .errors import APIError
-from .serving import lease_for, pool_error
+from .serving import lease_for
 from .state import server_state
 
 _SERVES = {"embedding": "/v1/embeddings", "cross_encoder": "/v1/rerank"}
 
 
 def _entry(request: Request, model_id: str | None) -> Entry:
-    try:
-        return server_state(request).models.resolve(model_id)
-    except UnknownModel as exc:
-        raise pool_error(exc) from None
+    return server_state(request).models.resolve(model_id)
 
 
 async def _loaded(request: Request, entry: Entry) -> Embedder | Reranker:

@@ -1,15 +1,36 @@
-"""API errors in each API's own shape, and request-body parsing that produces them."""
+"""API errors: the one table from a failure's type to its status and code, each API's own
+shape for them, and request-body parsing that produces them.
+
+Every path that answers a failure goes through ``api_error``: the app's exception handlers
+(a direct answer), the stream fallbacks of every surface (a failure mid-stream) and the
+event a stream that waited for a model load ends with. So a failure has one status and
+code wherever it happens.
+"""
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import from_json
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from ..chat.template import ChatTemplateError
+from ..engine.engine import QueueFullError
+from ..engine.types import EngineUnavailableError, GenerationError
+from ..fleet.pool import (
+    AdapterRefused,
+    ModelBusy,
+    ModelLoadFailed,
+    ModelTooLarge,
+    PoolFull,
+    UnknownModel,
+)
+from ..request import RequestError
 from .encoding import BodyEncodingError, decompressed
 
 M = TypeVar("M", bound=BaseModel)
@@ -92,6 +113,62 @@ class APIError(Exception):
                 "message": self.message,
             },
         }
+
+
+@dataclass(frozen=True)
+class Failure:
+    """How the APIs answer one type of failure."""
+
+    status: int
+    code: str | None = None
+    prefix: str = ""  # before the exception's own message
+    param: str | None = None  # the request field at fault, when the exception names none
+    headers: dict[str, str] | None = None
+
+
+RETRY_AFTER_S = "5"
+
+# The one table: a failure's type (or its nearest listed base class) -> how it is answered.
+# A new failure type gets its row here; every surface, direct or streamed, follows.
+FAILURES: dict[type[Exception], Failure] = {
+    RequestError: Failure(400),  # the request cannot be served for this model
+    ChatTemplateError: Failure(400),
+    AdapterRefused: Failure(400, "invalid_adapter", param="model"),
+    UnknownModel: Failure(404, "model_not_found", param="model"),
+    ModelBusy: Failure(409, "model_busy"),
+    QueueFullError: Failure(429, prefix="server is busy: "),
+    ModelLoadFailed: Failure(500, "model_load_failed"),
+    GenerationError: Failure(500, prefix="generation failed: "),
+    EngineUnavailableError: Failure(503, prefix="service unavailable: "),
+    PoolFull: Failure(503, "model_capacity", headers={"Retry-After": RETRY_AFTER_S}),
+    ModelTooLarge: Failure(503, "model_too_large"),
+}
+UNEXPECTED = Failure(500, prefix="internal error: ")
+
+
+def failure_of(exc: Exception) -> Failure:
+    """The table's row for ``exc``: its own type's, else its nearest listed base's."""
+    for cls in type(exc).__mro__:
+        if cls in FAILURES:
+            return FAILURES[cls]
+    return UNEXPECTED
+
+
+def api_error(exc: Exception) -> APIError:
+    """``exc`` as the APIs answer it: an ``APIError`` as raised, starlette's HTTP errors
+    with their status, everything else by the table."""
+    if isinstance(exc, APIError):
+        return exc
+    if isinstance(exc, HTTPException):
+        return APIError(exc.status_code, exc.detail, headers=dict(exc.headers or {}) or None)
+    failure = failure_of(exc)
+    return APIError(
+        failure.status,
+        f"{failure.prefix}{exc}",
+        param=getattr(exc, "param", None) or failure.param,
+        code=failure.code,
+        headers=failure.headers,
+    )
 
 
 def is_anthropic_path(path: str) -> bool:

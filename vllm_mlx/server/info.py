@@ -24,7 +24,6 @@ from ..fleet.pool import UnknownModel
 from ..models.vision import has_vision_tower
 from ..native import status as native_status
 from .adapters import adapter_card
-from .serving import POOL_ERRORS, pool_error
 from .state import ServerState, server_state
 
 _STARTED = int(time.time())
@@ -122,10 +121,7 @@ def _wants_anthropic(request: Request) -> bool:
 
 
 def _entry(state: ServerState, model_id: str | None) -> Entry:
-    try:
-        return state.models.resolve(model_id)
-    except UnknownModel as exc:
-        raise pool_error(exc) from None
+    return state.models.resolve(model_id)
 
 
 async def list_models(request: Request) -> JSONResponse:
@@ -161,10 +157,7 @@ async def load_model(request: Request) -> JSONResponse:
     """POST /v1/models/{id}/load: load it now (an operator warming a model up)."""
     state = server_state(request)
     entry = _exact(state, request.path_params["model_id"])
-    try:
-        slot = await state.models.load(entry.name)
-    except POOL_ERRORS as exc:
-        raise pool_error(exc) from None
+    slot = await state.models.load(entry.name)
     return JSONResponse(
         {"id": entry.name, "loaded": True, "load_seconds": round(slot.load_seconds, 3)}
     )
@@ -174,10 +167,7 @@ async def unload_model(request: Request) -> JSONResponse:
     """POST /v1/models/{id}/unload: free its memory now (409 while requests use it)."""
     state = server_state(request)
     entry = _exact(state, request.path_params["model_id"])
-    try:
-        was_loaded = await state.models.unload(entry.name)
-    except POOL_ERRORS as exc:
-        raise pool_error(exc) from None
+    was_loaded = await state.models.unload(entry.name)
     return JSONResponse({"id": entry.name, "loaded": False, "was_loaded": was_loaded})
 
 
@@ -186,7 +176,7 @@ def _exact(state: ServerState, model_id: str) -> Entry:
     entry = state.models.catalog.lookup(model_id)
     if entry is None:
         known = sorted(state.models.catalog.entries)
-        raise pool_error(UnknownModel(model_id, known))
+        raise UnknownModel(model_id, known)
     return entry
 
 

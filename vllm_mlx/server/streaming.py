@@ -14,10 +14,10 @@ from typing import TypeVar
 
 from starlette.requests import Request
 
-from ..engine.types import UNAVAILABLE
+from ..engine.types import GenerationError
 from ..families.message import MessageDelta, ParsedMessage, ToolCallDelta
 from ..pipeline import ChatEvent, ChatResult
-from .errors import APIError
+from .errors import APIError, api_error
 from .ops.keepalive import Idle, RequestTimeout
 from .ops.middleware import current_request
 
@@ -33,11 +33,10 @@ def whole_delta(message: ParsedMessage) -> MessageDelta:
     return MessageDelta(message.reasoning_content or "", message.content or "", calls)
 
 
-def generation_failed(message: str | None) -> APIError:
-    """500, or 503 when the engine stopped serving (a sharded server's group failed)."""
-    if message and message.startswith(UNAVAILABLE):
-        return APIError(503, message)
-    return APIError(500, f"generation failed: {message or 'unknown error'}")
+def generation_failed(error: GenerationError | None) -> APIError:
+    """A generation that ended with an error (or was cancelled, without one), by the
+    error table: 500, 503 when the engine stopped serving."""
+    return api_error(error or GenerationError("unknown error"))
 
 
 async def event_frames(

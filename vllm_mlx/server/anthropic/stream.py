@@ -17,7 +17,7 @@ from typing import Any
 
 from ...families.message import MessageDelta
 from ...pipeline import ChatEvent, Usage
-from ..errors import APIError
+from ..errors import api_error
 from ..ops.keepalive import ANTHROPIC_PING
 from ..sse import sse_data
 from ..streaming import event_frames
@@ -105,7 +105,7 @@ class MessageStream:
 
     @staticmethod
     def error(exc: Exception) -> list[str]:
-        error = exc if isinstance(exc, APIError) else APIError(500, f"stream failed: {exc}")
+        error = api_error(exc)
         return [frame(error.anthropic_body())]
 
     def _ensure_open(self, kind: str, call: int | None, fields: dict) -> list[str]:

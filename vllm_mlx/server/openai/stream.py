@@ -9,7 +9,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
 from ...engine.types import TokenLogprob
 from ...pipeline import ChatEvent, Usage
-from ..errors import APIError
+from ..errors import api_error
 from ..ops.keepalive import OPENAI_KEEPALIVE
 from ..sse import sse_data
 from ..streaming import event_frames
@@ -51,7 +51,7 @@ def chat_logprobs(entries: list[TokenLogprob]) -> dict:
 
 def error_frames(exc: Exception, final_chunk: Callable[[str], dict]) -> list[str]:
     """An error frame, a terminal chunk with a finish_reason, then [DONE]."""
-    error = exc if isinstance(exc, APIError) else APIError(500, f"stream failed: {exc}")
+    error = api_error(exc)
     return [sse_data(error.openai_body()), sse_data(final_chunk("error")), DONE]
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from ...constrained.custom_tools import InputDeltas, input_of
 from ...families.message import MessageDelta
 from ...pipeline import ChatEvent, Usage
-from ..errors import APIError
+from ..errors import api_error
 from ..ops.keepalive import OPENAI_KEEPALIVE
 from ..sse import sse_data
 from ..streaming import event_frames
@@ -138,7 +138,7 @@ class ResponseStream:
 
     def failed(self, exc: Exception) -> list[str]:
         """The terminal ``response.failed`` event, whatever went wrong and wherever."""
-        error = exc if isinstance(exc, APIError) else APIError(500, f"stream failed: {exc}")
+        error = api_error(exc)
         output = list(self.output)
         if self._item is not None:
             output.append(self._item.snapshot("incomplete"))
