@@ -62,6 +62,26 @@ class AdapterRefused(ValueError):
 
 
 @dataclass(frozen=True)
+class Resolved:
+    """What a request's model id named, resolved once where the request enters the pool
+    and carried with it to its lease: the catalog entry (an alias or unknown id already
+    turned into its model; an adapter's id into its base's entry marked with the adapter).
+    Whatever else a request selects per model belongs here, resolved in the same place."""
+
+    entry: Entry
+    requested: str | None  # the id as the client sent it
+
+    @property
+    def name(self) -> str:
+        """The model's (or adapter's) id, which responses report."""
+        return self.entry.name
+
+    @property
+    def adapter(self) -> AdapterEntry | None:
+        return self.entry.adapter
+
+
+@dataclass(frozen=True)
 class PoolLimits:
     max_loaded: int | None = None  # models loaded at once
     ttl: float | None = None  # seconds idle before unloading
@@ -101,8 +121,9 @@ class Loaded:
 class Lease:
     """One request's use of a loaded model: it is not unloaded until ``release``."""
 
-    def __init__(self, slot: Loaded):
+    def __init__(self, slot: Loaded, resolved: Resolved):
         self.slot = slot
+        self.resolved = resolved
         self.name = slot.entry.name
         self.pipeline = slot.pipeline
         self._released = False
@@ -177,22 +198,23 @@ class ModelPool:
 
     # -- which model -----------------------------------------------------------------------
 
-    def resolve(self, model_id: str | None) -> Entry:
-        """The entry ``model_id`` names (or aliases); else the default model, unless ids
+    def resolve(self, model_id: str | None) -> Resolved:
+        """The model ``model_id`` names (or aliases); else the default model, unless ids
         are strict or there is no default."""
         entry = self.catalog.lookup(model_id)
-        if entry is not None:
-            return entry
-        if self.strict or self.catalog.default is None:
-            raise UnknownModel(model_id, sorted(self.catalog.entries))
-        return self.catalog.entries[self.catalog.default]
+        if entry is None:
+            if self.strict or self.catalog.default is None:
+                raise UnknownModel(model_id, sorted(self.catalog.entries))
+            entry = self.catalog.entries[self.catalog.default]
+        return Resolved(entry, model_id)
 
-    def is_ready(self, entry: Entry) -> bool:
-        if entry.adapter is not None:
-            slot = self._slots.get(self.catalog.base_name(entry.adapter) or "")
+    def is_ready(self, resolved: Resolved) -> bool:
+        adapter = resolved.adapter
+        if adapter is not None:
+            slot = self._slots.get(self.catalog.base_name(adapter) or "")
             adapters = slot.adapters if slot is not None else None
-            return adapters is not None and adapters.get(entry.adapter.name) is not None
-        return entry.name in self._slots
+            return adapters is not None and adapters.get(adapter.name) is not None
+        return resolved.name in self._slots
 
     def loaded(self) -> list[Loaded]:
         return list(self._slots.values())
@@ -206,19 +228,20 @@ class ModelPool:
 
     # -- using ----------------------------------------------------------------------------
 
-    async def acquire(self, entry: Entry) -> Lease:
-        """A lease on ``entry``'s model, loading it first if needed (waiting on a load
-        already running for it); an adapter's entry leases its base with the adapter."""
-        if entry.adapter is not None:
-            return await self._acquire_adapter(entry.adapter)
-        slot = self._slots.get(entry.name)
+    async def acquire(self, resolved: Resolved) -> Lease:
+        """A lease on the resolved model, loading it first if needed (waiting on a load
+        already running for it); an adapter's leases its base with the adapter."""
+        if resolved.adapter is not None:
+            return await self._acquire_adapter(resolved, resolved.adapter)
+        name = resolved.name
+        slot = self._slots.get(name)
         if slot is None:
-            self._waiting[entry.name] += 1  # a loaded model someone waits for stays
+            self._waiting[name] += 1  # a loaded model someone waits for stays
             try:
-                slot = await self.load(entry.name)
+                slot = await self.load(name)
             finally:
-                self._waiting[entry.name] -= 1
-        return Lease(slot)
+                self._waiting[name] -= 1
+        return Lease(slot, resolved)
 
     async def load(self, name: str) -> Loaded:
         slot = self._slots.get(name)
@@ -238,13 +261,14 @@ class ModelPool:
 
     # -- adapters -------------------------------------------------------------------------
 
-    async def _acquire_adapter(self, adapter: AdapterEntry) -> Lease:
+    async def _acquire_adapter(self, resolved: Resolved, adapter: AdapterEntry) -> Lease:
         """A lease on the adapter's base whose pipeline runs the adapter (loaded first if
         it is not, waiting on a load already running for it)."""
         base = self.catalog.base_name(adapter)
         if base is None:
             raise UnknownModel(adapter.base, sorted(self.catalog.entries))
-        lease = await self.acquire(self.catalog.entries[base])
+        lease = await self.acquire(Resolved(self.catalog.entries[base], resolved.requested))
+        lease.resolved = resolved
         try:
             for _ in range(3):  # another load may evict it between its load and this use
                 adapters = await self.load_adapter(lease.slot, adapter)

@@ -21,14 +21,15 @@ from ..embeddings.encoders import ModelUnsupported
 from ..embeddings.kinds import Pooling
 from ..embeddings.service import Embedder, EmbeddingError, Embeddings, Reranker, Scores
 from ..fleet.catalog import Entry
+from ..fleet.pool import Resolved
 from .errors import APIError
-from .serving import lease_for
+from .serving import lease_of
 from .state import server_state
 
 _SERVES = {"embedding": "/v1/embeddings", "cross_encoder": "/v1/rerank"}
 
 
-def _entry(request: Request, model_id: str | None) -> Entry:
+def _resolved(request: Request, model_id: str | None) -> Resolved:
     return server_state(request).models.resolve(model_id)
 
 
@@ -48,10 +49,11 @@ async def embedder_for(
 ) -> Embedder:
     """The embedder ``model_id`` resolves to (a 400 for a reranker's id)."""
     state = server_state(request)
-    entry = _entry(request, model_id)
+    resolved = _resolved(request, model_id)
+    entry = resolved.entry
     facts = state.embedders.facts(entry)
     if facts is None:
-        lease = await lease_for(request, model_id)
+        lease = await lease_of(request, resolved)
         try:
             return state.embedders.pooled(lease.name, lease.pipeline, pooling or "mean")
         except EmbeddingError as exc:
@@ -71,7 +73,7 @@ async def embedder_for(
 
 async def reranker_for(request: Request, model_id: str | None) -> Reranker:
     """The reranker ``model_id`` resolves to (a 400 for any other model)."""
-    entry = _entry(request, model_id)
+    entry = _resolved(request, model_id).entry
     facts = server_state(request).embedders.facts(entry)
     if facts is None or facts.kind == "embedding":
         kind = "an embedding model" if facts is not None else "a chat model"

@@ -121,7 +121,7 @@ def _wants_anthropic(request: Request) -> bool:
 
 
 def _entry(state: ServerState, model_id: str | None) -> Entry:
-    return state.models.resolve(model_id)
+    return state.models.resolve(model_id).entry
 
 
 async def list_models(request: Request) -> JSONResponse:

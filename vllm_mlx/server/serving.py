@@ -2,11 +2,13 @@
 
 A handler parses its body, then ``answer_with(request, body.model, stream, idle, answer)``:
 ``answer(lease)`` is the rest of the handler, run with the pipeline of the model the id
-resolves to (``lease.name`` is the id responses report). The lease lasts until the response
-has ended. When the model is loaded, that is all. When it must load first, a non-streamed
-request waits; a streamed one starts its stream at once and sends keep-alives (``idle``: an
-SSE comment, or Anthropic's ping) until the model is there, then the handler's own stream,
-so proxies and clients do not drop a connection that is silent for the load's seconds.
+resolves to (``lease.name`` is the id responses report). The id is resolved once, here
+(``ModelPool.resolve``); the ``Resolved`` travels to the lease (``lease.resolved``), so
+nothing downstream looks the id up again. The lease lasts until the response has ended.
+When the model is loaded, that is all. When it must load first, a non-streamed request
+waits; a streamed one starts its stream at once and sends keep-alives (``idle``: an SSE
+comment, or Anthropic's ping) until the model is there, then the handler's own stream, so
+proxies and clients do not drop a connection that is silent for the load's seconds.
 """
 
 from __future__ import annotations
@@ -18,8 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from ..embeddings.kinds import KIND_NAMES
-from ..fleet.catalog import Entry
-from ..fleet.pool import Lease, ModelPool
+from ..fleet.pool import Lease, ModelPool, Resolved
 from .errors import APIError, api_error, is_anthropic_path
 from .ops.keepalive import Idle, paced
 from .ops.middleware import current_request
@@ -31,29 +32,35 @@ Answer = Callable[[Lease], Awaitable[Response]]
 
 
 async def lease_for(request: Request, model_id: str | None) -> Lease:
-    """The lease of the model ``model_id`` resolves to, loaded if it was not (a waiting
-    request still stops at its deadline or when its client leaves)."""
+    """The lease of the chat model ``model_id`` names, for a handler that never streams."""
+    return await lease_of(
+        request, _chat_model(request, server_state(request).models.resolve(model_id))
+    )
+
+
+async def lease_of(request: Request, resolved: Resolved) -> Lease:
+    """The resolved model's lease, loaded if it was not (a waiting request still stops at
+    its deadline or when its client leaves)."""
     pool: ModelPool = server_state(request).models
-    entry = _chat_model(request, pool.resolve(model_id))
-    if pool.is_ready(entry):
-        return _held(await pool.acquire(entry))
-    return await unless_disconnected(request, _acquired(pool, model_id))
+    if pool.is_ready(resolved):
+        return _held(await pool.acquire(resolved))
+    return await unless_disconnected(request, _acquired(pool, resolved))
 
 
-def _chat_model(request: Request, entry: Entry) -> Entry:
-    """``entry``, unless it is an embedding model or a reranker (a 400 naming its route)."""
-    facts = server_state(request).embedders.facts(entry)
+def _chat_model(request: Request, resolved: Resolved) -> Resolved:
+    """``resolved``, unless it is an embedding model or a reranker (a 400 naming its route)."""
+    facts = server_state(request).embedders.facts(resolved.entry)
     if facts is not None:
         route = "/v1/embeddings" if facts.kind == "embedding" else "/v1/rerank"
         raise APIError(
-            400, f"model {entry.name!r} is {KIND_NAMES[facts.kind]}: use {route}", param="model"
+            400, f"model {resolved.name!r} is {KIND_NAMES[facts.kind]}: use {route}", param="model"
         )
-    return entry
+    return resolved
 
 
-async def _acquired(pool: ModelPool, model_id: str | None) -> Lease:
+async def _acquired(pool: ModelPool, resolved: Resolved) -> Lease:
     # released by the request's end even if the waiter was given up as the lease came
-    return _held(await pool.acquire(pool.resolve(model_id)))
+    return _held(await pool.acquire(resolved))
 
 
 def _held(lease: Lease) -> Lease:
@@ -65,24 +72,25 @@ async def answer_with(
     request: Request, model_id: str | None, stream: bool, idle: str, answer: Answer
 ) -> Response:
     """``answer`` with the model's lease; a stream that must wait for a load waits inside
-    its own response, with keep-alives."""
+    its own response, with keep-alives. ``model_id`` is resolved here, once: the lease
+    carries the result (``lease.resolved``)."""
     pool: ModelPool = server_state(request).models
-    ready = pool.is_ready(_chat_model(request, pool.resolve(model_id)))
-    if ready or not stream:
-        return await answer(await lease_for(request, model_id))
+    resolved = _chat_model(request, pool.resolve(model_id))
+    if pool.is_ready(resolved) or not stream:
+        return await answer(await lease_of(request, resolved))
     path = request.url.path
     return sse_response(
-        _after_load(request, model_id, idle, answer), lambda exc: late_error(path, exc)
+        _after_load(request, resolved, idle, answer), lambda exc: late_error(path, exc)
     )
 
 
 async def _after_load(
-    request: Request, model_id: str | None, idle: str, answer: Answer
+    request: Request, resolved: Resolved, idle: str, answer: Answer
 ) -> AsyncIterator[str]:
     context = current_request()
 
     async def leased() -> AsyncGenerator[Lease, None]:
-        yield await _acquired(server_state(request).models, model_id)
+        yield await _acquired(server_state(request).models, resolved)
 
     lease = None
     waiting = paced(
