@@ -18,7 +18,7 @@ from ...fleet.pool import Lease
 from ...pipeline import Prepared
 from ...request import ContextLengthError, Infill
 from ..errors import parse_body
-from ..serving import lease_for, pool_error
+from ..serving import lease_for
 from ..state import server_state
 from ..streaming import unless_disconnected
 from .convert import (
@@ -123,10 +123,7 @@ async def _load_only(request: Request, body: GenerationFields, kind: Kind, timer
     keep = keep_alive_seconds(body.keep_alive)
     pool = server_state(request).models
     if keep == 0:
-        try:
-            entry = pool.resolve(model_id(request, body.model))
-        except LookupError as exc:
-            raise pool_error(exc) from None
+        entry = pool.resolve(model_id(request, body.model)).entry
         pool.expire(entry.name)
         name, reason = entry.name, "unload"
     else:

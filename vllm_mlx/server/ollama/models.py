@@ -26,11 +26,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from ...fleet.catalog import Entry
-from ...fleet.pool import Loaded, ModelPool, UnknownModel
+from ...fleet.pool import Loaded, ModelPool
 from ...models.errors import ModelLoadError
 from ...models.gguf_header import read_gguf_header
 from ..errors import APIError, parse_body
-from ..serving import pool_error
 from ..state import server_state
 from .handler import model_id
 from .protocol import ShowBody
@@ -139,10 +138,7 @@ async def show(request: Request) -> JSONResponse:
     if not name:
         raise APIError(400, "model is required")
     pool = server_state(request).models
-    try:
-        entry = pool.resolve(model_id(request, name))
-    except UnknownModel as exc:
-        raise pool_error(exc) from None
+    entry = pool.resolve(model_id(request, name)).entry
     slot = _slot(pool, entry)
     summary = await asyncio.to_thread(_summary, entry)
     await asyncio.to_thread(lambda: slot.pipeline.fim_format if slot is not None else None)

@@ -21,7 +21,7 @@ from starlette.responses import StreamingResponse
 from ...engine.types import TokenLogprob
 from ...families.message import MessageDelta
 from ...pipeline import ChatEvent, Usage
-from ..errors import APIError
+from ..errors import api_error
 from ..streaming import event_frames
 from .convert import done_reason, tool_call_body
 
@@ -53,8 +53,7 @@ def ndjson_response(
 
 
 def error_lines(exc: Exception) -> list[str]:
-    error = exc if isinstance(exc, APIError) else APIError(500, f"stream failed: {exc}")
-    return [ndjson(error.ollama_body())]
+    return [ndjson(api_error(exc).ollama_body())]
 
 
 @dataclass
