@@ -14,7 +14,7 @@ from starlette.responses import JSONResponse, Response
 
 from ...pipeline import ChatEvent, Usage
 from ...request import ContextLengthError, Infill, RequestError
-from ..errors import APIError, parse_body
+from ..errors import APIError, api_error, parse_body
 from ..ops.keepalive import OPENAI_KEEPALIVE
 from ..serving import Lease, lease_for
 from ..sse import sse_data, sse_response
@@ -95,5 +95,4 @@ async def _frames(events: AsyncGenerator[ChatEvent, None], lease: Lease) -> Asyn
 
 
 def _error(exc: Exception) -> list[str]:
-    error = exc if isinstance(exc, APIError) else APIError(500, f"stream failed: {exc}")
-    return [sse_data(error.llama_cpp_body())]
+    return [sse_data(api_error(exc).llama_cpp_body())]
