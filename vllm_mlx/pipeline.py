@@ -499,8 +499,13 @@ class Pipeline:
                 yield event
 
     async def complete(self, prepared: Prepared) -> ChatResult:
-        events = [event async for event in self.stream(prepared)]
-        return self._result(prepared, events)
+        return await self.result_of(prepared, self.stream(prepared))
+
+    async def result_of(
+        self, prepared: Prepared, events: AsyncGenerator[ChatEvent, None]
+    ) -> ChatResult:
+        """The result of ``prepared``'s stream ``events``, consumed to its end."""
+        return self._result(prepared, [event async for event in events])
 
     def complete_sync(self, prepared: Prepared) -> ChatResult:
         return self._result(prepared, list(self.stream_sync(prepared)))

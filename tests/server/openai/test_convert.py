@@ -65,7 +65,6 @@ def test_messages_become_template_messages():
 @pytest.mark.parametrize(
     "fields,param",
     [
-        ({"n": 2}, "n"),
         ({"top_logprobs": 2}, "top_logprobs"),
         (
             {"messages": [{"role": "user", "content": [{"type": "audio"}]}]},

@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...pipeline import ChatEvent
+from ...pipeline import ChatEvent, Prepared
 from ...request import ContextLengthError
-from ..errors import parse_body
+from ..errors import APIError, parse_body
 from ..mcp.tool_loop import ToolLoopRun, call_budget
 from ..ops.keepalive import OPENAI_KEEPALIVE
 from ..serving import Lease, answer_with
 from ..sse import sse_data, sse_response
 from ..state import server_state
 from ..streaming import generation_failed, unless_disconnected, whole_delta
+from .choices import all_choices, check_n, seeded, usage_of
 from .convert import (
     CustomCalls,
     completion_body,
@@ -43,9 +45,12 @@ async def chat_completions(request: Request) -> Response:
 
 async def _answer(request: Request, body: ChatCompletionRequest, lease: Lease) -> Response:
     state = server_state(request)
+    check_n(body.n, bool(body.stream))
     chat = await asyncio.to_thread(to_chat_request, body)
     custom = CustomCalls({t.name for t in chat.custom_tools})  # calls of custom tools
     mcp = mcp_options((body.model_extra or {}).get("mcp"))
+    if mcp is not None and body.n > 1:
+        raise APIError(400, "n > 1 cannot be combined with mcp tools", param="n")
     if mcp is not None:
         chat = with_mcp_tools(chat, state.mcp, mcp)
     # rendering and tokenizing take seconds on a huge prompt: off the event loop
@@ -133,6 +138,22 @@ async def _answer(request: Request, body: ChatCompletionRequest, lease: Lease) -
                 yield frame
 
         return sse_response(frames(), on_error)
+
+    if body.n > 1:
+
+        def prepare(index: int) -> Prepared:
+            return lease.pipeline.prepare_chat(replace(chat, sampling=seeded(chat.sampling, index)))
+
+        results = await unless_disconnected(
+            request, all_choices(lease.pipeline, prepared, prepare, body.n)
+        )
+        bodies = [
+            completion_body(r, response_id, created, model, body.logprobs, custom) for r in results
+        ]
+        whole = bodies[0]
+        whole["choices"] = [{**b["choices"][0], "index": i} for i, b in enumerate(bodies)]
+        whole["usage"] = usage_body(usage_of(results))
+        return JSONResponse(whole)
 
     result = await unless_disconnected(request, lease.pipeline.complete(prepared))
     if result.finish_reason == "error":

@@ -9,13 +9,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ...engine.types import TokenLogprob
-from ...pipeline import ChatEvent
+from ...pipeline import ChatEvent, Prepared
 from ...request import ContextLengthError, Infill
 from ..errors import APIError, parse_body
 from ..ops.keepalive import OPENAI_KEEPALIVE
 from ..serving import Lease, answer_with
 from ..sse import sse_response
 from ..streaming import generation_failed, unless_disconnected
+from .choices import all_choices, check_n, seeded, usage_of
 from .convert import context_error
 from .protocol import CompletionRequest
 from .stream import error_frames, new_id, now, openai_frames, usage_body
@@ -34,8 +35,7 @@ async def completions(request: Request) -> Response:
 
 
 async def _answer(request: Request, body: CompletionRequest, lease: Lease) -> Response:
-    if body.n != 1:
-        raise APIError(400, "n > 1 is not supported by this server", param="n")
+    check_n(body.n, bool(body.stream))
     if body.echo:
         raise APIError(400, "echo is not supported", param="echo")
     prompt = body.prompt
@@ -47,26 +47,23 @@ async def _answer(request: Request, body: CompletionRequest, lease: Lease) -> Re
     sampling.logprobs = body.logprobs is not None
     sampling.top_logprobs = body.logprobs or 0
     text_or_ids = cast("str | list[int]", prompt)  # a list of strings was unpacked above
+    constraint = constraint_of(body)
+    if body.suffix and not isinstance(text_or_ids, str):
+        raise APIError(400, "suffix needs a text prompt, not token ids", param="prompt")
+    if body.suffix and constraint is not None:
+        raise APIError(400, "suffix cannot be combined with an output constraint")
+
+    def prepare(index: int) -> Prepared:
+        """Choice ``index``'s request (``suffix``: fill-in-the-middle in the model's own
+        FIM tokens)."""
+        chosen = seeded(sampling, index)
+        if body.suffix:
+            infill = Infill(prefix=cast(str, text_or_ids), suffix=body.suffix)
+            return lease.pipeline.prepare_infill(infill, chosen, body.max_tokens)
+        return lease.pipeline.prepare_completion(text_or_ids, chosen, body.max_tokens, constraint)
+
     try:  # tokenizing a huge prompt takes seconds: off the event loop
-        if body.suffix:  # fill-in-the-middle, in the model's own FIM tokens
-            if not isinstance(text_or_ids, str):
-                raise APIError(400, "suffix needs a text prompt, not token ids", param="prompt")
-            if constraint_of(body) is not None:
-                raise APIError(400, "suffix cannot be combined with an output constraint")
-            prepared = await asyncio.to_thread(
-                lease.pipeline.prepare_infill,
-                Infill(prefix=text_or_ids, suffix=body.suffix),
-                sampling,
-                body.max_tokens,
-            )
-        else:
-            prepared = await asyncio.to_thread(
-                lease.pipeline.prepare_completion,
-                text_or_ids,
-                sampling,
-                body.max_tokens,
-                constraint_of(body),
-            )
+        prepared = await asyncio.to_thread(prepare, 0)
     except ContextLengthError as exc:
         raise context_error(exc, "prompt") from None
 
@@ -108,12 +105,22 @@ async def _answer(request: Request, body: CompletionRequest, lease: Lease) -> Re
         )
         return sse_response(frames, lambda exc: error_frames(exc, lambda r: chunk("", r)))
 
-    result = await unless_disconnected(request, lease.pipeline.complete(prepared))
-    if result.finish_reason == "error":
-        raise generation_failed(result.error)
-    lp = completion_logprobs(result.logprobs) if sampling.logprobs else None
-    out = chunk(result.message.content or "", result.finish_reason, lp)
-    out["usage"] = usage_body(result.usage)
+    if body.n > 1:
+        results = await unless_disconnected(
+            request, all_choices(lease.pipeline, prepared, prepare, body.n)
+        )
+    else:
+        results = [await unless_disconnected(request, lease.pipeline.complete(prepared))]
+    if results[0].finish_reason == "error":
+        raise generation_failed(results[0].error)
+    choices = []
+    for index, result in enumerate(results):
+        lp = completion_logprobs(result.logprobs) if sampling.logprobs else None
+        choice = chunk(result.message.content or "", result.finish_reason, lp)["choices"][0]
+        choices.append({**choice, "index": index})
+    out = chunk("", None)
+    out["choices"] = choices
+    out["usage"] = usage_body(usage_of(results))
     return JSONResponse(out)
 
 

@@ -40,8 +40,6 @@ _MEDIA_PARTS = {
 
 
 def to_chat_request(body: ChatCompletionRequest) -> ChatRequest:
-    if body.n != 1:
-        raise APIError(400, "n > 1 is not supported by this server", param="n")
     sampling = body.sampling()
     sampling.logprobs = body.logprobs
     sampling.top_logprobs = body.top_logprobs or 0
