@@ -65,8 +65,14 @@ def test_call_turns_with_null_content_render(name):
 
 
 def test_tool_results_get_the_called_functions_name():
+    """OpenAI tool messages carry only ``tool_call_id``; the name comes from the call it
+    answers, in the tool turn itself (the assistant's call shows it too)."""
     text = render("tool_result_needs_name.jinja", tools=CITY_TOOLS).text
-    assert "get_weather" in text.split("18C")[0].rsplit("Weather in Paris?", 1)[-1]
+    tool_turn = text.split("<|im_start|>tool\n", 1)[1].split("<|im_end|>", 1)[0]
+    assert (
+        tool_turn
+        == '<tool_response>{"name": "get_weather", "content": "18C, sunny"}</tool_response>'
+    )
 
 
 # -- 2. ids in the template's shape --------------------------------------------------------

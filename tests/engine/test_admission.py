@@ -4,6 +4,7 @@ for that prefill and reads the prefix from the cache instead of computing it aga
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -46,12 +47,40 @@ def test_the_source_stores_a_shared_prompt_when_its_prefill_ends(model, tokenize
     assert not source.prefill_to_share(follower)
 
 
+class WatchedSource:
+    """A ModelBatchSource whose first step waits until the test says go (so a second
+    request is queued while the first is still prefilling), and which records every
+    answer to "does this prompt wait for a prefill in progress?"."""
+
+    def __init__(self, inner: ModelBatchSource):
+        self.inner = inner
+        self.go = threading.Event()
+        self.stepping = threading.Event()
+        self.waits: list[bool] = []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def prefill_to_share(self, prompt) -> bool:
+        answer = self.inner.prefill_to_share(prompt)
+        self.waits.append(answer)
+        return answer
+
+    def step(self):
+        if not self.stepping.is_set():
+            self.stepping.set()
+            assert self.go.wait(60)
+        return self.inner.step()
+
+
 def test_a_follower_waits_and_matches_a_cold_run(model, tokenizer):
     prefix = prefix_of(tokenizer)
-    source = ModelBatchSource(model, prefix_cache=PrefixCache(64 << 20), prefill_step_size=16)
+    source = WatchedSource(
+        ModelBatchSource(model, prefix_cache=PrefixCache(64 << 20), prefill_step_size=16)
+    )
     engine = Engine(source, tokenizer)
     cold = Engine(ModelBatchSource(model), tokenizer)
-    prompts = [prefix, prefix + tokenizer.encode(" and more")]
+    leader, follower = prefix, prefix + tokenizer.encode(" and more")
 
     def run(engine, prompt):
         request = GenerationRequest(prompt, SamplingParams(max_tokens=8, temperature=0))
@@ -60,18 +89,22 @@ def test_a_follower_waits_and_matches_a_cold_run(model, tokenizer):
 
     try:
         results: dict = {}
-        threads = [
-            threading.Thread(target=lambda i=i: results.__setitem__(i, run(engine, prompts[i])))
-            for i in range(2)
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        for i, prompt in enumerate(prompts):
+        first = threading.Thread(target=lambda: results.__setitem__(0, run(engine, leader)))
+        first.start()
+        assert source.stepping.wait(60)  # the leader's prefill has begun, and is held there
+        second = threading.Thread(target=lambda: results.__setitem__(1, run(engine, follower)))
+        second.start()
+        while engine._jobs.qsize() == 0 and second.is_alive():  # the follower is queued
+            time.sleep(0.001)
+        source.go.set()
+        first.join()
+        second.join()
+        assert True in source.waits  # the follower was held back for the leader's prefill
+        assert results[1][1] >= len(prefix) - 1  # and then read the prefix from the cache
+        assert results[0][1] == 0
+        for i, prompt in enumerate((leader, follower)):
             assert results[i][0] == run(cold, prompt)[0]
-        # Whichever was admitted second read the shared prefix from the cache.
-        assert max(results[0][1], results[1][1]) >= len(prefix) - 1
     finally:
+        source.go.set()
         engine.close()
         cold.close()

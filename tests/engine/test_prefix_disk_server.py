@@ -1,6 +1,7 @@
 """`--prefix-cache-dir` and `--warmup-prompt` across two real server processes: the first
 warms the cache with a system prompt and writes it to disk on the way down; the second
-starts over the same directory and serves that system prompt from the cache."""
+starts over the same directory without a warm-up (so its memory cache starts empty) and
+serves that system prompt from the disk."""
 
 from __future__ import annotations
 
@@ -17,17 +18,13 @@ SYSTEM = " ".join(
 
 def test_a_restart_reads_the_warmed_system_prompt_from_disk(tmp_path):
     (tmp_path / "system.txt").write_text(SYSTEM)
-    args = (
-        "--prefix-cache-dir",
-        str(tmp_path / "cache"),
-        "--warmup-prompt",
-        str(tmp_path / "system.txt"),
-    )
-    with cli_server(*args, log_path=tmp_path / "first.log"):
+    cache = ("--prefix-cache-dir", str(tmp_path / "cache"))
+    warmup = ("--warmup-prompt", str(tmp_path / "system.txt"))
+    with cli_server(*cache, *warmup, log_path=tmp_path / "first.log"):
         pass  # the warm-up ran at start-up; shutdown finishes the disk write
     files = list((tmp_path / "cache").rglob("*.safetensors"))
     assert len(files) == 1 and not list((tmp_path / "cache").rglob("*.tmp"))
-    with cli_server(*args, log_path=tmp_path / "second.log") as base:
+    with cli_server(*cache, log_path=tmp_path / "second.log") as base:
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0, timeout=300)
         reply = client.chat.completions.create(
             model="m",

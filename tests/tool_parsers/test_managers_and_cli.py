@@ -136,11 +136,9 @@ def test_auto_asks_for_detection_and_means_the_fallback_without_a_model():
 
 
 def test_deepseek_v32_is_not_deepseek_v31():
-    """vLLM's deepseek_v32 is DSML, a different syntax: not an alias of V3.1."""
-    try:
-        assert ToolParserManager.resolve("deepseek_v32") != "deepseek_v31"
-    except UnknownParserError:
-        pass  # DSML not implemented yet
+    """vLLM's deepseek_v32 is DSML, a different syntax: its own family, not an alias of V3.1."""
+    assert ToolParserManager.resolve("deepseek_v32") == "deepseek_v32"
+    assert ToolParserManager.format("deepseek_v32") is not ToolParserManager.format("deepseek_v31")
 
 
 def test_runtime_detects_the_family_for_auto():

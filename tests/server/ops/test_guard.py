@@ -1,9 +1,10 @@
-"""The HTTP-level refusals (issue 12): Host (DNS rebinding), cross-site Origin, non-JSON
+"""The HTTP-level refusals: Host (DNS rebinding), cross-site Origin, non-JSON
 bodies, 405 with Allow, refused preflights, ambiguous framing, slow and idle connections,
 stream admission — through the real CLI server over real sockets."""
 
 from __future__ import annotations
 
+import select
 import socket
 import time
 from pathlib import Path
@@ -33,8 +34,9 @@ def served(tmp_path_factory):
         yield server.base_url, log
 
 
-def _raw(base: str, payload: bytes, wait: float = 5.0) -> bytes:
-    """Send raw bytes; return everything the server sends until it closes or goes quiet."""
+def _raw(base: str, payload: bytes, wait: float = 5.0) -> tuple[bytes, bool]:
+    """Send raw bytes; return what the server sent and whether it closed the connection
+    (False: it was still open, silent, when ``wait`` ran out)."""
     host, port = base.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=wait) as sock:
         sock.sendall(payload)
@@ -43,8 +45,8 @@ def _raw(base: str, payload: bytes, wait: float = 5.0) -> bytes:
             while chunk := sock.recv(65536):
                 received += chunk
         except TimeoutError:
-            pass
-    return received
+            return received, False
+    return received, True
 
 
 @pytest.mark.parametrize(
@@ -149,26 +151,60 @@ def test_content_length_with_transfer_encoding_is_refused_and_closed(served):
         b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
         b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n"
     )
-    answer = _raw(base, smuggled)
+    answer, closed = _raw(base, smuggled)
+    assert closed
     assert answer.startswith(b"HTTP/1.1 400")
     assert answer.count(b"HTTP/1.1") == 1  # the smuggled second request never ran
 
 
 def test_a_half_sent_request_is_closed_at_the_read_timeout(served):
     base, _ = served
-    answer = _raw(base, b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n", wait=15)
-    assert answer == b""  # closed by the server (the wait would have timed out otherwise)
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n"
+    answer, closed = _raw(base, head, wait=15)  # --read-timeout is 1 s
+    assert closed, "the server kept a half-sent request open"
+    assert answer == b""
 
 
-def test_idle_connections_cannot_starve_health(served):
-    """Past --max-connections the idle ones are shed; /health still answers."""
-    base, _ = served
-    host, port = base.removeprefix("http://").split(":")
+@pytest.fixture(scope="module")
+def capped(tmp_path_factory):
+    """A replay server whose only way to close an idle connection is the connection cap
+    (the read timeout is far longer than the test)."""
+    folder = tmp_path_factory.mktemp("capped")
+    (folder / "out.txt").write_text("Hello there.")
+    args = ["--replay", str(folder / "out.txt"), "--read-timeout", "120", "--max-connections", "16"]
+    with launched_server(None, args, folder / "server.log", timeout=120) as server:
+        yield server.base_url
+
+
+def _closed_by_server(sockets: list[socket.socket], at_least: int, wait: float) -> int:
+    """How many of ``sockets`` the server has closed, watching up to ``wait`` seconds for at
+    least ``at_least`` of them."""
+    closed: set[socket.socket] = set()
+    deadline = time.monotonic() + wait
+    while len(closed) < at_least and (left := deadline - time.monotonic()) > 0:
+        readable, _, _ = select.select([s for s in sockets if s not in closed], [], [], left)
+        for sock in readable:
+            try:
+                ended = sock.recv(1) == b""
+            except ConnectionError:
+                ended = True
+            if ended:
+                closed.add(sock)
+    return len(closed)
+
+
+def test_idle_connections_past_the_cap_are_shed_and_health_answers(capped):
+    """60 idle connections against --max-connections 16: the server closes the idle ones
+    past the cap, and /health still answers."""
+    host, port = capped.removeprefix("http://").split(":")
     idle = [socket.create_connection((host, int(port))) for _ in range(60)]
     try:
         for sock in idle:
             sock.sendall(b"GET /health HTTP/1.1\r\n")  # never finished
-        assert httpx.get(f"{base}/health", timeout=10).status_code == 200
+        assert httpx.get(f"{capped}/health", timeout=10).status_code == 200
+        # at most 16 stay open (the /health request took one slot too)
+        shed = _closed_by_server(idle, at_least=60 - 16, wait=10)
+        assert shed >= 60 - 16, shed
     finally:
         for sock in idle:
             sock.close()

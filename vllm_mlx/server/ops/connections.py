@@ -74,9 +74,16 @@ class _Guarded(H11Protocol):
 
     def _shed_one(self) -> bool:
         """Close one other connection that is only waiting on its client (never one whose
-        request is being served); False if there is none."""
+        request is being served, nor one already closing: it stays in ``connections`` until
+        the loop runs ``connection_lost``, so picking it again would shed nothing); False if
+        there is none."""
         for other in list(self.connections):
-            if other is not self and isinstance(other, _Guarded) and other.waiting_on_client():
+            if (
+                other is not self
+                and isinstance(other, _Guarded)
+                and not other.transport.is_closing()
+                and other.waiting_on_client()
+            ):
                 other.transport.close()
                 return True
         return False
