@@ -127,6 +127,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--chat-tokens", type=int, default=2000)
+    parser.add_argument(
+        "--models", default="bge-small-shape,smollm2", help="comma-separated: which to embed with"
+    )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-embeddings-"))
     write_bert(tmp / "models" / "bge-small-shape")
@@ -146,7 +149,7 @@ def main() -> None:
             f"{'model':<16} {'batch':>5} {'inputs/s alone':>15} {'inputs/s w/ chat':>17} "
             f"{'chat tok/s during':>18} {'chat pace':>10}"
         )
-        for model in ("bge-small-shape", "smollm2"):
+        for model in args.models.split(","):
             for batch in (1, 16, 64):
                 alone, _, _ = embed_rate(base, model, batch, args.seconds)
                 with ChatStream(base, args.chat_tokens) as chat:

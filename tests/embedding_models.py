@@ -15,7 +15,7 @@ from pathlib import Path
 import mlx.core as mx
 from fleet.models_dir import write_tiny_folder
 from mlx.utils import tree_flatten
-from mlx_embeddings.models import bert
+from mlx_embeddings.models import bert, modernbert, xlm_roberta
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
@@ -53,6 +53,100 @@ def bert_tokenizer() -> PreTrainedTokenizerFast:
         mask_token="[MASK]",
         model_max_length=BERT_MAX_POSITIONS,
     )
+
+
+def xlmr_tokenizer() -> PreTrainedTokenizerFast:
+    """The same words with RoBERTa's specials (<s> 0, <pad> 1) and its pair template
+    (<s> A </s></s> B </s>, no token types, as XLM-RoBERTa's tokenizer)."""
+    specials = ["<s>", "<pad>", "</s>", "<unk>"]
+    letters = sorted({c for w in _WORDS for c in w} | set("0123456789.,?!'"))
+    tokens = dict.fromkeys([*specials, *_WORDS, *letters, *(f"##{c}" for c in letters)])
+    vocab = {t: i for i, t in enumerate(tokens)}
+    wordpiece = Tokenizer(models.WordPiece(vocab, unk_token="<unk>"))
+    wordpiece.normalizer = normalizers.BertNormalizer(lowercase=True)
+    wordpiece.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    wordpiece.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>",
+        pair="<s> $A </s> </s> $B </s>",
+        special_tokens=[("<s>", 0), ("</s>", 2)],
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=wordpiece,
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        pad_token="<pad>",
+        model_input_names=["input_ids", "attention_mask"],
+    )
+
+
+def _xlmr_config(vocab_size: int, **extra: object) -> dict:
+    return {
+        "model_type": "xlm-roberta",
+        "architectures": ["XLMRobertaModel"],
+        "hidden_size": BERT_HIDDEN,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "intermediate_size": BERT_HIDDEN * 2,
+        "max_position_embeddings": BERT_MAX_POSITIONS + 2,
+        "vocab_size": vocab_size,
+        "type_vocab_size": 1,
+        "pad_token_id": 1,
+        **extra,
+    }
+
+
+def write_xlmr_embedder(folder: Path, *, seed: int = 6) -> Path:
+    """An XLM-RoBERTa embedder (E5/BGE-M3 layout), CLS pooling as BGE-M3 declares."""
+    tokenizer = xlmr_tokenizer()
+    settings = _xlmr_config(len(tokenizer))
+    mx.random.seed(seed)
+    model = xlm_roberta.Model(xlm_roberta.ModelArgs.from_dict(settings))
+    _save(folder, dict(tree_flatten(model.parameters())), settings, tokenizer)
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_cls_token": True}))
+    return folder
+
+
+def write_xlmr_cross_encoder(folder: Path, *, seed: int = 7) -> Path:
+    """An XLMRobertaForSequenceClassification (bge-reranker's layout), one label."""
+    tokenizer = xlmr_tokenizer()
+    settings = _xlmr_config(
+        len(tokenizer), architectures=["XLMRobertaForSequenceClassification"], num_labels=1
+    )
+    mx.random.seed(seed)
+    args = xlm_roberta.ModelArgs.from_dict({**settings, "add_pooling_layer": False})
+    weights = {f"roberta.{k}": v for k, v in tree_flatten(xlm_roberta.Model(args).parameters())}
+    weights["classifier.dense.weight"] = mx.random.normal((BERT_HIDDEN, BERT_HIDDEN)) * 0.2
+    weights["classifier.dense.bias"] = mx.zeros((BERT_HIDDEN,))
+    weights["classifier.out_proj.weight"] = mx.random.normal((1, BERT_HIDDEN))
+    weights["classifier.out_proj.bias"] = mx.zeros((1,))
+    return _save(folder, weights, settings, tokenizer)
+
+
+def write_modernbert_embedder(folder: Path, *, seed: int = 8) -> Path:
+    """A ModernBERT embedder (nomic-ai/modernbert-embed's layout), mean pooling."""
+    tokenizer = bert_tokenizer()
+    settings = {
+        "model_type": "modernbert",
+        "architectures": ["ModernBertModel"],
+        "hidden_size": BERT_HIDDEN,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 2,
+        "intermediate_size": BERT_HIDDEN * 2,
+        "max_position_embeddings": BERT_MAX_POSITIONS,
+        "local_attention": 16,
+        "vocab_size": len(tokenizer),
+        "pad_token_id": 0,
+    }
+    mx.random.seed(seed)
+    model = modernbert.Model(modernbert.ModelArgs.from_dict(settings))
+    _save(folder, dict(tree_flatten(model.parameters())), settings, tokenizer)
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(
+        json.dumps({"pooling_mode_mean_tokens": True})
+    )
+    return folder
 
 
 def _bert_config(vocab_size: int, **extra: object) -> dict:

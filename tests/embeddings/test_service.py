@@ -3,6 +3,10 @@ vectors (batched equal to alone), dimensions, limits and hostile inputs, reranke
 
 from __future__ import annotations
 
+import asyncio
+import os
+import sys
+
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
@@ -12,7 +16,10 @@ from embedding_models import (
     BERT_MAX_POSITIONS,
     write_bert_cross_encoder,
     write_bert_embedder,
+    write_modernbert_embedder,
     write_qwen3_embedder,
+    write_xlmr_cross_encoder,
+    write_xlmr_embedder,
     write_yes_no_reranker,
 )
 from fleet.models_dir import write_tiny_folder
@@ -41,7 +48,10 @@ def folders(tmp_path_factory):
         "bert": write_bert_embedder(root / "bert", is_matryoshka=True),
         "bert-cls": write_bert_embedder(root / "bert-cls", pooling="cls"),
         "qwen3": write_qwen3_embedder(root / "qwen3", matryoshka_dimensions=[8, 16]),
+        "xlmr": write_xlmr_embedder(root / "xlmr"),
+        "modernbert": write_modernbert_embedder(root / "modernbert"),
         "cross": write_bert_cross_encoder(root / "cross"),
+        "xlmr-cross": write_xlmr_cross_encoder(root / "xlmr-cross"),
         "yes-no": write_yes_no_reranker(root / "Tiny-Qwen3-Reranker"),
         "chat": write_tiny_folder(root / "chat"),
     }
@@ -77,7 +87,10 @@ def test_what_each_folder_serves(folders):
     assert facts["bert-cls"].pooling == "cls" and facts["bert-cls"].matryoshka is False
     assert (facts["qwen3"].kind, facts["qwen3"].pooling) == ("embedding", "last")
     assert facts["qwen3"].matryoshka == (8, 16)
-    assert facts["cross"].kind == "cross_encoder"
+    assert facts["cross"].kind == facts["xlmr-cross"].kind == "cross_encoder"
+    assert (facts["xlmr"].model_type, facts["xlmr"].pooling) == ("xlm_roberta", "cls")
+    assert facts["xlmr"].max_length == BERT_MAX_POSITIONS  # RoBERTa's two offset rows
+    assert (facts["modernbert"].model_type, facts["modernbert"].pooling) == ("modernbert", "mean")
     assert facts["yes-no"].kind == "yes_no_reranker"
     assert facts["yes-no"].score_tokens == ("a", "ok")
 
@@ -177,7 +190,7 @@ def test_batches_fit_the_row_and_token_budgets(monkeypatch):
 def test_rerankers_score_each_document_as_alone(models):
     query = "what is the capital of france"
     documents = ["paris is the capital of france", "a dog", "the weather is rain", "cats"]
-    for name in ("cross", "yes-no"):
+    for name in ("cross", "xlmr-cross", "yes-no"):
         reranker = models[name]
         assert isinstance(reranker, Reranker)
         scored = reranker.score_sync(query, documents)
@@ -204,3 +217,13 @@ def test_the_cpu_gelu_is_exact_gelu_without_erf(models):
     assert mx.abs(gelu_without_erf(x) - nn.gelu(x)).max().item() < 2e-6
     layers = [type(m).__name__ for _, m in models["bert"].model.named_modules()]
     assert "_ArithmeticGELU" in layers and "GELU" not in layers
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")
+def test_the_worker_runs_below_the_engines_priority():
+    async def worker_nice() -> int:
+        return await service.on_worker(lambda: os.getpriority(os.PRIO_PROCESS, 0))
+
+    here = os.getpriority(os.PRIO_PROCESS, 0)
+    assert asyncio.run(worker_nice()) == min(here + service.WORKER_NICE, 19)
+    assert os.getpriority(os.PRIO_PROCESS, 0) == here  # this thread is left as it was

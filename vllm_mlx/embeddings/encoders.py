@@ -213,7 +213,9 @@ _CLASSIFIERS = {
 }
 
 
-def _load_classifier(folder: Path, facts: ModelFacts) -> tuple[nn.Module, int]:
+def _load_classifier(folder: Path, facts: ModelFacts) -> tuple[nn.Module, int, int]:
+    """The classifier, its label count and its token-type rows (a tokenizer's segment ids
+    past them would index outside the weights: with one row, they are left out)."""
     from mlx_embeddings.utils import load_config
 
     config = load_config(folder)
@@ -235,14 +237,14 @@ def _load_classifier(folder: Path, facts: ModelFacts) -> tuple[nn.Module, int]:
     model.load_weights(list(weights.items()))
     mx.eval(model.parameters())
     model.eval()
-    return model, labels
+    return model, labels, int(config.get("type_vocab_size") or 1)
 
 
 class CrossEncoder(Reranker):
     """A sequence-classification encoder scoring (query, document) pairs."""
 
     def __init__(self, name: str, folder: Path, facts: ModelFacts):
-        self.model, self.labels = _load_classifier(folder, facts)
+        self.model, self.labels, self.segments = _load_classifier(folder, facts)
         use_arithmetic_gelu(self.model)
         self.tokenizer = _tokenizer(folder)
         self.name = name
@@ -255,7 +257,7 @@ class CrossEncoder(Reranker):
 
     def encode_pair(self, query: str, document: str) -> Encoded:
         encoded = self.tokenizer(query, document)
-        types = encoded.get("token_type_ids")
+        types = encoded.get("token_type_ids") if self.segments > 1 else None
         return Encoded(list(encoded["input_ids"]), list(types) if types is not None else None)
 
     def score_batch(self, rows: Sequence[Encoded]) -> mx.array:
