@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 
 # Lowest first. What each layer is for is in docs/architecture.md.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("families",),  # the family vocabulary: formats, dialects, registry, message types
+    ("families", "protocols"),  # the family vocabulary; the protocol types layers share
     ("reasoning", "tool_parsers", "constrained", "engine", "mcp", "embeddings"),
     ("native", "distributed"),  # CPU kernels (engine.cpu); sharding over mlx.distributed
     ("models",),  # loading routes quantized layers to native

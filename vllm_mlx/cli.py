@@ -72,7 +72,7 @@ def template(
     parse of the rendered call (exit status 1 when it fails)."""
     from pathlib import Path
 
-    from vllm_mlx.chat.inspect import Choice, TemplateOverride, report
+    from vllm_mlx.chat.template_report import Choice, TemplateOverride, report
     from vllm_mlx.models.loader import load_tokenizer_only
     from vllm_mlx.reasoning import ReasoningParserManager
     from vllm_mlx.runtime import choose_parsers

@@ -37,7 +37,7 @@ from .constrained.custom_tools import CustomTool, check_grammars, forced_raw, in
 from .constrained.tokenizer_cache import token_count
 from .engine.boundaries import history_end
 from .engine.engine import Engine
-from .engine.sampling import LogitsProcessor, SamplingParams
+from .engine.sampling import SamplingParams
 from .engine.types import (
     AdapterChoice,
     GenerationChunk,
@@ -49,6 +49,7 @@ from .families.fim import FimFormat
 from .families.formats import ReasoningFormat, ToolCallFormat
 from .families.message import MessageDelta, ParsedMessage
 from .options import RuntimeOptions
+from .protocols import LogitsProcessor
 from .request import (
     ChatRequest,
     ContextLengthError,

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from vllm_mlx.families.formats import ReasoningFormat, ToolCallFormat
+from vllm_mlx.protocols import LogitsProcessor
 
 from .errors import ConstraintError
 from .kinds import content_constraint
@@ -20,8 +21,6 @@ from .tool_calls import call_opener_id, forced_tool_call_constraint
 BACKENDS = ("llguidance", "lm-format-enforcer")
 # llguidance: ≈8x faster masks than lm-format-enforcer here (see docs/constrained.md).
 DEFAULT_BACKEND = "llguidance"
-
-LogitsProcessor = Callable[..., Any]
 
 
 def resolve_backend(backend: str) -> str:

@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 import mlx.core as mx
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, make_logits_processors
 
+from ..protocols import LogitsProcessor
+
 Sampler = Callable[[mx.array], mx.array]
-LogitsProcessor = Callable[[mx.array, mx.array], mx.array]
 
 
 @dataclass

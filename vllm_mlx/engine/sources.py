@@ -18,10 +18,11 @@ import numpy as np
 from mlx_lm.generate import BatchGenerator, StopSequences
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
 
+from ..protocols import LogitsProcessor
 from .adapter_rows import RowRoutedModel, RowTarget
 from .kv_quant import quantized_prompt_cache
 from .prefix_cache import PrefixCache, common_prefix
-from .sampling import LogitsProcessor, Sampler
+from .sampling import Sampler
 from .speculative import SoloSpeculator
 from .types import AdapterChoice
 from .vision import LanguageModel, VisionInput, set_shift

@@ -29,7 +29,8 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
-from .sampling import LogitsProcessor, RequestSampler
+from ..protocols import LogitsProcessor
+from .sampling import RequestSampler
 
 
 def resample(sampler: RequestSampler, logprobs: mx.array, proposal: int) -> tuple[int, bool]:

@@ -6,7 +6,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from .sampling import LogitsProcessor, SamplingParams
+from ..protocols import LogitsProcessor
+from .sampling import SamplingParams
 
 
 class GenerationError(RuntimeError):

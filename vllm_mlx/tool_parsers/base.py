@@ -12,21 +12,9 @@ answers.
 
 from __future__ import annotations
 
-import os
-import random
 from abc import ABC, abstractmethod
 
 from vllm_mlx.families.message import CONTENT, MessageDelta, Quick, ToolCallDelta
-
-# Ids must be unique, not secret: one urandom-seeded generator (reseeded in forked children)
-# avoids a system call per tool call.
-_ids = random.Random()
-os.register_at_fork(after_in_child=_ids.seed)
-
-
-def new_call_id() -> str:
-    """An OpenAI-style tool-call id: ``call_`` + 24 random hex characters."""
-    return f"call_{_ids.getrandbits(96):024x}"
 
 
 class DeltaBuilder:

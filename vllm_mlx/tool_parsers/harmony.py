@@ -15,12 +15,13 @@ from __future__ import annotations
 import re
 from enum import Enum
 
+from vllm_mlx.families.call_ids import new_id
 from vllm_mlx.families.dialects import Status
 from vllm_mlx.families.dialects.json import JsonArguments
 from vllm_mlx.families.formats import Channels
 from vllm_mlx.families.literal import partial_suffix
 from vllm_mlx.families.message import CONTENT, REASONING, Quick
-from vllm_mlx.tool_parsers.base import DeltaBuilder, ToolParser, new_call_id
+from vllm_mlx.tool_parsers.base import DeltaBuilder, ToolParser
 
 _MAX_HEADER = 512
 
@@ -219,7 +220,7 @@ class HarmonyParser(ToolParser):
                 self._route, self._call_name = _Route.CONTENT, None
                 out.content(text)
                 return
-            out.call_start(self._index, new_call_id(), self._call_name)
+            out.call_start(self._index, new_id("openai"), self._call_name)
             self._call_name, self._args, text = None, JsonArguments(), stripped
         assert self._args is not None
         args, used, status = self._args.feed(text, final)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from enum import Enum
 
+from vllm_mlx.families.call_ids import new_id
 from vllm_mlx.families.dialects import ArgumentReader, Status
 from vllm_mlx.families.formats import ToolCallFormat
 from vllm_mlx.families.literal import (
@@ -28,7 +29,7 @@ from vllm_mlx.families.literal import (
     skip_space,
 )
 from vllm_mlx.families.message import CONTENT, Quick
-from vllm_mlx.tool_parsers.base import DeltaBuilder, ToolParser, new_call_id, parameter_schemas
+from vllm_mlx.tool_parsers.base import DeltaBuilder, ToolParser, parameter_schemas
 
 _KIMI_INDEX = re.compile(r":\d+$")
 _NOT_NAME = re.compile(r"[^\w.\-:/]")  # the complement of `literal.NAME_CHARS`
@@ -272,7 +273,7 @@ class MarkedToolParser(ToolParser):
         arguments, so the whole object is read first."""
         self._active = variant
         name = raw_name or ""
-        call_id = variant.dialect.call_id(self._buf[:end]) or new_call_id()
+        call_id = variant.dialect.call_id(self._buf[:end]) or new_id("openai")
         self._named = raw_name is not None
         if raw_name is not None and variant.name_prefix:
             call_id = raw_name
