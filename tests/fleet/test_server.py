@@ -15,6 +15,7 @@ import time
 
 import anthropic
 import httpx
+import ollama
 import openai
 import pytest
 from models_dir import write_models_dir
@@ -267,6 +268,26 @@ def strict_base(models, tmp_path_factory):
     args = (str(models / "coder"), "--models-dir", str(models), "--model-ttl", "1")
     with cli_server(*args, "--strict-model-ids", log_path=log) as url:
         yield url
+
+
+def test_ollamas_keep_alive_sets_how_long_the_model_stays_loaded(base):
+    client = ollama.Client(host=base, headers=AUTH, timeout=300)
+
+    def expiry() -> float:
+        (entry,) = [m for m in client.ps().models if m.model == "coder"]
+        return entry.expires_at.timestamp() - time.time()
+
+    client.generate(model="coder", prompt="Hi", keep_alive=-1, options={"num_predict": 2})
+    assert expiry() > 200 * 365 * 86400  # never
+    client.chat(model="coder", messages=[{"role": "user", "content": "Hi"}], keep_alive="1h")
+    assert 3500 < expiry() <= 3600
+    assert client.generate(model="coder", keep_alive=0).done_reason == "unload"
+    for _ in range(100):
+        if "coder" not in loaded_models(base):
+            break
+        time.sleep(0.1)
+    assert "coder" not in {m.model for m in client.ps().models}
+    assert metric(base, "vllm_mlx_model_evictions_total", model="coder", reason="ttl") == 1
 
 
 def test_model_is_the_default_strict_ids_404_idle_models_unload(strict_base):
