@@ -8,6 +8,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import anthropic
+import ollama
 import openai
 import pytest
 from servers import cli_server
@@ -73,6 +74,9 @@ def test_chat_surfaces_run_the_adapter_their_model_id_names(client, server):
     claude = anthropic.Anthropic(base_url=server, api_key=KEY, max_retries=0)
     message = claude.messages.create(model="lora", max_tokens=8, messages=messages)
     assert message.model == "lora" and message.content[0].text == tuned
+    local = ollama.Client(host=server, headers={"Authorization": f"Bearer {KEY}"}, timeout=60)
+    reply = local.chat(model="lora:latest", messages=messages, options={"num_predict": 8})
+    assert reply.message.content == tuned
 
 
 def test_a_fused_adapter_is_a_model_of_its_own(client, expected_text):

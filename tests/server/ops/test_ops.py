@@ -314,6 +314,7 @@ def protected_routes(app) -> list[tuple[str, str]]:
     for route in app.routes:
         path = route.path.replace("{response_id}", "resp_unknown")
         path = path.replace("{model_id:path}", "any-model")
+        path = path.replace("{name:path}", "any-adapter")
         assert "{" not in path, f"give {route.path} a concrete value here"
         for method in sorted(route.methods - {"HEAD"}):
             if route.path not in OPEN_PATHS:
