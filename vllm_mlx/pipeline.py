@@ -49,7 +49,7 @@ from .families.fim import FimFormat
 from .families.formats import ReasoningFormat, ToolCallFormat
 from .families.message import MessageDelta, ParsedMessage
 from .options import RuntimeOptions
-from .protocols import LogitsProcessor
+from .protocols import LogitsProcessor, Tokenizer
 from .request import (
     ChatRequest,
     ContextLengthError,
@@ -528,7 +528,7 @@ class Pipeline:
 class _WithTemplate:
     """A tokenizer whose chat template is another (an adapter's own)."""
 
-    def __init__(self, tokenizer: Any, chat_template: str):
+    def __init__(self, tokenizer: Tokenizer, chat_template: str):
         self._tokenizer = tokenizer
         self.chat_template = chat_template
 

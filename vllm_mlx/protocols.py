@@ -1,12 +1,46 @@
-"""The protocol types every layer shares, defined once (the bottom layer, beside
-``families``: it imports nothing of vllm_mlx; not ``types.py``, which ``engine/`` has)."""
+"""The protocol types every layer shares (a logits processor, tokenizers), defined once:
+the bottom layer, beside ``families``, importing nothing of vllm_mlx (not ``types.py``,
+a name ``engine/`` has)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, Protocol
 
 import mlx.core as mx
 
 # mlx-lm's logits processor: (the tokens so far, this step's logits) -> the logits to sample
 # from. The penalties, the constraint chain and the thinking-aware phase machine are these.
 LogitsProcessor = Callable[[mx.array, mx.array], mx.array]
+
+
+class Tokenizer(Protocol):
+    """What the server asks of a tokenizer: mlx-lm's ``TokenizerWrapper`` (which forwards
+    to the Hugging Face tokenizer it wraps) or that tokenizer itself. What only some
+    tokenizers have (``eos_token_ids``, ``detokenizer``, ``get_added_vocab``…) is read
+    with ``getattr``."""
+
+    eos_token_id: Any
+    chat_template: Any
+
+    def encode(self, text: str, *args: Any, **kwargs: Any) -> list[int]: ...
+
+    def decode(self, token_ids: Any, *args: Any, **kwargs: Any) -> str: ...
+
+    def get_vocab(self) -> dict[str, int]: ...
+
+    def convert_tokens_to_ids(self, tokens: Any) -> Any: ...
+
+
+class DecodingTokenizer(Tokenizer, Protocol):
+    """A tokenizer the engine decodes with: mlx-lm's ``TokenizerWrapper``, whose streaming
+    detokenizer and set of end-of-sequence ids a bare Hugging Face tokenizer lacks."""
+
+    detokenizer: Any
+    eos_token_ids: Any
+
+
+class SizedTokenizer(Tokenizer, Protocol):
+    """A Hugging Face tokenizer, whose length counts its ids (added tokens included)."""
+
+    def __len__(self) -> int: ...

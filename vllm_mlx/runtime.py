@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 import sys
 from dataclasses import dataclass
-from typing import Any
 
 from .chat.template import ChatTemplateError, choose_template, special_tokens, template_sources
 from .chat.template_probe import probe_text
@@ -34,6 +33,7 @@ from .models.sampling_defaults import model_sampling
 from .native.layers import kv_namespace
 from .options import RuntimeOptions
 from .pipeline import Pipeline
+from .protocols import Tokenizer
 from .reasoning import ReasoningParserManager
 from .request import ChatRequest, Sampling
 from .tool_parsers import ToolParserManager
@@ -311,7 +311,7 @@ class ParserChoice:
 
 def choose_parsers(
     model_name: str,
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     reasoning: str | None = None,
     tool: str | None = None,
 ) -> ParserChoice:

@@ -7,30 +7,29 @@ beginning-of-sequence token leads when the tokenizer adds one to every text.
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..families.fim import FimFormat, detect_fim
+from ..protocols import Tokenizer
 
 PROJECT = "project"  # the repository name repository-level formats are given
 
 
-def vocabulary(tokenizer: Any) -> dict[str, int]:
+def vocabulary(tokenizer: Tokenizer) -> dict[str, int]:
     return dict(tokenizer.get_vocab())
 
 
-def fim_format(tokenizer: Any) -> FimFormat | None:
+def fim_format(tokenizer: Tokenizer) -> FimFormat | None:
     """The model's FIM format, from its vocabulary (None: it has no FIM tokens)."""
     return detect_fim(vocabulary(tokenizer))
 
 
-def stop_ids(tokenizer: Any, fmt: FimFormat) -> list[int]:
+def stop_ids(tokenizer: Tokenizer, fmt: FimFormat) -> list[int]:
     """The ids of the tokens that end a middle, those this vocabulary has."""
     vocab = vocabulary(tokenizer)
     return [vocab[token] for token in fmt.stops if token in vocab]
 
 
 def fim_prompt(
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     fmt: FimFormat,
     prefix_text: str,
     suffix_text: str,
@@ -73,7 +72,7 @@ def _files(vocab: dict[str, int], fmt: FimFormat, extra: list[tuple[str, str]], 
     return out
 
 
-def _bos(tokenizer: Any) -> list[int]:
+def _bos(tokenizer: Tokenizer) -> list[int]:
     bos = getattr(tokenizer, "bos_token_id", None)
     if bos is None:
         return []

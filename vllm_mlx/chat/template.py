@@ -15,6 +15,7 @@ from typing import Any
 from vllm_mlx.families.call_ids import IdStyle, mapped_id
 from vllm_mlx.families.formats import ToolCallFormat
 
+from ..protocols import Tokenizer
 from .jinja_sandbox import RenderLimitError, RenderLimits, render_bounded
 from .template_probe import ArgsForm, TemplateProfile, profile_template
 from .tool_prompt import as_plain_chat, with_tool_system_prompt
@@ -69,7 +70,7 @@ def check_template_kwargs(kwargs: dict[str, Any]) -> None:
 
 
 def render_chat(
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     messages: list[dict],
     *,
     tools: list[dict] | None = None,
@@ -250,7 +251,7 @@ def _render(template: str, variables: dict[str, Any], limits: RenderLimits | Non
 
 
 def choose_template(
-    tokenizer: Any, requested: Any, tools: list[dict] | None, allow_request_templates: bool
+    tokenizer: Tokenizer, requested: Any, tools: list[dict] | None, allow_request_templates: bool
 ) -> str:
     """The model's template (by name when it has several), or an allowed request's."""
     own = getattr(tokenizer, "chat_template", None)
@@ -303,7 +304,7 @@ def template_sources(own: Any) -> list[str]:
     return [own] if isinstance(own, str) else list(named_templates(own).values())
 
 
-def special_tokens(tokenizer: Any) -> dict[str, Any]:
+def special_tokens(tokenizer: Tokenizer) -> dict[str, Any]:
     """``bos_token``, ``eos_token``… as transformers hands them to every template."""
     mapping = getattr(tokenizer, "special_tokens_map", None)
     if isinstance(mapping, dict):
@@ -312,7 +313,7 @@ def special_tokens(tokenizer: Any) -> dict[str, Any]:
     return {name: getattr(tokenizer, name) for name in names if getattr(tokenizer, name, None)}
 
 
-def encode_prompt(tokenizer: Any, text: str) -> list[int]:
+def encode_prompt(tokenizer: Tokenizer, text: str) -> list[int]:
     """Token ids for prompt text, adding BOS only when the text does not already start with it."""
     bos: str | None = getattr(tokenizer, "bos_token", None)
     add_special = bool(bos) and not text.startswith(bos or "")

@@ -16,6 +16,7 @@ from typing import Any
 
 from vllm_mlx.families.formats import ReasoningFormat, ToolCallFormat
 
+from ..protocols import Tokenizer
 from .stream import parse_output
 from .template import ChatTemplateError, choose_template, render_chat, special_tokens
 from .template_probe import TemplateProfile, profile_template
@@ -70,7 +71,7 @@ class Choice:
 class TemplateOverride:
     """A tokenizer carrying another chat template (a ``.jinja`` file under inspection)."""
 
-    def __init__(self, tokenizer: Any, chat_template: str):
+    def __init__(self, tokenizer: Tokenizer, chat_template: str):
         self._tokenizer = tokenizer
         self.chat_template = chat_template
 
@@ -123,7 +124,7 @@ def describe_tools(profile: TemplateProfile, tool_format: ToolCallFormat) -> lis
     return lines
 
 
-def _tail(tokenizer: Any, template: Any, enabled: bool) -> str:
+def _tail(tokenizer: Tokenizer, template: Any, enabled: bool) -> str:
     decision = decide_thinking(template, enabled=enabled)
     rendered = render_chat(
         tokenizer,
@@ -134,12 +135,12 @@ def _tail(tokenizer: Any, template: Any, enabled: bool) -> str:
     return rendered.tail
 
 
-def _history(tokenizer: Any, messages: list[dict], tool_format: ToolCallFormat) -> str:
+def _history(tokenizer: Tokenizer, messages: list[dict], tool_format: ToolCallFormat) -> str:
     rendered = render_chat(tokenizer, messages, tools=SAMPLE_TOOLS, tool_format=tool_format)
     return rendered.text[: len(rendered.text) - len(rendered.tail)]
 
 
-def written_call(tokenizer: Any, tool_format: ToolCallFormat) -> str:
+def written_call(tokenizer: Tokenizer, tool_format: ToolCallFormat) -> str:
     """The sample call as the template writes it in history: the part of the prompt where a
     tool-call turn differs from the same turn with a plain sentinel answer."""
     plain = _history(
@@ -155,7 +156,7 @@ def written_call(tokenizer: Any, tool_format: ToolCallFormat) -> str:
     return called[prefix : len(called) - suffix]
 
 
-def round_trip(tokenizer: Any, choice: Choice) -> tuple[bool, str]:
+def round_trip(tokenizer: Tokenizer, choice: Choice) -> tuple[bool, str]:
     """Cut the sample call out of the rendered history and parse it with the chosen parsers
     (as output after a closed reasoning block): PASS when exactly that call comes back and
     no markup is left over as content."""
@@ -178,7 +179,7 @@ def _loads(text: str) -> Any:
         return text
 
 
-def report(tokenizer: Any, choice: Choice) -> tuple[str, bool]:
+def report(tokenizer: Tokenizer, choice: Choice) -> tuple[str, bool]:
     """The whole report, and whether the round trip passed."""
     template = getattr(tokenizer, "chat_template", None)
     out = [

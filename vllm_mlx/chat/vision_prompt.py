@@ -14,6 +14,7 @@ from typing import Any
 
 from vllm_mlx.engine.vision import VisionInput, image_key
 
+from ..protocols import Tokenizer
 from .images import DecodedImage, ImageError, ImageLimits
 from .template import ChatTemplateError, encode_prompt, render_chat
 
@@ -29,7 +30,7 @@ class VisionPrompter:
     image_token_id: int  # the id the processor expands an image into
 
     @classmethod
-    def for_model(cls, processor: Any, tokenizer: Any) -> VisionPrompter:
+    def for_model(cls, processor: Any, tokenizer: Tokenizer) -> VisionPrompter:
         token = getattr(processor, "image_token", None)
         if not isinstance(token, str):
             raise ValueError("the processor names no image token")
@@ -39,7 +40,7 @@ class VisionPrompter:
         return cls(processor, template_image_text(tokenizer, token), token_id)
 
     def encode(
-        self, text: str, images: list[DecodedImage], limits: ImageLimits, tokenizer: Any
+        self, text: str, images: list[DecodedImage], limits: ImageLimits, tokenizer: Tokenizer
     ) -> tuple[list[int], VisionInput | None]:
         """Token ids (each image expanded) and the images' model input. ``text`` holds one
         image text per image, in order."""
@@ -80,7 +81,7 @@ class VisionPrompter:
         return ids, vision
 
 
-def template_image_text(tokenizer: Any, image_token: str) -> str:
+def template_image_text(tokenizer: Tokenizer, image_token: str) -> str:
     """What the template writes for an image part: the difference between a message with an
     image before its text and one without (when it contains the image token), else the
     processor's image token alone."""
@@ -98,5 +99,5 @@ def template_image_text(tokenizer: Any, image_token: str) -> str:
     return middle if image_token in middle else image_token
 
 
-def _probe(tokenizer: Any, content: list[dict]) -> str:
+def _probe(tokenizer: Tokenizer, content: list[dict]) -> str:
     return render_chat(tokenizer, [{"role": "user", "content": content}]).text

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from vllm_mlx.families.formats import ReasoningFormat, ToolCallFormat
-from vllm_mlx.protocols import LogitsProcessor
+from vllm_mlx.protocols import LogitsProcessor, Tokenizer
 
 from .errors import ConstraintError
 from .kinds import content_constraint
@@ -49,12 +49,12 @@ def _forces_call(tool_choice: Any, tools: list[dict] | None) -> bool:
     return bool(tools) and tool_choice not in (None, "auto", "none")
 
 
-def _encode(tokenizer: Any, text: str) -> list[int]:
+def _encode(tokenizer: Tokenizer, text: str) -> list[int]:
     return hf_tokenizer(tokenizer).encode(text, add_special_tokens=False)
 
 
 def build_logits_processors(
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     *,
     constraint: Constraint | None = None,
     tool_choice: Any = None,
@@ -113,7 +113,7 @@ def build_logits_processors(
 
 
 def _chain(
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     inner: Any,
     reasoning_format: ReasoningFormat | None,
     prompt_tail: str,

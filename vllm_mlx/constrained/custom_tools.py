@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from vllm_mlx.families.message import ParsedMessage
 
+from ..protocols import Tokenizer
 from .errors import ConstraintError
 from .kinds import grammar_constraint, text_mismatch
 from .spec import Constraint
@@ -114,7 +115,7 @@ def input_of(arguments: str) -> str:
     return value if isinstance(value, str) else arguments
 
 
-def check_grammars(tokenizer: Any, tools: list[CustomTool]) -> None:
+def check_grammars(tokenizer: Tokenizer, tools: list[CustomTool]) -> None:
     """Every grammar compiles (ConstraintError naming the tool's field otherwise)."""
     for tool in tools:
         if tool.definition is not None and tool.syntax != "text":
@@ -135,7 +136,9 @@ def forced_raw(
     return None
 
 
-def input_mismatch(tokenizer: Any, message: ParsedMessage, custom: list[CustomTool]) -> str | None:
+def input_mismatch(
+    tokenizer: Tokenizer, message: ParsedMessage, custom: list[CustomTool]
+) -> str | None:
     """Why a parsed call of a grammar tool does not match its grammar (None: all match)."""
     grammars = {t.name: t for t in custom if t.grammar is not None}
     for call in message.tool_calls:

@@ -12,10 +12,11 @@ byte-level vocabularies.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
+from ..protocols import Tokenizer
 from .masks import pack
 from .tokenizer_cache import per_tokenizer, token_texts
 
@@ -76,7 +77,7 @@ class GuardTables(NamedTuple):
 
 
 @per_tokenizer("json_guard")
-def guard_tables(tokenizer: Any) -> GuardTables:
+def guard_tables(tokenizer: Tokenizer) -> GuardTables:
     """Per-token lookup tables for the guard, packed (built once per tokenizer)."""
     texts = token_texts(tokenizer)
     digit = pack(np.array([bool(t) and t[0].isdigit() for t in texts], dtype=bool))
@@ -93,7 +94,7 @@ def guard_tables(tokenizer: Any) -> GuardTables:
 class JsonLexicalGuard:
     """Narrows a JSON constraint's mask; state is kept per position for exact rollback."""
 
-    def __init__(self, tokenizer: Any, max_digit_run: int = MAX_DIGIT_RUN) -> None:
+    def __init__(self, tokenizer: Tokenizer, max_digit_run: int = MAX_DIGIT_RUN) -> None:
         self._tables = guard_tables(tokenizer)
         self._texts = token_texts(tokenizer)
         self._max_digit_run = max_digit_run

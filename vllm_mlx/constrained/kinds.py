@@ -14,6 +14,7 @@ from typing import Any
 import llguidance
 from llguidance.gbnf_to_lark import any_to_lark
 
+from ..protocols import Tokenizer
 from .content_constraint import ContentConstraint
 from .errors import ConstraintError
 from .json_guard import JsonLexicalGuard
@@ -28,7 +29,7 @@ _STRUCTURE_KEYS = frozenset({"begin", "schema", "end"})
 
 
 def content_constraint(
-    tokenizer: Any, constraint: Constraint, backend: str = "llguidance"
+    tokenizer: Tokenizer, constraint: Constraint, backend: str = "llguidance"
 ) -> ContentConstraint:
     """A matcher enforcing ``constraint``; ConstraintError (param: the constraint's field)
     when its spec is invalid or the backend cannot enforce it. ``backend`` applies to JSON
@@ -54,7 +55,7 @@ def content_constraint(
 
 
 def grammar_constraint(
-    tokenizer: Any, syntax: str, definition: str, field: str = "format"
+    tokenizer: Tokenizer, syntax: str, definition: str, field: str = "format"
 ) -> ContentConstraint:
     """A constraint from a grammar given as ``syntax`` ("lark" | "regex" | "gbnf") and its
     ``definition``: the shape of OpenAI custom tools' ``format: {"type": "grammar"}``."""
@@ -64,14 +65,14 @@ def grammar_constraint(
     return content_constraint(tokenizer, Constraint(kinds[syntax], definition, field))  # type: ignore[arg-type]
 
 
-def text_mismatch(tokenizer: Any, constraint: Constraint, text: str) -> str | None:
+def text_mismatch(tokenizer: Tokenizer, constraint: Constraint, text: str) -> str | None:
     """Why ``text`` is not a complete match of ``constraint`` (None: it is one): a check
     after generation, for output that was not constrained (a custom tool under ``auto``)."""
     ids = llguidance_tokenizer(tokenizer).tokenize_str(text)  # any spelling does: bytes count
     return content_constraint(tokenizer, constraint).mismatch(ids)
 
 
-def json_schema_constraint(tokenizer: Any, schema: dict, backend: str) -> ContentConstraint:
+def json_schema_constraint(tokenizer: Tokenizer, schema: dict, backend: str) -> ContentConstraint:
     """A content constraint for ``schema`` on the chosen backend, with the JSON guard."""
     if backend == "lm-format-enforcer":
         constraint: ContentConstraint = LMFEConstraint(tokenizer, schema)

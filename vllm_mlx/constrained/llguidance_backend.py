@@ -17,6 +17,7 @@ import llguidance
 import llguidance.hf
 import numpy as np
 
+from ..protocols import Tokenizer
 from .content_constraint import ContentConstraint
 from .errors import ConstraintError
 from .tokenizer_cache import eos_token_ids, hf_tokenizer, per_tokenizer, token_count
@@ -33,7 +34,7 @@ COMPILED_CACHE_SIZE = 64
 
 
 @per_tokenizer("llguidance")
-def llguidance_tokenizer(tokenizer: Any) -> llguidance.LLTokenizer:
+def llguidance_tokenizer(tokenizer: Tokenizer) -> llguidance.LLTokenizer:
     """The llguidance view of the vocabulary (≈0.35 s on 49k tokens; cached)."""
     return llguidance.hf.from_tokenizer(
         hf_tokenizer(tokenizer), n_vocab=token_count(tokenizer), eos_token=eos_token_ids(tokenizer)
@@ -75,7 +76,7 @@ class CompiledGrammars:
 
 
 @per_tokenizer("llguidance_grammars")
-def compiled_grammars(tokenizer: Any) -> CompiledGrammars:
+def compiled_grammars(tokenizer: Tokenizer) -> CompiledGrammars:
     """The compiled-grammar LRU belonging to ``tokenizer``."""
     return CompiledGrammars(llguidance_tokenizer(tokenizer), COMPILED_CACHE_SIZE)
 
@@ -88,13 +89,13 @@ def json_schema_grammar(schema: dict[str, Any]) -> str:
 class LLGuidanceConstraint(ContentConstraint):
     """A content constraint driven by an llguidance matcher."""
 
-    def __init__(self, tokenizer: Any, grammar: str, description: str) -> None:
+    def __init__(self, tokenizer: Tokenizer, grammar: str, description: str) -> None:
         super().__init__(description, eos_token_ids(tokenizer), token_count(tokenizer))
         self._matcher = compiled_grammars(tokenizer).matcher(grammar)
         self._bitmask = np.zeros((self._vocab + 31) // 32, dtype=np.int32)
 
     @classmethod
-    def for_json_schema(cls, tokenizer: Any, schema: dict[str, Any]) -> LLGuidanceConstraint:
+    def for_json_schema(cls, tokenizer: Tokenizer, schema: dict[str, Any]) -> LLGuidanceConstraint:
         try:
             grammar = json_schema_grammar(schema)
         except ValueError as exc:
@@ -102,7 +103,7 @@ class LLGuidanceConstraint(ContentConstraint):
         return cls(tokenizer, grammar, "json_schema/llguidance")
 
     @classmethod
-    def for_lark(cls, tokenizer: Any, lark: str, description: str) -> LLGuidanceConstraint:
+    def for_lark(cls, tokenizer: Tokenizer, lark: str, description: str) -> LLGuidanceConstraint:
         """A constraint for a Lark grammar (llguidance dialect); ConstraintError if invalid."""
         try:
             grammar = llguidance.LLMatcher.grammar_from_lark(lark)

@@ -13,13 +13,15 @@ import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ..protocols import Tokenizer
+
 T = TypeVar("T")
 
 _lock = threading.Lock()
 _caches: dict[str, weakref.WeakKeyDictionary[Any, Any]] = {}
 
 
-def hf_tokenizer(tokenizer: Any) -> Any:
+def hf_tokenizer(tokenizer: Tokenizer) -> Any:
     """The Hugging Face tokenizer inside an mlx-lm ``TokenizerWrapper`` (or the object itself)."""
     return getattr(tokenizer, "_tokenizer", tokenizer)
 
@@ -32,7 +34,7 @@ def per_tokenizer(name: str) -> Callable[[Callable[[Any], T]], Callable[[Any], T
         _caches[name] = cache
 
         @functools.wraps(build)
-        def cached(tokenizer: Any) -> T:
+        def cached(tokenizer: Tokenizer) -> T:
             key = hf_tokenizer(tokenizer)
             with _lock:
                 if key in cache:
@@ -46,7 +48,7 @@ def per_tokenizer(name: str) -> Callable[[Callable[[Any], T]], Callable[[Any], T
     return decorate
 
 
-def eos_token_ids(tokenizer: Any) -> list[int]:
+def eos_token_ids(tokenizer: Tokenizer) -> list[int]:
     """All ids that end generation, sorted (the wrapper's set plus the HF tokenizer's EOS)."""
     ids = set(getattr(tokenizer, "eos_token_ids", None) or ())
     eos = getattr(hf_tokenizer(tokenizer), "eos_token_id", None)
@@ -55,13 +57,13 @@ def eos_token_ids(tokenizer: Any) -> list[int]:
     return sorted(ids)
 
 
-def token_count(tokenizer: Any) -> int:
+def token_count(tokenizer: Tokenizer) -> int:
     """Number of ids the tokenizer can produce, added tokens included."""
     return len(hf_tokenizer(tokenizer))
 
 
 @per_tokenizer("special_ids")
-def special_token_ids(tokenizer: Any) -> frozenset[int]:
+def special_token_ids(tokenizer: Tokenizer) -> frozenset[int]:
     """Ids of special/added control tokens (never part of constrained text)."""
     hf = hf_tokenizer(tokenizer)
     ids = set(getattr(hf, "all_special_ids", ()) or ())
@@ -72,7 +74,7 @@ def special_token_ids(tokenizer: Any) -> frozenset[int]:
 
 
 @per_tokenizer("token_texts")
-def token_texts(tokenizer: Any) -> list[str]:
+def token_texts(tokenizer: Tokenizer) -> list[str]:
     """Decoded text of each token on its own ('' for special tokens)."""
     hf = hf_tokenizer(tokenizer)
     specials = special_token_ids(tokenizer)

@@ -14,6 +14,7 @@ from typing import Any
 from vllm_mlx.families.formats import ToolCallFormat
 from vllm_mlx.families.lark import LiteralWriter
 
+from ..protocols import Tokenizer
 from .content_constraint import ContentConstraint
 from .errors import ConstraintError
 from .llguidance_backend import JSON_OPTIONS, LLGuidanceConstraint, llguidance_tokenizer
@@ -24,7 +25,7 @@ from .tool_grammar import special_markers as _special_markers
 
 
 @per_tokenizer("special_markers")
-def special_markers(tokenizer: Any) -> dict[str, int]:
+def special_markers(tokenizer: Tokenizer) -> dict[str, int]:
     """Added-vocabulary texts that llguidance treats as single special tokens."""
     hf = hf_tokenizer(tokenizer)
     vocabulary = hf.get_added_vocab() if hasattr(hf, "get_added_vocab") else {}
@@ -48,7 +49,7 @@ def chosen_functions(tool_choice: Any, functions: list[Function]) -> tuple[list[
 
 
 def tool_call_grammar(
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     fmt: ToolCallFormat,
     functions: list[Function],
     *,
@@ -65,7 +66,7 @@ def tool_call_grammar(
     )
 
 
-def call_opener_id(tokenizer: Any, fmt: ToolCallFormat) -> int | None:
+def call_opener_id(tokenizer: Tokenizer, fmt: ToolCallFormat) -> int | None:
     """The id of the family's call opener when it is one special token (None otherwise):
     what ``tool_choice: "none"`` bans."""
     opener = fmt.section_start or fmt.call_start
@@ -78,7 +79,7 @@ def call_opener_id(tokenizer: Any, fmt: ToolCallFormat) -> int | None:
 
 
 def forced_tool_call_constraint(
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     *,
     tool_choice: Any,
     tools: list[dict] | None,

@@ -15,6 +15,7 @@ from typing import Any
 
 import mlx.core as mx
 
+from ..protocols import Tokenizer
 from .kinds import Pooling
 from .service import Embedder, EmbeddingError, Encoded, Reranker, hidden_width, padded, pool
 
@@ -35,7 +36,7 @@ class DecoderEmbedder(Embedder):
         self,
         name: str,
         model: Any,
-        tokenizer: Any,
+        tokenizer: Tokenizer,
         *,
         vocab_size: int,
         max_length: int,

@@ -20,6 +20,7 @@ from typing import Any, cast
 import mlx.core as mx
 import mlx.nn as nn
 
+from ..protocols import SizedTokenizer
 from .kinds import ModelFacts
 from .service import Embedder, EmbeddingError, Encoded, Reranker, padded, pool
 
@@ -99,7 +100,7 @@ def _tokenizer(folder: Path) -> Any:
     return AutoTokenizer.from_pretrained(str(folder))
 
 
-def _vocab_rows(model: Any, tokenizer: Any) -> int:
+def _vocab_rows(model: Any, tokenizer: SizedTokenizer) -> int:
     """Ids a request may use: the tokenizer's, cut to the embedding table's rows."""
     rows = getattr(getattr(model, "config", None), "vocab_size", None)
     count = len(tokenizer)

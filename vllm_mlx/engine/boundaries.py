@@ -7,10 +7,10 @@ the last message, i.e. the prompt without its generation prompt (the tail).
 
 from __future__ import annotations
 
-from typing import Any
+from ..protocols import Tokenizer
 
 
-def history_end(tokenizer: Any, token_ids: list[int], tail: str) -> list[int]:
+def history_end(tokenizer: Tokenizer, token_ids: list[int], tail: str) -> list[int]:
     """``[offset]`` of the last message's end when the tail is whole tokens, else ``[]``.
 
     Walks back from the end only as far as the tail's length, so it costs a few decodes

@@ -31,6 +31,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 from mlx_lm.models.cache import ArraysCache, KVCache
 from safetensors.numpy import load_file, save
 
+from ..protocols import Tokenizer
 from .kv_quant import QuantizedKV
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ def _leaves(tree: Any) -> list[tuple[str, Any]]:
     return cast(list[tuple[str, Any]], tree_flatten(tree))
 
 
-def cache_namespace(model: Any, tokenizer: Any, **settings: Any) -> str:
+def cache_namespace(model: Any, tokenizer: Tokenizer, **settings: Any) -> str:
     """A hash of what a cached KV depends on: weights, tokenizer, KV settings."""
     digest = hashlib.sha256(json.dumps([FORMAT, settings], sort_keys=True).encode())
     for name, value in _leaves(model.parameters()):

@@ -10,13 +10,18 @@ from typing import Any
 
 import mlx.core as mx
 
+from ..protocols import DecodingTokenizer
 from .stops import StopMatcher
 from .types import GenerationChunk, GenerationError, GenerationRequest, TokenLogprob, TopLogprob
 
 
 class RequestDecoder:
     def __init__(
-        self, request: GenerationRequest, tokenizer: Any, eos_ids: set[int], cached_tokens: int = 0
+        self,
+        request: GenerationRequest,
+        tokenizer: DecodingTokenizer,
+        eos_ids: set[int],
+        cached_tokens: int = 0,
     ):
         self.params = request.params
         self.tokenizer = tokenizer

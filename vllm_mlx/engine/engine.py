@@ -15,8 +15,8 @@ import threading
 import weakref
 from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
+from ..protocols import DecodingTokenizer
 from .decoder import RequestDecoder
 from .sampling import make_penalty_processors, make_sampler
 from .sources import TokenSource
@@ -60,7 +60,12 @@ async def _chunks(
 
 class Engine:
     def __init__(
-        self, source: TokenSource, tokenizer: Any, *, max_num_seqs: int = 8, max_queue: int = 256
+        self,
+        source: TokenSource,
+        tokenizer: DecodingTokenizer,
+        *,
+        max_num_seqs: int = 8,
+        max_queue: int = 256,
     ):
         self.source = source
         self.tokenizer = tokenizer

@@ -32,6 +32,7 @@ import numpy as np
 from mlx.utils import tree_map
 from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
+from ..protocols import Tokenizer
 from .cache_files import DiskCache, cache_namespace
 
 
@@ -197,7 +198,7 @@ class PrefixCache:
 
 def build_prefix_cache(
     model: Any,
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     *,
     memory_mb: int,
     disk_dir: str | None = None,

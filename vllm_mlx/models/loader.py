@@ -36,7 +36,7 @@ class LoadedModel:
     """A model ready for generation, with what the server reports about it."""
 
     model: Any  # mlx.nn.Module
-    tokenizer: Any  # mlx_lm.tokenizer_utils.TokenizerWrapper
+    tokenizer: Any  # mlx_lm.tokenizer_utils.TokenizerWrapper (a protocols.DecodingTokenizer)
     path: Path
     name: str
     chat_template: str | None
