@@ -149,6 +149,30 @@ def write_modernbert_embedder(folder: Path, *, seed: int = 8) -> Path:
     return folder
 
 
+def write_modernbert_cross_encoder(folder: Path, *, seed: int = 9) -> Path:
+    """A ModernBertForSequenceClassification with one label (gte-reranker-modernbert's
+    layout), in mlx-embeddings' own class and weight names."""
+    tokenizer = bert_tokenizer()
+    settings = {
+        "model_type": "modernbert",
+        "architectures": ["ModernBertForSequenceClassification"],
+        "hidden_size": BERT_HIDDEN,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 2,
+        "intermediate_size": BERT_HIDDEN * 2,
+        "max_position_embeddings": BERT_MAX_POSITIONS,
+        "local_attention": 16,
+        "vocab_size": len(tokenizer),
+        "pad_token_id": 0,
+        "classifier_pooling": "cls",
+        "num_labels": 1,
+        "id2label": {"0": "LABEL_0"},
+    }
+    mx.random.seed(seed)
+    model = modernbert.Model(modernbert.ModelArgs.from_dict(settings))
+    return _save(folder, dict(tree_flatten(model.parameters())), settings, tokenizer)
+
+
 def _bert_config(vocab_size: int, **extra: object) -> dict:
     return {
         "model_type": "bert",

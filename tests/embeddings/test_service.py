@@ -16,6 +16,7 @@ from embedding_models import (
     BERT_MAX_POSITIONS,
     write_bert_cross_encoder,
     write_bert_embedder,
+    write_modernbert_cross_encoder,
     write_modernbert_embedder,
     write_qwen3_embedder,
     write_xlmr_cross_encoder,
@@ -52,6 +53,7 @@ def folders(tmp_path_factory):
         "modernbert": write_modernbert_embedder(root / "modernbert"),
         "cross": write_bert_cross_encoder(root / "cross"),
         "xlmr-cross": write_xlmr_cross_encoder(root / "xlmr-cross"),
+        "modernbert-cross": write_modernbert_cross_encoder(root / "modernbert-cross"),
         "yes-no": write_yes_no_reranker(root / "Tiny-Qwen3-Reranker"),
         "chat": write_tiny_folder(root / "chat"),
     }
@@ -190,7 +192,7 @@ def test_batches_fit_the_row_and_token_budgets(monkeypatch):
 def test_rerankers_score_each_document_as_alone(models):
     query = "what is the capital of france"
     documents = ["paris is the capital of france", "a dog", "the weather is rain", "cats"]
-    for name in ("cross", "xlmr-cross", "yes-no"):
+    for name in ("cross", "xlmr-cross", "modernbert-cross", "yes-no"):
         reranker = models[name]
         assert isinstance(reranker, Reranker)
         scored = reranker.score_sync(query, documents)

@@ -34,9 +34,11 @@ MAX_REQUEST_TOKENS = 300_000  # tokens in one request (OpenAI's limit)
 MAX_DOCUMENTS = 1000  # documents in one rerank request (Cohere's recommended maximum)
 BATCH_ROWS = 64
 # rows x padded length of one forward pass. On the CPU a pass shares the cores (and the BLAS
-# and kernel thread pools) with the engine's decoding, which waits behind a long one: capped
-# at 512 tokens, a chat stream kept 67% of its pace beside 64-input requests instead of
-# 24-35% (benchmarks/bench_embeddings.py), for 17% fewer inputs/s.
+# and kernel thread pools) with the engine's decoding, which waits behind a long one; smaller
+# passes let decode steps in between. Beside 64-input requests a chat stream kept 24-35% of
+# its pace (BERT) and 6-11% (the chat model pooled) with 64-row passes, 39-67% and 11-23% with
+# passes of at most 512 tokens, for ~20% fewer inputs/s (benchmarks/bench_embeddings.py, two
+# runs each on a shared, loaded 2-core machine: noisy).
 BATCH_TOKENS = 8192 if mx.default_device() == mx.gpu else 512
 
 # How much lower the worker runs than the engine (Linux nice levels: each thread has its
