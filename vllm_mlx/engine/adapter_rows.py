@@ -41,17 +41,15 @@ class RowRoutedModel:
         return getattr(self._model, name)
 
     def __call__(self, inputs: Any, cache: Any = None, **kwargs: Any) -> Any:
-        caller = sys._getframe(1).f_locals.get("self")
-        slots = self._slots(cache, caller)
+        slots = self._slots(cache) if self._slot_of else None
         self._target.set_rows(slots)
         try:
             return self._model(inputs, cache=cache, **kwargs)
         finally:
             self._target.set_rows(None)
 
-    def _slots(self, cache: Any, caller: Any) -> list[int] | None:
-        if not self._slot_of:
-            return None
+    def _slots(self, cache: Any) -> list[int] | None:
+        caller = sys._getframe(2).f_locals.get("self")  # the batch method calling the model
         for batch in (*self._batches(), caller):
             if cache is not None and getattr(batch, "prompt_cache", None) is cache:
                 slots = [self._slot_of.get(uid, 0) for uid in batch.uids]
