@@ -122,8 +122,11 @@ def build_runtime(
     return runtime
 
 
-def estimate_for(model: str | None, options: RuntimeOptions, progress: bool = True) -> Estimate:
-    """The fit check's estimate for ``model`` served with ``options``."""
+def estimate_for(
+    model: str | None, options: RuntimeOptions, progress: bool = True, download: bool = True
+) -> Estimate:
+    """The fit check's estimate for ``model`` served with ``options`` (``download=False``:
+    a hub model not downloaded yet is estimated from the hub, not fetched)."""
     return model_estimate(
         model,
         cpu_weights=_weights_for_cpu(options.model.cpu_weights),
@@ -133,6 +136,7 @@ def estimate_for(model: str | None, options: RuntimeOptions, progress: bool = Tr
         kv_group_size=options.engine.kv_group_size,
         prefix_cache_mb=options.cache.prefix_cache_mb,
         progress=progress,
+        download=download,
     )
 
 

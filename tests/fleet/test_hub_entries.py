@@ -7,9 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+import openai
 import pytest
 from models.conftest import hub, stores, tiny_folder  # noqa: F401  (the stand-in fixtures)
 from models.hub_standin import HubStandIn
+from servers import cli_server
 
 from vllm_mlx.fleet.catalog import build_catalog
 from vllm_mlx.fleet.settings import SettingsError
@@ -53,3 +55,24 @@ def test_a_hub_entry_that_cannot_be_had_stops_start_up_with_its_name(
     folder = write_config(stores / "fleet", '[models.x]\npath = "no/such/dir"\n')
     with pytest.raises(SettingsError, match="not found .*nor is it a hub id"):
         build_catalog([str(folder)])
+
+
+def test_a_hub_entry_is_downloaded_by_its_first_request(
+    hub: HubStandIn,  # noqa: F811
+    stores: Path,  # noqa: F811
+) -> None:
+    folder = write_config(
+        stores / "fleet",
+        '[models.tiny]\npath = "org/tiny"\n[models.gone]\npath = "org/absent"\n',
+    )
+    log = stores / "server.log"
+    with cli_server("--models-dir", str(folder), "--strict-model-ids", log_path=log) as base:
+        assert not hub.downloads("model.safetensors")  # nothing fetched to start
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="-", max_retries=0, timeout=120)
+        hello = [{"role": "user", "content": "hi"}]
+        reply = client.chat.completions.create(model="tiny", messages=hello, max_tokens=4)
+        assert reply.model == "tiny" and hub.downloads("model.safetensors")
+        with pytest.raises(openai.APIStatusError) as failed:
+            client.chat.completions.create(model="gone", messages=hello, max_tokens=4)
+    assert "no model 'org/absent' on the hub" in str(failed.value)
+    assert "Traceback" not in log.read_text()

@@ -25,6 +25,7 @@ class Repo:
     commits: dict[str, Path]
     refs: dict[str, str] = field(default_factory=dict)
     gated: bool = False
+    token: str | None = None  # the token a gated repo lets in
 
     def commit(self, revision: str | None) -> str | None:
         revision = revision or "main"
@@ -51,13 +52,13 @@ class HubStandIn:
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     def add(self, repo_id: str, folder: Path, *, sha: str | None = None, ref: str = "main",
-            gated: bool = False) -> str:  # fmt: skip
+            gated: bool = False, token: str | None = None) -> str:  # fmt: skip
         """Serve ``folder`` as ``repo_id`` at commit ``sha`` (``ref`` points at it)."""
         sha = sha or commit_sha(f"{repo_id}:{folder}")
         repo = self.repos.setdefault(repo_id, Repo({}))
         repo.commits[sha] = folder
         repo.refs[ref] = sha
-        repo.gated = gated
+        repo.gated, repo.token = gated, token
         return sha
 
     def downloads(self, name: str) -> list[tuple[str, str, str | None]]:
@@ -99,7 +100,7 @@ def _handler(hub: HubStandIn) -> type[BaseHTTPRequestHandler]:
             repo = hub.repos.get(repo_id or "")
             if repo is None:
                 return self._error(404 if repo_id else 400, "RepoNotFound")
-            if repo.gated:
+            if repo.gated and self.headers.get("Authorization") != f"Bearer {repo.token}":
                 return self._error(401, "GatedRepo")
             revision = (api[3] if api else resolve[2]) if (api or resolve) else None
             sha = repo.commit(revision)
@@ -123,20 +124,22 @@ def _handler(hub: HubStandIn) -> type[BaseHTTPRequestHandler]:
             if not file.is_file():
                 return self._error(404, "EntryNotFound")
             data = file.read_bytes()
-            start = 0
-            match = re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range") or "")
+            start, end = 0, len(data)
+            match = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range") or "")
             if match and not head:
                 start = int(match[1])
-            self.send_response(206 if start else 200)
+                end = min(int(match[2]) + 1, len(data)) if match[2] else len(data)
+            ranged = (start, end) != (0, len(data))
+            self.send_response(206 if ranged else 200)
             self.send_header("ETag", f'"{_oid(file)}"')
             self.send_header("X-Repo-Commit", sha)
-            self.send_header("Content-Length", str(len(data) - start))
-            if start:
-                self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+            self.send_header("Content-Length", str(end - start))
+            if ranged:
+                self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
             self.end_headers()
             if head:
                 return
-            body = data[start:]
+            body = data[start:end]
             limit = hub.stall.get(file.name)
             if limit is not None and not start:
                 self.wfile.write(body[:limit])

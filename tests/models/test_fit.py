@@ -13,6 +13,8 @@ from tiny_gguf import write_tiny_gguf
 from vllm_mlx.cli import main
 from vllm_mlx.models import ModelLoadError, load_model, resolve_model
 from vllm_mlx.models.fit import MEMORY_ENV, RUNTIME_OVERHEAD, estimate, kv_bytes_per_token
+from vllm_mlx.models.hub import cached_model
+from vllm_mlx.models.names import HubRef
 from vllm_mlx.options import RuntimeOptions
 from vllm_mlx.runtime import build_runtime
 
@@ -88,3 +90,19 @@ def test_serve_estimate_prints_and_exits(tiny_folder: Path, monkeypatch) -> None
     monkeypatch.setenv(MEMORY_ENV, "0.1")
     result = CliRunner().invoke(main, ["serve", str(tiny_folder), "--estimate"])
     assert "verdict       does not fit" in result.output
+
+
+def test_estimate_a_hub_model_without_downloading_its_weights(
+    hub, tiny_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(MEMORY_ENV, "8")
+    local = CliRunner().invoke(main, ["serve", str(tiny_folder), "--estimate"])
+    remote = CliRunner().invoke(main, ["serve", "org/tiny", "--estimate"])
+    assert remote.exit_code == 0, remote.output
+    # the same numbers from the safetensors headers on the hub as from the files
+    assert remote.output.split("\n", 1)[1] == local.output.split("\n", 1)[1]
+    weights = hub.downloads("model.safetensors")
+    assert weights and all(r[2] and r[2].startswith("bytes=0-") for r in weights)  # headers only
+    assert cached_model(HubRef("org/tiny")) is None  # nothing that looks downloaded
+    result = CliRunner().invoke(main, ["serve", "org/absent", "--estimate"])
+    assert result.exit_code == 1 and "no model 'org/absent' on the hub" in result.output

@@ -58,10 +58,15 @@ def test_revision_pins_a_commit_and_a_branch(hub: HubStandIn, stores: Path) -> N
         resolve_model("org/tiny@nope", progress=False)
 
 
-def test_gated_and_missing_repos_say_what_to_do(hub: HubStandIn, tiny_folder: Path) -> None:
-    hub.add("org/gated", tiny_folder, gated=True)
+def test_gated_and_missing_repos_say_what_to_do(
+    hub: HubStandIn, tiny_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hub.add("org/gated", tiny_folder, gated=True, token="hf_granted")
     with pytest.raises(ModelLoadError, match="gated repo: accept its licence.*HF_TOKEN"):
         resolve_model("org/gated", progress=False)
+    monkeypatch.setenv("HF_TOKEN", "hf_granted")  # the licence accepted, a token set
+    assert (resolve_model("org/gated", progress=False) / "model.safetensors").is_file()
+    monkeypatch.delenv("HF_TOKEN")
     with pytest.raises(ModelLoadError, match="no model 'org/absent' on the hub"):
         resolve_model("org/absent", progress=False)
 

@@ -24,6 +24,7 @@ from mlx.utils import tree_flatten
 
 from ..models.adapter_set import AdapterBusy, AdapterCapacity, AdapterSet
 from ..models.adapters import AdapterError
+from ..models.errors import ModelLoadError
 from ..pipeline import Pipeline
 from ..runtime import Runtime
 from .adapters import AdapterEntry
@@ -335,6 +336,9 @@ class ModelPool:
         log.info("loading model %s from %s", entry.name, entry.spec)
         try:
             runtime = await asyncio.to_thread(self.build, entry)
+        except ModelLoadError as exc:  # its message says what to do: no traceback
+            log.error("model %s failed to load: %s", entry.name, exc)
+            raise ModelLoadFailed(f"model {entry.name!r} failed to load: {exc}") from exc
         except Exception as exc:
             log.exception("model %s failed to load", entry.name)
             raise ModelLoadFailed(f"model {entry.name!r} failed to load: {exc}") from exc

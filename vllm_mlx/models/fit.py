@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from vllm_mlx.models.errors import ModelLoadError
+from vllm_mlx.models.hub import remote_facts
 from vllm_mlx.models.loader import CpuWeights, choose_weights, computes_on_cpu, context_length
-from vllm_mlx.models.resolve import resolve_model
+from vllm_mlx.models.names import parse_hub_ref
+from vllm_mlx.models.resolve import is_model_name, model_by_name, resolve_model
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +99,9 @@ def estimate(
     config = _json(folder / "config.json")
     available, source = usable_memory()
     return Estimate(
-        weights=weight_bytes(folder, config, float32=weights == "float32", on_cpu=on_cpu),
+        weights=weight_bytes(
+            folder_tensors(folder), config, float32=weights == "float32", on_cpu=on_cpu
+        ),
         kv_per_token=kv_bytes_per_token(config, kv_bits, kv_group_size, on_cpu=on_cpu),
         context=context,
         prefix_cache=prefix_cache_mb << 20,
@@ -116,19 +120,30 @@ def model_estimate(
     kv_group_size: int = 64,
     prefix_cache_mb: int = 0,
     progress: bool = True,
+    download: bool = True,
 ) -> Estimate:
-    """The estimate for ``spec`` (resolved, so downloaded or converted first) at the context
-    the server would allow: ``max_model_len``, else the model's, else ``default_context``."""
-    folder = resolve_model(spec, progress=progress)
-    context = max_model_len or context_length(_json(folder / "config.json")) or default_context
-    return estimate(
-        folder,
-        context,
-        weights=choose_weights(cpu_weights),
-        on_cpu=computes_on_cpu(),
-        kv_bits=kv_bits,
-        kv_group_size=kv_group_size,
-        prefix_cache_mb=prefix_cache_mb,
+    """The estimate for ``spec`` at the context the server would allow: ``max_model_len``,
+    else the model's, else ``default_context``. A model on disk is read there; a hub model
+    not downloaded yet is downloaded first, or (``download=False``) estimated from its
+    config and safetensors headers on the hub."""
+    facts = None
+    if not download and spec and is_model_name(spec) and not model_by_name(spec, download=False):
+        ref = parse_hub_ref(spec)
+        facts = remote_facts(ref) if ref is not None and ref.quant is None else None
+    if facts is None:
+        folder = resolve_model(spec, progress=progress)
+        facts = (_json(folder / "config.json"), folder_tensors(folder))
+    config, tensors = facts
+    on_cpu = computes_on_cpu()
+    available, source = usable_memory()
+    float32 = choose_weights(cpu_weights) == "float32"
+    return Estimate(
+        weights=weight_bytes(tensors, config, float32=float32, on_cpu=on_cpu),
+        kv_per_token=kv_bytes_per_token(config, kv_bits, kv_group_size, on_cpu=on_cpu),
+        context=max_model_len or context_length(config) or default_context,
+        prefix_cache=prefix_cache_mb << 20,
+        available=available,
+        available_from=source,
     )
 
 
@@ -181,13 +196,20 @@ def usable_memory() -> tuple[int | None, str]:
     return None, "unknown"
 
 
-def weight_bytes(folder: Path, config: dict, *, float32: bool, on_cpu: bool) -> int:
-    """The weights' bytes after loading, from the safetensors headers (no data read):
-    dequantized to float32 (``float32``), or as stored with half-precision tensors widened
-    on the CPU (the loader does both)."""
+def folder_tensors(folder: Path) -> dict[str, tuple[str, list[int]]]:
+    """Every weight tensor's dtype and shape, from the folder's safetensors headers."""
     tensors: dict[str, tuple[str, list[int]]] = {}
     for file in sorted(folder.glob("*.safetensors")):
         tensors.update(safetensors_header(file))
+    return tensors
+
+
+def weight_bytes(
+    tensors: dict[str, tuple[str, list[int]]], config: dict, *, float32: bool, on_cpu: bool
+) -> int:
+    """The weights' bytes after loading, from the tensors' dtypes and shapes: dequantized
+    to float32 (``float32``), or as stored with half-precision tensors widened on the CPU
+    (the loader does both)."""
     quant = config.get("quantization") or config.get("quantization_config") or {}
     total = 0
     for name, (dtype, shape) in tensors.items():

@@ -136,13 +136,47 @@ def hub_model(ref: HubRef, *, progress: bool = True, refresh: bool = False) -> P
         cached = cached_model(ref)
         if cached is not None:
             return cached
+    with user_errors(ref):
+        return _download(ref, progress)
+
+
+def remote_facts(ref: HubRef) -> tuple[dict, dict[str, tuple[str, list[int]]]] | None:
+    """What a fit estimate needs, without downloading the weights: ``config.json`` (into the
+    cache) and each weight tensor's dtype and shape, read from the safetensors headers with
+    range requests. None for a repo that is not a safetensors model (a GGUF repo)."""
+    with user_errors(ref):
+        api = HfApi(endpoint=_endpoint())
+        info = api.model_info(ref.repo_id, revision=ref.revision)
+        files = [s.rfilename for s in info.siblings or []]
+        if "config.json" not in files or not any(f.endswith(".safetensors") for f in files):
+            return None
+        config_file = hf_hub_download(
+            ref.repo_id,
+            "config.json",
+            revision=info.sha or ref.revision,
+            cache_dir=hub_cache(),
+            endpoint=_endpoint(),
+        )
+        config = json.loads(Path(config_file).read_text(encoding="utf-8"))
+        headers = api.get_safetensors_metadata(ref.repo_id, revision=info.sha or ref.revision)
+    tensors: dict[str, tuple[str, list[int]]] = {
+        name: (str(tensor.dtype), list(tensor.shape))
+        for file in headers.files_metadata.values()
+        for name, tensor in file.tensors.items()
+    }
+    return (config if isinstance(config, dict) else {}), tensors
+
+
+@contextmanager
+def user_errors(ref: HubRef) -> Iterator[None]:
+    """The hub's and the disk's failures as a ModelLoadError saying what to do."""
     if offline():
         raise ModelLoadError(
             f"{ref} is not in the Hugging Face cache ({hub_cache()}) and HF_HUB_OFFLINE is "
             "set: download it once with network (`vllm-mlx pull` or `serve`)"
         )
     try:
-        return _download(ref, progress)
+        yield
     except ModelLoadError:
         raise
     except GatedRepoError:

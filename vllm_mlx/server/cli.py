@@ -121,7 +121,7 @@ def _print_estimate(model: str | None, options) -> None:
     from ..runtime import estimate_for
 
     try:
-        found = estimate_for(model, options)
+        found = estimate_for(model, options, download=False)
     except ModelLoadError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"{model or 'default'}\n{found.describe()}")
