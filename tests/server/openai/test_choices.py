@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
 import openai
 import pytest
-from servers import thread_server
+from servers import replay_server, thread_server
 from tiny_models import build_tiny_model, build_tiny_tokenizer
 
 from vllm_mlx.engine.engine import Engine
@@ -86,6 +87,40 @@ def test_the_n_sequences_share_one_prefill():
     assert [r.usage.cached_tokens for r in results] == [0, prompt - 1, prompt - 1]
 
 
-def test_streamed_n_is_refused(client):
-    with pytest.raises(openai.BadRequestError, match="non-streamed"):
-        client.completions.create(model="tiny", prompt="x", n=2, stream=True)
+def test_streamed_choices_carry_their_index_and_equal_the_whole(client):
+    kwargs = dict(
+        model="tiny", messages=[{"role": "user", "content": "Hi"}], n=3, seed=2, max_tokens=6
+    )
+    whole = client.chat.completions.create(**kwargs)
+    chunks = list(
+        client.chat.completions.create(
+            **kwargs, stream=True, stream_options={"include_usage": True}
+        )
+    )
+    texts = {i: "" for i in range(3)}
+    finished = {}
+    for chunk in chunks:
+        for choice in chunk.choices:
+            texts[choice.index] += choice.delta.content or ""
+            if choice.finish_reason:
+                finished[choice.index] = choice.finish_reason
+    assert [texts[i] for i in range(3)] == [c.message.content for c in whole.choices]
+    assert finished == {c.index: c.finish_reason for c in whole.choices}
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+
+    plain = dict(model="tiny", prompt=LONG, n=2, seed=9, max_tokens=4)
+    text_whole = client.completions.create(**plain)
+    pieces = {0: "", 1: ""}
+    for chunk in client.completions.create(**plain, stream=True):
+        for choice in chunk.choices:
+            pieces[choice.index] += choice.text
+    assert [pieces[0], pieces[1]] == [c.text for c in text_whole.choices]
+
+
+def test_a_choice_failing_mid_stream_ends_the_stream_with_an_error():
+    with replay_server("Hello there, a long answer.", fail_after=2) as (url, _):
+        body = {"messages": [{"role": "user", "content": "Hi"}], "n": 2, "stream": True}
+        with httpx.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
+            frames = [line for line in response.iter_lines() if line.startswith("data: ")]
+    assert frames[-1] == "data: [DONE]"
+    assert any('"error"' in frame and "injected fault" in frame for frame in frames)

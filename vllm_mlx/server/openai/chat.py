@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import replace
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...pipeline import ChatEvent, Prepared
+from ...pipeline import ChatEvent, Prepared, Usage
 from ...request import ContextLengthError
 from ..errors import APIError, parse_body
 from ..mcp.tool_loop import ToolLoopRun, call_budget
@@ -17,8 +17,8 @@ from ..ops.keepalive import OPENAI_KEEPALIVE
 from ..serving import Lease, answer_with
 from ..sse import sse_data, sse_response
 from ..state import server_state
-from ..streaming import generation_failed, unless_disconnected, whole_delta
-from .choices import all_choices, check_n, seeded, usage_of
+from ..streaming import event_frames, generation_failed, unless_disconnected, whole_delta
+from .choices import admitted, all_choices, check_n, interleaved, seeded, usage_of, with_index
 from .convert import (
     CustomCalls,
     completion_body,
@@ -45,7 +45,7 @@ async def chat_completions(request: Request) -> Response:
 
 async def _answer(request: Request, body: ChatCompletionRequest, lease: Lease) -> Response:
     state = server_state(request)
-    check_n(body.n, bool(body.stream))
+    check_n(body.n)
     chat = await asyncio.to_thread(to_chat_request, body)
     custom = CustomCalls({t.name for t in chat.custom_tools})  # calls of custom tools
     mcp = mcp_options((body.model_extra or {}).get("mcp"))
@@ -112,20 +112,50 @@ async def _answer(request: Request, body: ChatCompletionRequest, lease: Lease) -
         out["mcp_calls"] = mcp_calls(run.loop)
         return JSONResponse(out)
 
+    def prepare(index: int) -> Prepared:
+        """Choice ``index``'s request (``n`` > 1): its own seed, constraint state, parser."""
+        return lease.pipeline.prepare_chat(replace(chat, sampling=seeded(chat.sampling, index)))
+
+    def event_chunk(event: ChatEvent, calls: CustomCalls = custom) -> dict | None:
+        fields = delta_body(event.delta, calls)
+        rest = calls.rest() if event.finish_reason is not None else []
+        if rest:  # input a custom call has not streamed yet
+            fields["tool_calls"] = [*fields.get("tool_calls", []), *rest]
+        if not fields and event.finish_reason is None and not event.logprobs:
+            return None
+        logprobs = chat_logprobs(event.logprobs) if body.logprobs else None
+        return with_give_up(chunk(fields, event.finish_reason, logprobs), event.constraint_gave_up)
+
+    if body.stream and body.n > 1:
+        pairs = await admitted(lease.pipeline, prepared, prepare, body.n)
+        usages: dict[int, Usage] = {}
+
+        def choice_frames(index: int, events: AsyncGenerator[ChatEvent, None]):
+            calls = CustomCalls(custom.names)
+
+            def on_event(event: ChatEvent) -> list[str]:
+                piece = event_chunk(event, calls)
+                return [sse_data(with_index(piece, index))] if piece is not None else []
+
+            def on_finish(event: ChatEvent) -> list[str]:
+                usages[index] = event.usage or Usage()
+                return []
+
+            return event_frames(events, OPENAI_KEEPALIVE, on_event, on_finish)
+
+        async def n_frames() -> AsyncIterator[str]:
+            for index in range(body.n):
+                yield sse_data(with_index(chunk({"role": "assistant", "content": ""}), index))
+            choices = [choice_frames(i, events) for i, (_, events) in enumerate(pairs)]
+            async for frame in interleaved(choices):
+                yield frame
+            if body.include_usage:
+                yield sse_data(usage_chunk(usage_of([usages[i] for i in sorted(usages)])))
+            yield DONE
+
+        return sse_response(n_frames(), on_error)
+
     if body.stream:
-
-        def event_chunk(event: ChatEvent) -> dict | None:
-            fields = delta_body(event.delta, custom)
-            rest = custom.rest() if event.finish_reason is not None else []
-            if rest:  # input a custom call has not streamed yet
-                fields["tool_calls"] = [*fields.get("tool_calls", []), *rest]
-            if not fields and event.finish_reason is None and not event.logprobs:
-                return None
-            logprobs = chat_logprobs(event.logprobs) if body.logprobs else None
-            return with_give_up(
-                chunk(fields, event.finish_reason, logprobs), event.constraint_gave_up
-            )
-
         events = lease.pipeline.stream(prepared)  # admitted now: a full queue is a 429
 
         async def frames() -> AsyncIterator[str]:
@@ -140,10 +170,6 @@ async def _answer(request: Request, body: ChatCompletionRequest, lease: Lease) -
         return sse_response(frames(), on_error)
 
     if body.n > 1:
-
-        def prepare(index: int) -> Prepared:
-            return lease.pipeline.prepare_chat(replace(chat, sampling=seeded(chat.sampling, index)))
-
         results = await unless_disconnected(
             request, all_choices(lease.pipeline, prepared, prepare, body.n)
         )
@@ -152,7 +178,7 @@ async def _answer(request: Request, body: ChatCompletionRequest, lease: Lease) -
         ]
         whole = bodies[0]
         whole["choices"] = [{**b["choices"][0], "index": i} for i, b in enumerate(bodies)]
-        whole["usage"] = usage_body(usage_of(results))
+        whole["usage"] = usage_body(usage_of([r.usage for r in results]))
         return JSONResponse(whole)
 
     result = await unless_disconnected(request, lease.pipeline.complete(prepared))

@@ -4,16 +4,17 @@ The n sequences are admitted together, so the engine prefills the prompt once wh
 long enough to share (``engine.sources.SHARED_PREFILL_MIN`` tokens): the others wait for
 that prefill and start from the prefix cache. With a ``seed``, choice ``i`` samples with
 ``seed + i``, so the n choices differ and each is reproducible. Usage counts the prompt
-once and the completions of every choice. Served on non-streamed requests.
+once and the completions of every choice. Streamed, each choice's chunks carry its
+``index`` and the choices' chunks interleave as they are generated.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import replace
 
-from ...pipeline import ChatResult, Pipeline, Prepared, Usage
+from ...pipeline import ChatEvent, ChatResult, Pipeline, Prepared, Usage
 from ...request import SEED_LIMIT, Sampling
 from ..errors import APIError
 from ..streaming import generation_failed
@@ -21,11 +22,9 @@ from ..streaming import generation_failed
 MAX_CHOICES = 16
 
 
-def check_n(n: int, stream: bool) -> None:
+def check_n(n: int) -> None:
     if n > MAX_CHOICES:
         raise APIError(400, f"n must be at most {MAX_CHOICES}", param="n")
-    if n > 1 and stream:
-        raise APIError(400, "n > 1 is served on non-streamed requests", param="n")
 
 
 def seeded(sampling: Sampling, index: int) -> Sampling:
@@ -35,18 +34,22 @@ def seeded(sampling: Sampling, index: int) -> Sampling:
     return replace(sampling, seed=(sampling.seed + index) % SEED_LIMIT)
 
 
+async def admitted(
+    pipeline: Pipeline, first: Prepared, prepare: Callable[[int], Prepared], n: int
+) -> list[tuple[Prepared, AsyncGenerator[ChatEvent, None]]]:
+    """Every choice prepared (``first``, then ``prepare(i)`` off the event loop) and its
+    events, the n admitted back to back while the first prefill runs, so the others wait
+    to share it."""
+    rest = [await asyncio.to_thread(prepare, i) for i in range(1, n)]
+    prepared = [first, *rest]
+    return [(p, pipeline.stream(p)) for p in prepared]
+
+
 async def all_choices(
     pipeline: Pipeline, first: Prepared, prepare: Callable[[int], Prepared], n: int
 ) -> list[ChatResult]:
-    """Every choice's result: ``first`` and ``prepare(i)`` for the others (prepared off the
-    event loop), generated side by side."""
-    rest = [await asyncio.to_thread(prepare, i) for i in range(1, n)]
-    prepared = [first, *rest]
-    # admitted back to back, while the first prefill runs, so the others wait to share it
-    streams = [pipeline.stream(p) for p in prepared]
-    runs: list[Awaitable[ChatResult]] = [
-        pipeline.result_of(p, s) for p, s in zip(prepared, streams, strict=True)
-    ]
+    """Every choice's result, generated side by side."""
+    runs = [pipeline.result_of(p, s) for p, s in await admitted(pipeline, first, prepare, n)]
     results = list(await asyncio.gather(*runs))
     for result in results:
         if result.finish_reason == "error":
@@ -54,12 +57,46 @@ async def all_choices(
     return results
 
 
-def usage_of(results: list[ChatResult]) -> Usage:
+async def interleaved(choices: list[AsyncIterator[str]]) -> AsyncIterator[str]:
+    """Each choice's frames as they come; the first failure ends them all (raised)."""
+    frames: asyncio.Queue[str | BaseException | None] = asyncio.Queue()
+
+    async def pump(choice: AsyncIterator[str]) -> None:
+        try:
+            async for frame in choice:
+                await frames.put(frame)
+            await frames.put(None)
+        except Exception as exc:  # handed to the consumer, which raises it
+            await frames.put(exc)
+
+    tasks = [asyncio.ensure_future(pump(choice)) for choice in choices]
+    try:
+        running = len(tasks)
+        while running:
+            item = await frames.get()
+            if item is None:
+                running -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield item
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+def with_index(chunk: dict, index: int) -> dict:
+    for choice in chunk.get("choices", []):
+        choice["index"] = index
+    return chunk
+
+
+def usage_of(usages: list[Usage]) -> Usage:
     """The prompt once, every choice's completion."""
-    first = results[0].usage
+    first = usages[0] if usages else Usage()
     return Usage(
         first.prompt_tokens,
-        sum(r.usage.completion_tokens for r in results),
+        sum(u.completion_tokens for u in usages),
         first.cached_tokens,
-        sum(r.usage.reasoning_tokens for r in results),
+        sum(u.reasoning_tokens for u in usages),
     )

@@ -3,23 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import cast
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ...engine.types import TokenLogprob
-from ...pipeline import ChatEvent, Prepared
+from ...pipeline import ChatEvent, Prepared, Usage
 from ...request import ContextLengthError, Infill
 from ..errors import APIError, parse_body
 from ..ops.keepalive import OPENAI_KEEPALIVE
 from ..serving import Lease, answer_with
-from ..sse import sse_response
-from ..streaming import generation_failed, unless_disconnected
-from .choices import all_choices, check_n, seeded, usage_of
+from ..sse import sse_data, sse_response
+from ..streaming import event_frames, generation_failed, unless_disconnected
+from .choices import admitted, all_choices, check_n, interleaved, seeded, usage_of, with_index
 from .convert import context_error
 from .protocol import CompletionRequest
-from .stream import error_frames, new_id, now, openai_frames, usage_body
+from .stream import DONE, error_frames, new_id, now, openai_frames, usage_body
 from .structured import constraint_of
 
 
@@ -35,7 +36,7 @@ async def completions(request: Request) -> Response:
 
 
 async def _answer(request: Request, body: CompletionRequest, lease: Lease) -> Response:
-    check_n(body.n, bool(body.stream))
+    check_n(body.n)
     if body.echo:
         raise APIError(400, "echo is not supported", param="echo")
     prompt = body.prompt
@@ -98,12 +99,40 @@ async def _answer(request: Request, body: CompletionRequest, lease: Lease) -> Re
                 "usage": usage_body(usage),
             }
 
+        def on_error(exc: Exception) -> list[str]:
+            return error_frames(exc, lambda r: chunk("", r))
+
+        if body.n > 1:
+            pairs = await admitted(lease.pipeline, prepared, prepare, body.n)
+            usages: dict[int, Usage] = {}
+
+            def choice_frames(index: int, events: AsyncGenerator[ChatEvent, None]):
+                def on_event(event: ChatEvent) -> list[str]:
+                    piece = event_chunk(event)
+                    return [sse_data(with_index(piece, index))] if piece is not None else []
+
+                def on_finish(event: ChatEvent) -> list[str]:
+                    usages[index] = event.usage or Usage()
+                    return []
+
+                return event_frames(events, OPENAI_KEEPALIVE, on_event, on_finish)
+
+            async def n_frames() -> AsyncIterator[str]:
+                choices = [choice_frames(i, events) for i, (_, events) in enumerate(pairs)]
+                async for frame in interleaved(choices):
+                    yield frame
+                if body.include_usage:
+                    yield sse_data(usage_chunk(usage_of([usages[i] for i in sorted(usages)])))
+                yield DONE
+
+            return sse_response(n_frames(), on_error)
+
         frames = openai_frames(
             lease.pipeline.stream(prepared),
             event_chunk,
             usage_chunk if body.include_usage else None,
         )
-        return sse_response(frames, lambda exc: error_frames(exc, lambda r: chunk("", r)))
+        return sse_response(frames, on_error)
 
     if body.n > 1:
         results = await unless_disconnected(
@@ -120,7 +149,7 @@ async def _answer(request: Request, body: CompletionRequest, lease: Lease) -> Re
         choices.append({**choice, "index": index})
     out = chunk("", None)
     out["choices"] = choices
-    out["usage"] = usage_body(usage_of(results))
+    out["usage"] = usage_body(usage_of([r.usage for r in results]))
     return JSONResponse(out)
 
 
