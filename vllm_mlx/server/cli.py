@@ -67,6 +67,10 @@ def serve(model: str | None, **flags) -> None:
         raise click.ClickException("--replay serves one model; leave out --models-dir")
     if sharding is not None and fleet.several:
         raise click.ClickException("--distributed serves one model: leave out --models-dir")
+    if (fleet.adapter or fleet.adapter_fuse) and (sharding is not None or serving.replay):
+        raise click.ClickException(
+            "--adapter runs on a local model: not with --distributed or --replay"
+        )
     runtime = None
     if serving.replay is not None:
         runtime = _replay_runtime(model, serving.replay, options)
