@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import time
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -229,3 +230,32 @@ def test_the_worker_runs_below_the_engines_priority():
     here = os.getpriority(os.PRIO_PROCESS, 0)
     assert asyncio.run(worker_nice()) == min(here + service.WORKER_NICE, 19)
     assert os.getpriority(os.PRIO_PROCESS, 0) == here  # this thread is left as it was
+
+
+def test_concurrent_requests_share_forward_passes(models, monkeypatch):
+    """Single-input requests that wait for the worker together are embedded together; each
+    gets its own vector, and a bad one fails alone."""
+    bert = models["bert"]
+    passes: list[int] = []
+    forward = bert.forward
+
+    def counted(rows):
+        passes.append(len(rows))
+        return forward(rows)
+
+    monkeypatch.setattr(bert, "forward", counted)
+    alone = [bert.embed_sync([t]).vectors[0] for t in TEXTS]
+    passes.clear()
+
+    async def together():
+        blocker = service.on_worker(lambda: time.sleep(0.3))  # the worker is busy meanwhile
+        requests = [bert.embed([t]) for t in TEXTS] + [bert.embed([""])]
+        results = await asyncio.gather(*requests, return_exceptions=True)
+        await blocker
+        return results
+
+    results = asyncio.run(together())
+    assert isinstance(results[-1], EmbeddingError)
+    for i, result in enumerate(results[:-1]):
+        assert np.allclose(result.vectors[0], alone[i], atol=1e-5), i
+    assert passes == [len(TEXTS)]  # one forward pass for all of them

@@ -156,6 +156,35 @@ def unit_rows(vectors: np.ndarray) -> np.ndarray:
     return vectors / np.maximum(norms, 1e-12)
 
 
+def _finished(vectors: np.ndarray, rows: Sequence[Encoded], size: int | None) -> Embeddings:
+    """One request's vectors cut to ``size`` dimensions, unit length, with its token count."""
+    if size is not None:
+        vectors = vectors[:, :size]
+    return Embeddings(unit_rows(vectors), sum(len(r.ids) for r in rows))
+
+
+class _Waiting:
+    """Embedding requests for one model queued for the worker, with what makes their rows."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.requests: list[tuple[Callable[[], Any], asyncio.Future[Embeddings]]] = []
+
+
+def _settle(loop: asyncio.AbstractEventLoop, done: asyncio.Future, outcome: object) -> None:
+    """Give ``done`` its result or exception from the worker (unless its request left)."""
+
+    def settle() -> None:
+        if done.done():
+            return
+        if isinstance(outcome, BaseException):
+            done.set_exception(outcome)
+        else:
+            done.set_result(outcome)
+
+    loop.call_soon_threadsafe(settle)
+
+
 class _Model(ABC):
     """What an embedder and a reranker share: a tokenizer, a vocabulary, a length limit."""
 
@@ -215,6 +244,7 @@ class Embedder(_Model):
     dimensions: int  # the width of its vectors
     matryoshka: bool | tuple[int, ...] = False
     pooling: Pooling | None = None  # None: the model pools inside itself
+    _waiting: _Waiting | None = None  # requests queued for the worker (``embed``)
 
     @abstractmethod
     def forward(self, rows: Sequence[Encoded]) -> mx.array:
@@ -252,16 +282,8 @@ class Embedder(_Model):
     ) -> Embeddings:
         """Unit vectors for ``texts`` or ``token_ids`` (one of them), in their order,
         ``dimensions`` long when given (the model's leading dimensions, re-normalised)."""
-        size = self.check_dimensions(dimensions)
-        rows = self._inputs(texts, token_ids, param)
-        rows = self.check_lengths(rows, param, truncate)
-        vectors = np.zeros((len(rows), self.dimensions), dtype=np.float32)
-        for group in batches([len(r.ids) for r in rows]):
-            out = self.forward([rows[i] for i in group]).astype(mx.float32)
-            vectors[group] = np.array(out)
-        if size is not None:
-            vectors = vectors[:, :size]
-        return Embeddings(unit_rows(vectors), sum(len(r.ids) for r in rows))
+        rows, size = self._prepare(texts, token_ids, dimensions, truncate, param)
+        return _finished(self._vectors(rows), rows, size)
 
     async def embed(
         self,
@@ -272,12 +294,65 @@ class Embedder(_Model):
         truncate: bool = False,
         param: str = "input",
     ) -> Embeddings:
-        """``embed_sync`` on the worker thread (the event loop never waits on a model)."""
-        return await on_worker(
-            lambda: self.embed_sync(
-                texts, token_ids, dimensions=dimensions, truncate=truncate, param=param
+        """``embed_sync`` on the worker thread (the event loop never waits on a model).
+
+        Requests for this model that wait for the worker together are embedded together:
+        the first of their jobs to run takes them all, so concurrent single-input requests
+        share forward passes; each is still validated, and fails, on its own."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Embeddings] = loop.create_future()
+        if self._waiting is None:  # the event loop's thread only: no race
+            self._waiting = _Waiting()
+        waiting = self._waiting
+        with waiting.lock:
+            waiting.requests.append(
+                (lambda: self._prepare(texts, token_ids, dimensions, truncate, param), done)
             )
-        )
+        await on_worker(lambda: self._embed_waiting(waiting, loop))
+        return await done
+
+    def _prepare(
+        self,
+        texts: TextInputs | None,
+        token_ids: TokenInputs | None,
+        dimensions: int | None,
+        truncate: bool,
+        param: str,
+    ) -> tuple[list[Encoded], int | None]:
+        size = self.check_dimensions(dimensions)
+        rows = self._inputs(texts, token_ids, param)
+        return self.check_lengths(rows, param, truncate), size
+
+    def _vectors(self, rows: Sequence[Encoded]) -> np.ndarray:
+        vectors = np.zeros((len(rows), self.dimensions), dtype=np.float32)
+        for group in batches([len(r.ids) for r in rows]):
+            out = self.forward([rows[i] for i in group]).astype(mx.float32)
+            vectors[group] = np.array(out)
+        return vectors
+
+    def _embed_waiting(self, waiting: _Waiting, loop: asyncio.AbstractEventLoop) -> None:
+        """On the worker: every request waiting for this model, in shared forward passes."""
+        with waiting.lock:
+            taken, waiting.requests = waiting.requests, []
+        prepared: list[tuple[list[Encoded], int | None, asyncio.Future[Embeddings]]] = []
+        for prepare, done in taken:
+            try:
+                rows, size = prepare()
+                prepared.append((rows, size, done))
+            except Exception as exc:
+                _settle(loop, done, exc)
+        if not prepared:
+            return
+        try:
+            vectors = self._vectors([row for rows, _, _ in prepared for row in rows])
+        except Exception as exc:
+            for _, _, done in prepared:
+                _settle(loop, done, exc)
+            return
+        start = 0
+        for rows, size, done in prepared:
+            _settle(loop, done, _finished(vectors[start : start + len(rows)], rows, size))
+            start += len(rows)
 
     def _inputs(self, texts: TextInputs | None, token_ids: TokenInputs | None, param: str):
         given = texts if texts is not None else token_ids
