@@ -332,6 +332,8 @@ class Pipeline:
             prompt_tail=prompt.tail,
             id_style=tool_format.id_style if tool_format else "openai",
         )
+        if prompt.vision is not None and self.vision and self.vision.encode_ahead:
+            self.vision.encode_ahead(prompt.token_ids, prompt.vision)  # here: off the engine
         generation = GenerationRequest(
             prompt.token_ids,
             params,

@@ -277,7 +277,8 @@ def _assemble(loaded: LoadedModel, source: TokenSource, options: RuntimeOptions)
     )
     vision = None
     if loaded.processor is not None:
-        vision = VisionPrompter.for_model(loaded.processor, loaded.tokenizer)
+        ahead = source.encode_ahead if isinstance(source, ModelBatchSource) else None
+        vision = VisionPrompter.for_model(loaded.processor, loaded.tokenizer, ahead)
     pipeline = Pipeline(
         engine,
         context_length=context_limit(loaded.context_length, options.model.max_model_len),

@@ -9,6 +9,7 @@ writes for one), so any role — a tool result included — can carry an image.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,16 +29,24 @@ class VisionPrompter:
     processor: Any
     image_text: str  # what the template writes for one image part
     image_token_id: int  # the id the processor expands an image into
+    # encodes a prepared prompt's images in the preparing thread (the batch source's
+    # ``encode_ahead``), so the engine's thread only prefills them
+    encode_ahead: Callable[[list[int], VisionInput], None] | None = None
 
     @classmethod
-    def for_model(cls, processor: Any, tokenizer: Tokenizer) -> VisionPrompter:
+    def for_model(
+        cls,
+        processor: Any,
+        tokenizer: Tokenizer,
+        encode_ahead: Callable[[list[int], VisionInput], None] | None = None,
+    ) -> VisionPrompter:
         token = getattr(processor, "image_token", None)
         if not isinstance(token, str):
             raise ValueError("the processor names no image token")
         token_id = getattr(processor, "image_token_id", None)
         if not isinstance(token_id, int):
             token_id = tokenizer.convert_tokens_to_ids(token)
-        return cls(processor, template_image_text(tokenizer, token), token_id)
+        return cls(processor, template_image_text(tokenizer, token), token_id, encode_ahead)
 
     def encode(
         self, text: str, images: list[DecodedImage], limits: ImageLimits, tokenizer: Tokenizer

@@ -266,6 +266,18 @@ class ModelBatchSource:
             self._keys[uid] = list(vision.key)
         return uid, cached
 
+    def encode_ahead(self, prompt: list[int], vision: VisionInput) -> None:
+        """Encode a vision prompt's images in the calling thread (its preparation, off the
+        engine's), unless the prefix cache holds the prompt past its last image now (a
+        read-only look; if that changes before admission, admission encodes them)."""
+        if not isinstance(self.model, LanguageModel):
+            return
+        cache = self.prefix_cache
+        key = np.asarray(vision.key, dtype=np.int32)
+        if cache is not None and cache.served(key) >= vision.image_end:
+            return
+        self.model.encode(prompt, vision)
+
     def _keyed(self, uid: int, tokens: Any) -> list[int]:
         """The tokens a finished sequence's cache is stored under: its prompt's key (image
         tokens as pixel hashes) followed by what it generated."""

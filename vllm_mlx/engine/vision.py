@@ -90,6 +90,9 @@ class VisionInput:
     key: list[int]
     image_tokens: int = 0
     digests: list[str] = field(default_factory=list)
+    # the merged embeddings (and M-RoPE positions, text shift), when encoded ahead of
+    # admission in the request's preparing thread (``LanguageModel.encode``); evaluated
+    encoded: tuple[mx.array, mx.array | None, int] | None = None
 
 
 def image_key(
@@ -151,34 +154,51 @@ class LanguageModel(nn.Module):
         positions = start + mx.arange(length)[None]
         return mx.broadcast_to(positions[None], (3, batch, length))
 
+    def encode(self, prompt: list[int], vision: VisionInput) -> None:
+        """Run the vision tower and merge its features into the prompt's embeddings now,
+        in the calling thread (a request's preparation, beside the engine's decoding), and
+        keep them evaluated on ``vision`` for ``prefill_images``. MLX evaluates arrays
+        from any thread when they do not depend on another thread's unevaluated ones: the
+        weights are evaluated at load, the pixels are this thread's."""
+        features = self.vlm.get_input_embeddings(mx.array([prompt]), **vision.features)
+        positions, shift = self._positions(prompt, vision, features)
+        mx.eval(features.inputs_embeds, *([positions] if positions is not None else []))
+        vision.encoded = (features.inputs_embeds, positions, shift)
+
+    def _positions(self, prompt: list[int], vision: VisionInput, features: Any):
+        """(M-RoPE positions of the whole prompt, the text shift after its images), or
+        (None, 0) for a model with plain rotary positions."""
+        if not self.mrope:
+            return None, 0
+        if features is not None and features.position_ids is not None:
+            positions, deltas = features.position_ids, features.rope_deltas
+        else:
+            positions, deltas = self.vlm.language_model.get_rope_index(
+                mx.array([prompt]), vision.features.get("image_grid_thw"), None, None
+            )
+        return positions, int(np.array(deltas).reshape(-1)[0])
+
     def prefill_images(
         self, prompt: list[int], vision: VisionInput, cache: list[Any], start: int, step: int = 256
     ) -> int:
-        """Encode the images and prefill ``prompt[start:vision.image_end]`` from the merged
-        embeddings into ``cache`` (which holds ``prompt[:start]``); returns where it ended.
-        The rows' text positions after the images are set either way."""
-        ids = mx.array([prompt])
-        features = (
-            self.vlm.get_input_embeddings(ids, **vision.features)
-            if start < vision.image_end
-            else None
-        )
-        positions = None
-        if self.mrope:
-            if features is not None and features.position_ids is not None:
-                positions, deltas = features.position_ids, features.rope_deltas
-            else:
-                positions, deltas = self.vlm.language_model.get_rope_index(
-                    ids, vision.features.get("image_grid_thw"), None, None
-                )
-            set_shift(cache, int(np.array(deltas).reshape(-1)[0]))
-        if features is None:
+        """Prefill ``prompt[start:vision.image_end]`` from the merged embeddings into
+        ``cache`` (which holds ``prompt[:start]``), encoding the images now unless that was
+        done ahead; returns where it ended. The rows' text positions after the images are
+        set either way."""
+        if start >= vision.image_end:
+            set_shift(cache, self._positions(prompt, vision, None)[1])
             return start
-        embeds = features.inputs_embeds
+        if vision.encoded is None:
+            self.encode(prompt, vision)
+        assert vision.encoded is not None
+        embeds, positions, shift = vision.encoded
+        set_shift(cache, shift)
+        ids = mx.array([prompt])
         language = self.vlm.language_model
         for a in range(start, vision.image_end, step):
             b = min(a + step, vision.image_end)
             extra = {"position_ids": positions[..., a:b]} if positions is not None else {}
             language(ids[:, a:b], inputs_embeds=embeds[:, a:b], cache=cache, **extra)
             mx.eval([c.state for c in cache])
+        vision.encoded = None  # the cache holds it now
         return vision.image_end

@@ -11,6 +11,7 @@ summed, and only the client's own calls left pending.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from typing import Any
 
@@ -89,7 +90,8 @@ class ToolLoopRun:
         if prepared is None:  # later turns: the client's tool_choice applied to the first
             turn = replace(self.chat, messages=messages, tool_choice="auto")
             try:
-                prepared = self.pipeline.prepare_chat(turn)
+                # off the event loop: rendering, and a vision model's images decoded
+                prepared = await asyncio.to_thread(self.pipeline.prepare_chat, turn)
             except (RequestError, ChatTemplateError) as exc:  # e.g. the context is full
                 raise APIError(400, f"after {len(self.turns)} turns: {exc}") from None
         result = await self.pipeline.complete(prepared)
