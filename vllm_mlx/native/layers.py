@@ -32,6 +32,21 @@ from vllm_mlx import native
 MAX_NATIVE_QUERY = 8
 KV_ENV = "VLLM_MLX_NATIVE_KV"  # "f16" (default) or "f32": the dtype of the native path's KV
 _KV_DTYPES = {"f16": mx.float16, "f32": mx.float32}
+# "invariant" (default): every prompt block runs the decode step's per-row arithmetic (int16
+# products, the native attention), so a token's numbers never depend on the block, the
+# cache or the batch it was computed in; "blas": long blocks dequantize for OpenBLAS's
+# sgemm and run attention as BLAS matmuls (faster prefill, results depend on the split).
+PREFILL_ENV = "VLLM_MLX_NATIVE_PREFILL"
+_PREFILL_MODES = ("invariant", "blas")
+
+
+def blas_prefill() -> bool:
+    """Whether long prompt blocks take the BLAS paths (``VLLM_MLX_NATIVE_PREFILL=blas``);
+    read at run time, as ``kv_dtype`` is, so one process can compare both."""
+    value = os.environ.get(PREFILL_ENV, "invariant")
+    if value not in _PREFILL_MODES:
+        raise ValueError(f"{PREFILL_ENV} must be invariant or blas, not {value!r}")
+    return value == "blas"
 
 
 def kv_dtype() -> mx.Dtype:
@@ -169,7 +184,8 @@ class NativeLlamaBlock(llama.TransformerBlock):
         if x.dtype != mx.float32 or not native.available():
             return super().__call__(x, mask, cache)
         cache = _kv_writes(cache)
-        if self.max_rows is not None and x.size > self.max_rows * x.shape[-1]:
+        long_block = self.max_rows is not None and x.size > self.max_rows * x.shape[-1]
+        if long_block and blas_prefill():
             return super().__call__(x, mask, cache)
         if self.adapter_rows is not None and self.adapter_rows.touches(self):
             return super().__call__(x, mask, cache)
@@ -215,7 +231,7 @@ class NativeLlamaBlock(llama.TransformerBlock):
         if cache is not None:
             keys, values = cache.update_and_fetch(keys, values)
         B, L, _ = x.shape
-        if L <= MAX_NATIVE_QUERY:  # no mask array here: the native kernel
+        if L <= MAX_NATIVE_QUERY or not blas_prefill():  # no mask array here: the kernel
             output = native.attention(queries, keys, values, shape.scale, mask == "causal")
         else:
             output = llama.scaled_dot_product_attention(

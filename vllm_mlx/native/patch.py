@@ -34,6 +34,7 @@ from vllm_mlx.native.layers import (
     MAX_NATIVE_QUERY,
     NativeRMSNorm,
     NativeRoPE,
+    blas_prefill,
     kv_dtype,
     route_block,
 )
@@ -126,7 +127,7 @@ def _native_matmul(layer: Any, x: mx.array) -> mx.array | None:
     if x.dtype != mx.float32 or not native.available():
         return None
     quantized = (layer["weight"], layer["scales"], layer["biases"], layer.group_size, layer.bits)
-    if x.size > DEQUANTIZE_ROWS * x.shape[-1] and _BLAS_PRELOADED:
+    if x.size > DEQUANTIZE_ROWS * x.shape[-1] and _BLAS_PRELOADED and blas_prefill():
         return x @ native.dequantize(*quantized).T
     return native.quantized_matmul(x, *quantized)
 
@@ -170,6 +171,8 @@ def _route_attention(module_name: str) -> bool:
         return True
 
     def scaled_dot_product_attention(queries, keys, values, cache, scale, mask, sinks=None):
+        if _quantized(keys) and hasattr(cache, "bits") and not blas_prefill():
+            keys, values, cache = _dequantized(keys, values, cache)
         if _attention_eligible(queries, keys, values, cache, mask, sinks):
             if isinstance(mask, mx.array):  # a batched cache's padding mask
                 return native.attention_masked(queries, keys, values, scale, mask)
@@ -183,6 +186,23 @@ def _route_attention(module_name: str) -> bool:
     scaled_dot_product_attention.__wrapped__ = original  # type: ignore[attr-defined]
     setattr(module, "scaled_dot_product_attention", scaled_dot_product_attention)  # noqa: B010
     return True
+
+
+def _quantized(keys: Any) -> bool:
+    return isinstance(keys, tuple) and len(keys) == 3
+
+
+def _dequantized(keys, values, cache) -> tuple[mx.array, mx.array, None]:
+    """A quantized KV cache's keys and values as floats, for the native attention: MLX's
+    quantized attention sums a decode step's one query row in another order than a prompt
+    block's rows (its matmul's row split), so a token attended at decode and the same token
+    in a prompt would differ; dequantizing is elementwise, the same values either way."""
+    group_size, bits = cache.group_size, cache.bits
+    return (
+        mx.dequantize(*keys, group_size=group_size, bits=bits),
+        mx.dequantize(*values, group_size=group_size, bits=bits),
+        None,
+    )
 
 
 def _bool_mask(mask: Any) -> bool:
@@ -221,7 +241,7 @@ def _attention_eligible(queries, keys, values, cache, mask, sinks) -> bool:
     return (
         _plain_arrays(queries, keys, values, cache, sinks)
         and (mask is None or (isinstance(mask, str) and mask == "causal") or _bool_mask(mask))
-        and queries.shape[2] <= MAX_NATIVE_QUERY
+        and (queries.shape[2] <= MAX_NATIVE_QUERY or not blas_prefill())
     )
 
 
@@ -282,6 +302,7 @@ def _fusable_attention(block: Any) -> bool:
 def enable(model: nn.Module) -> Patched:
     """Route ``model``'s eligible layers and attention to the native kernels."""
     kv_dtype()  # a bad VLLM_MLX_NATIVE_KV fails the load, not the first request
+    blas_prefill()  # and a bad VLLM_MLX_NATIVE_PREFILL
     native.check_activations_env()
     patched = Patched()
     attention_modules: set[str] = set()

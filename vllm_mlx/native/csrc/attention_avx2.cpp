@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <type_traits>
 #include <vector>
 
 #include "avx2_math.h"
@@ -157,12 +156,6 @@ void sdpa_task_as(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t
   thread_local std::vector<float> scores;
   scores.resize(rows * span);
   // Pass 1: all scores of this key range, each key row read once for every query row.
-  thread_local std::vector<int64_t> limit;
-  limit.resize(rows);
-  for (int64_t row = 0; row < rows; ++row) {
-    const int64_t i = row % a.Lq;
-    limit[row] = a.causal ? std::min(l1, a.Lk - a.Lq + i + 1) : l1;
-  }
   // each row's query and head once, not an integer division per key and row
   thread_local std::vector<const float*> query;
   thread_local std::vector<int64_t> head;
@@ -172,13 +165,29 @@ void sdpa_task_as(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t
     head[row] = hkv * group + row / a.Lq;
     query[row] = a.q + b * a.q_strides[0] + head[row] * a.q_strides[1] + (row % a.Lq) * a.q_strides[2];
   }
+  // Each row's keys end at its causal limit, or after the last key its mask allows (a
+  // batch's causal mask): the vector sums below then group a row's terms by its own key
+  // positions, not by how many masked keys follow them in this block.
+  thread_local std::vector<int64_t> limit;
+  limit.resize(rows);
+  for (int64_t row = 0; row < rows; ++row) {
+    const int64_t i = row % a.Lq;
+    int64_t end = a.causal ? std::min(l1, a.Lk - a.Lq + i + 1) : l1;
+    while (a.mask != nullptr && end > l0 && !sdpa_allowed(a, b, head[row], i, end - 1)) {
+      --end;
+    }
+    limit[row] = end;
+  }
   const bool unmasked = a.mask == nullptr && a.key_start == nullptr;
   // a left-padded batch's first key: the ones before it score -inf (weight 0)
   const int64_t first = a.key_start != nullptr ? a.key_start[b] : 0;
-  // float32 caches with key_start (decode_layers) keep the body they had, whose dots sum
-  // in dot's order: VLLM_MLX_NATIVE_KV=f32 gives the bits it gave before float16 caches
-  const bool tiled = a.mask == nullptr && (a.key_start == nullptr || std::is_same_v<T, uint16_t>);
-  if (tiled && (D == 64 || D == 128)) { // key rows in fours, query rows in threes
+  // whether row `row` sees key l: the causal limit, key_start and the mask
+  auto seen = [&](int64_t row, int64_t l) {
+    return l >= first && l < limit[row] && (a.mask == nullptr || sdpa_allowed(a, b, head[row], row % a.Lq, l));
+  };
+  // Every dot is one key's and one row's, whatever the tiling: a row's scores are the
+  // same bits in any batch and any block of query rows.
+  if (D == 64 || D == 128) { // key rows in fours, query rows in threes
     int64_t l = l0;
     for (; l + 4 <= l1; l += 4) {
       const T* k[4] = {
@@ -194,9 +203,8 @@ void sdpa_task_as(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t
         }
         for (int r = 0; r < n; ++r) {
           for (int j = 0; j < 4; ++j) {
-            const bool seen = l + j >= first && l + j < limit[row + r];
             scores[(row + r) * span + (l + j - l0)] =
-                seen ? dots[r][j] * a.scale : -std::numeric_limits<float>::infinity();
+                seen(row + r, l + j) ? dots[r][j] * a.scale : -std::numeric_limits<float>::infinity();
           }
         }
       }
@@ -212,8 +220,8 @@ void sdpa_task_as(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t
           row_dots<16, T>(query.data() + row, n, k, dots);
         }
         for (int r = 0; r < n; ++r) {
-          const bool seen = l >= first && l < limit[row + r];
-          scores[(row + r) * span + (l - l0)] = seen ? dots[r] * a.scale : -std::numeric_limits<float>::infinity();
+          scores[(row + r) * span + (l - l0)] =
+              seen(row + r, l) ? dots[r] * a.scale : -std::numeric_limits<float>::infinity();
         }
       }
     }

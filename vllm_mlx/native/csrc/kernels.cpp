@@ -43,9 +43,6 @@ std::atomic<bool>& int16_selected() {
   return selected;
 }
 
-// Rows of x up to which the int16 body runs (decode batches); prefill blocks use float.
-constexpr int64_t INT16_MAX_M = 8;
-
 // Rows of the weight per task: a task should read at least ~32 KB of weights, so
 // the pool's hand-off stays small next to the work, and a prefill task's weight
 // block stays in L2 while every row of x passes over it.
@@ -274,11 +271,11 @@ struct Tasks {
 };
 
 #if defined(VMLX_HAVE_AVX2)
-// Decode rows of x (one per sequence, up to INT16_MAX_M) through the int16 body; false
-// when x is not finite (then the float body runs). Each task runs its weight rows for
-// every row of x in turn, so the rows after the first read that block from L2, and each
-// output is the one-row product's, bit for bit: batching never changes a sequence's
-// numbers.
+// Rows of x (decode rows, one per sequence, or a prefill block's) through the int16 body;
+// false when x is not finite (then the float body runs). Each task runs its weight rows
+// for every row of x in turn, so the rows after the first read that block from L2, and
+// each output is the one-row product's, bit for bit: neither batching nor the number of
+// rows in a prefill block changes a sequence's numbers.
 bool qmm_many_int16(const QmmArgs* list, int count) {
   const QmmArgs& a = list[0];
   const int64_t groups = a.K / a.group_size;
@@ -319,7 +316,7 @@ bool qmm_many_int16(const QmmArgs* list, int count) {
 void qmm_many(const QmmArgs* list, int count) {
   const QmmArgs& a = list[0];
 #if defined(VMLX_HAVE_AVX2)
-  if (a.M <= INT16_MAX_M && use_avx2() && int16_selected().load(std::memory_order_relaxed) && a.group_size % 32 == 0 &&
+  if (use_avx2() && int16_selected().load(std::memory_order_relaxed) && a.group_size % 32 == 0 &&
       qmm_many_int16(list, count)) {
     return;
   }
@@ -394,65 +391,111 @@ void dequantize_weights(const QmmArgs& a) {
   });
 }
 
+namespace {
+
+// Keys per attention task. A sequence's keys are split into blocks of this many counted from
+// its first visible key (key_start, or the mask's first true entry), whatever the batch, the
+// number of query rows or the context length: a query row's sums then run over the same
+// blocks in the same order in a decode step, a prefill block of any size and any batch.
+constexpr int64_t KEY_BLOCK = 256;
+
+// The first key sequence b may see: key_start[b], else the first key any of its rows'
+// mask entries allow (a left-padded batch's mask), else 0.
+int64_t first_key(const SdpaArgs& a, int64_t b) {
+  if (a.key_start != nullptr) {
+    return std::clamp<int64_t>(a.key_start[b], 0, a.Lk);
+  }
+  if (a.mask == nullptr) {
+    return 0;
+  }
+  int64_t first = a.Lk;
+  const int64_t heads = a.mask_strides[1] == 0 ? 1 : a.Hq;
+  const int64_t rows = a.mask_strides[2] == 0 ? 1 : a.Lq;
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t l = 0; l < first; ++l) {
+        if (sdpa_allowed(a, b, h, i, l)) {
+          first = l;
+          break;
+        }
+      }
+    }
+  }
+  return first;
+}
+
+} // namespace
+
 void sdpa(const SdpaArgs& a) {
   ThreadPool& pool = ThreadPool::instance();
-  const int64_t heads = a.B * a.Hkv;
   const int64_t group = a.Hq / a.Hkv;
-  // Split long contexts over the keys too, so 3 KV heads keep 2+ cores busy; each split
-  // keeps its own running max and sum, merged below (the flash-decoding scheme).
-  int64_t splits = 1;
-  const int64_t want = 4 * pool.size();
-  if (heads < want) {
-    splits = std::min<int64_t>((want + heads - 1) / heads, std::max<int64_t>(1, a.Lk / 256));
+  // tasks (b, hkv, block), each block KEY_BLOCK keys from the sequence's first; each keeps
+  // its own running max and sum, merged below in block order (the flash-decoding scheme)
+  thread_local std::vector<int64_t> first, blocks, task0;
+  first.resize(a.B);
+  blocks.resize(a.B);
+  task0.resize(a.B + 1);
+  task0[0] = 0;
+  for (int64_t b = 0; b < a.B; ++b) {
+    first[b] = first_key(a, b);
+    blocks[b] = (a.Lk - first[b] + KEY_BLOCK - 1) / KEY_BLOCK;
+    task0[b + 1] = task0[b] + a.Hkv * blocks[b];
   }
-  const int64_t chunk = (a.Lk + splits - 1) / splits;
   const int64_t part_size = group * a.Lq * (a.D + 2);
   thread_local std::vector<float> parts;
-  parts.resize(heads * splits * part_size);
+  parts.resize(std::max<int64_t>(1, task0[a.B]) * part_size);
   float* part_base = parts.data(); // the tasks run on other threads: not `parts`
+  const int64_t* firsts = first.data();
+  const int64_t* counts = blocks.data();
+  const int64_t* starts = task0.data();
   // the vector bodies read rows of D contiguous floats
   const bool fast = use_avx2() && a.q_strides[3] == 1 && a.k_strides[3] == 1 && a.v_strides[3] == 1;
-  pool.parallel_for(static_cast<int>(heads * splits), [&](int t) {
-    const int64_t head = t / splits;
-    const int64_t split = t % splits;
-    const int64_t l0 = split * chunk;
-    const int64_t l1 = std::min(a.Lk, l0 + chunk);
+  pool.parallel_for(static_cast<int>(task0[a.B]), [&](int t) {
+    int64_t b = 0;
+    while (t >= starts[b + 1]) {
+      ++b;
+    }
+    const int64_t hkv = (t - starts[b]) / counts[b];
+    const int64_t block = (t - starts[b]) % counts[b];
+    const int64_t l0 = firsts[b] + block * KEY_BLOCK;
+    const int64_t l1 = std::min(a.Lk, l0 + KEY_BLOCK);
     float* part = part_base + t * part_size;
 #if defined(VMLX_HAVE_AVX2)
     if (fast) {
-      avx2::sdpa_task(a, head / a.Hkv, head % a.Hkv, l0, l1, part);
+      avx2::sdpa_task(a, b, hkv, l0, l1, part);
       return;
     }
 #endif
-    generic::sdpa_task(a, head / a.Hkv, head % a.Hkv, l0, l1, part);
+    generic::sdpa_task(a, b, hkv, l0, l1, part);
   });
-  for (int64_t head = 0; head < heads; ++head) {
-    const int64_t b = head / a.Hkv;
-    const int64_t hkv = head % a.Hkv;
-    for (int64_t row = 0; row < group * a.Lq; ++row) {
-      const int64_t h = hkv * group + row / a.Lq;
-      const int64_t i = row % a.Lq;
-      float* out = a.out + ((b * a.Hq + h) * a.Lq + i) * a.D;
-      float max_score = -std::numeric_limits<float>::infinity();
-      for (int64_t s = 0; s < splits; ++s) {
-        max_score = std::max(max_score, parts[(head * splits + s) * part_size + row * (a.D + 2)]);
-      }
-      float sum = 0.0f;
-      std::fill(out, out + a.D, 0.0f);
-      for (int64_t s = 0; s < splits; ++s) {
-        const float* p = parts.data() + (head * splits + s) * part_size + row * (a.D + 2);
-        if (p[1] == 0.0f) {
-          continue; // a split wholly past this row's causal limit
+  for (int64_t b = 0; b < a.B; ++b) {
+    for (int64_t hkv = 0; hkv < a.Hkv; ++hkv) {
+      const float* head_parts = parts.data() + (task0[b] + hkv * blocks[b]) * part_size;
+      for (int64_t row = 0; row < group * a.Lq; ++row) {
+        const int64_t h = hkv * group + row / a.Lq;
+        const int64_t i = row % a.Lq;
+        float* out = a.out + ((b * a.Hq + h) * a.Lq + i) * a.D;
+        float max_score = -std::numeric_limits<float>::infinity();
+        for (int64_t s = 0; s < blocks[b]; ++s) {
+          max_score = std::max(max_score, head_parts[s * part_size + row * (a.D + 2)]);
         }
-        const float w = std::exp(p[0] - max_score);
-        sum += p[1] * w;
+        float sum = 0.0f;
+        std::fill(out, out + a.D, 0.0f);
+        for (int64_t s = 0; s < blocks[b]; ++s) {
+          const float* p = head_parts + s * part_size + row * (a.D + 2);
+          if (p[1] == 0.0f) {
+            continue; // a block wholly past this row's causal limit, or masked
+          }
+          const float w = std::exp(p[0] - max_score);
+          sum += p[1] * w;
+          for (int64_t d = 0; d < a.D; ++d) {
+            out[d] += p[2 + d] * w;
+          }
+        }
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
         for (int64_t d = 0; d < a.D; ++d) {
-          out[d] += p[2 + d] * w;
+          out[d] *= inv;
         }
-      }
-      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-      for (int64_t d = 0; d < a.D; ++d) {
-        out[d] *= inv;
       }
     }
   }
