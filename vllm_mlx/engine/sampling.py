@@ -57,6 +57,11 @@ class RequestSampler:
             logprobs = f(logprobs)
         return logprobs * self._inv_temp
 
+    @property
+    def seeded(self) -> bool:
+        """Whether the request owns its random key (its samples are reproducible)."""
+        return self._key is not None
+
     def next_key(self) -> mx.array | None:
         if self._key is None:
             return None

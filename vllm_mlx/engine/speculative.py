@@ -12,9 +12,13 @@ request's own logits processors and sampler, exactly as ordinary decoding would 
 
 - greedy: a proposal is kept while it equals the target's argmax, and the first mismatch
   emits the target's argmax instead — the same tokens as decoding without a draft;
-- sampling: a (deterministic) proposal ``d`` is kept with probability ``p(d)`` and otherwise
-  replaced by a draw from ``p`` without ``d`` — together exactly ``p`` (rejection sampling
-  with a one-hot draft distribution).
+- seeded sampling: the position's token is drawn with the request's next key, as ordinary
+  decoding draws it, and a proposal is kept while it equals that draw — the same tokens as
+  decoding without a draft, so a seed gives one answer with or without speculation, alone
+  or batched;
+- unseeded sampling: a (deterministic) proposal ``d`` is kept with probability ``p(d)`` and
+  otherwise replaced by a draw from ``p`` without ``d`` — together exactly ``p`` (rejection
+  sampling with a one-hot draft distribution, which keeps more proposals).
 
 Processors are called once per decided position with that position's context, which holds
 only accepted tokens, so they never see a rejected proposal and need no rollback. Both
@@ -38,6 +42,9 @@ def resample(sampler: RequestSampler, logprobs: mx.array, proposal: int) -> tupl
     ``sampler(logprobs)`` would be; ``proposal`` < 0: none (the bonus position)."""
     if sampler.greedy:
         token = int(mx.argmax(logprobs))
+        return token, token == proposal
+    if sampler.seeded:
+        token = int(sampler(logprobs[None])[0])
         return token, token == proposal
     weights = sampler.logits(logprobs)
     if proposal < 0:
