@@ -1,8 +1,8 @@
 """Same request, same numbers: on the embedded model with the default switches (float16 KV
 cache, int16 products, prefix cache), every step's logits — not just the tokens — equal a
 cold run's bits whatever the cache holds (a partial hit at any token, a full hit, the
-conversation's earlier turn), the prefill chunk size and the batch's neighbours; greedy and
-seeded, with ``--kv-bits 8`` and with a draft model too."""
+conversation's earlier turn, an entry read back from disk), the prefill chunk size and the
+batch's neighbours; greedy and seeded, with ``--kv-bits 8`` and with a draft model too."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from vllm_mlx import native
+from vllm_mlx.engine.cache_files import DiskCache
 from vllm_mlx.engine.prefix_cache import PrefixCache
 from vllm_mlx.engine.sampling import SamplingParams, make_sampler
 from vllm_mlx.engine.sources import ModelBatchSource
@@ -83,7 +84,7 @@ def assert_same(got: Run, want: Run, what: str) -> None:
     assert got[1] == want[1], what
     n = len(got[1])
     assert len(got[0]) >= n and len(want[0]) >= n, what
-    assert all(np.array_equal(a, b) for a, b in zip(got[0][:n], want[0][:n])), what
+    assert all(np.array_equal(a, b) for a, b in zip(got[0][:n], want[0][:n], strict=True)), what
 
 
 @pytest.fixture(params=["default", "kv_bits_8", "draft"])
@@ -140,3 +141,22 @@ def test_a_draft_model_gives_the_tokens_decoding_without_one_gives(
     plain = run(ModelBatchSource(model), [prompt], sampling, n=10)[0]
     drafted = run(ModelBatchSource(model, draft_model=model), [prompt], sampling, n=10)[0]
     assert drafted[1] == plain[1]
+
+
+@pytest.mark.parametrize("sampling", SAMPLING.values(), ids=SAMPLING.keys())
+def test_an_entry_read_back_from_disk_gives_the_cold_numbers(
+    loaded, prompts, options: dict, sampling: dict, tmp_path
+) -> None:
+    model, prompt = loaded.model, prompts["prompt"]
+    cold = run(ModelBatchSource(model, **options), [prompt], sampling)[0]
+
+    def disk_source() -> ModelBatchSource:
+        disk = DiskCache(tmp_path, "invariance", 1 << 30, min_tokens=1)
+        return ModelBatchSource(model, prefix_cache=PrefixCache(64 << 20, disk=disk), **options)
+
+    writer = disk_source()
+    run(writer, [prompt[: len(prompt) // 2]], sampling, n=1)
+    writer.flush()
+    reader = disk_source()  # nothing in memory: the entry comes from its file
+    assert reader.prefix_cache is not None and reader.prefix_cache.served(np.array(prompt)) > 0
+    assert_same(run(reader, [prompt], sampling)[0], cold, "from the disk cache")

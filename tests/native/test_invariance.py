@@ -82,13 +82,17 @@ def test_a_left_padded_sequence_gets_its_own_rows(isa: str, lq: int) -> None:
     q, k, v = _qkv(lk, mx.float16, seed=2)
     alone = native.attention(q[:, :, lk - lq :], k, v, 0.125, True)
     noise = [mx.random.normal((1, h, pad, 64)) * 100 for h in (6, 2, 2)]
-    padded = [mx.concatenate([n.astype(a.dtype), a], axis=2) for n, a in zip(noise, (q, k, v))]
-    neighbour = [mx.random.normal(a.shape).astype(a.dtype) for a in padded]
-    batch = [mx.concatenate([p, n], axis=0)[:, :, -lq:] if i == 0 else mx.concatenate([p, n])
-             for i, (p, n) in enumerate(zip(padded, neighbour))]  # fmt: skip
-    keys = mx.arange(lk + pad)
+    padded = [
+        mx.concatenate([n.astype(a.dtype), a], axis=2)
+        for n, a in zip(noise, (q, k, v), strict=True)
+    ]
+    queries, keys, values = (
+        mx.concatenate([a, mx.random.normal(a.shape).astype(a.dtype)]) for a in padded
+    )  # the neighbour: batch row 1, with no padding
+    batch = (queries[:, :, -lq:], keys, values)
+    positions = mx.arange(lk + pad)
     rows = mx.arange(lk + pad - lq, lk + pad)
-    causal = keys[None, :] <= rows[:, None]
-    mask = mx.stack([causal & (keys >= pad)[None, :], causal])[:, None]
+    causal = positions[None, :] <= rows[:, None]
+    mask = mx.stack([causal & (positions >= pad)[None, :], causal])[:, None]
     got = native.attention_masked(*batch, 0.125, mask)
     assert same_bits(got[:1], alone)

@@ -18,7 +18,13 @@ from vllm_mlx import native
 from vllm_mlx.models import load_model
 from vllm_mlx.models.loader import choose_weights
 from vllm_mlx.native import patch
-from vllm_mlx.native.layers import HalfWrites, NativeLlamaBlock, NativeRMSNorm, NativeRoPE
+from vllm_mlx.native.layers import (
+    PREFILL_ENV,
+    HalfWrites,
+    NativeLlamaBlock,
+    NativeRMSNorm,
+    NativeRoPE,
+)
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="vllm_mlx.native is not built")
 PROMPT = mx.array([[1, 5, 9, 40, 77, 200, 259, 260, 2, 31, 7]])
@@ -162,16 +168,23 @@ def test_decode_steps_reach_the_native_attention(monkeypatch: pytest.MonkeyPatch
     real = native.attention
     monkeypatch.setattr(native, "attention", lambda q, *a: calls.append(q.shape) or real(q, *a))
     greedy(model, steps=3)
-    # the 11-token prefill goes to MLX's SDPA; each one-token step to the kernel
-    assert calls and all(shape[2] == 1 for shape in calls)
-    assert len(calls) == 2 * 3  # 2 layers x 3 decode steps (the first token is the prefill's)
+    # the 11-token prefill and each one-token step: the one kernel (the same per-row sums)
+    assert [shape[2] for shape in calls] == [11] * 2 + [1] * 2 * 3  # 2 layers, 3 steps
+    calls.clear()
+    monkeypatch.setenv(PREFILL_ENV, "blas")  # the prefill goes to MLX's SDPA
+    greedy(model, steps=3)
+    assert [shape[2] for shape in calls] == [1] * 2 * 3
 
 
 @pytest.mark.parametrize("half", [False, True])
 @pytest.mark.parametrize("blas", [True, False])
+@pytest.mark.parametrize("prefill", ["invariant", "blas"])
 def test_prefill_blocks_dequantize_once_when_openblas_multiplies(
-    monkeypatch, blas: bool, half: bool
+    monkeypatch, blas: bool, half: bool, prefill: str
 ) -> None:
+    """Only with VLLM_MLX_NATIVE_PREFILL=blas: by default a prompt block's rows take the
+    decode rows' body."""
+    monkeypatch.setenv(PREFILL_ENV, prefill)
     model = gguf_like(quantized_llama(4, 32)) if half else quantized_llama(4, 32)
     layer = model.model.layers[1].self_attn.o_proj
     x = mx.random.normal((2, 70, layer.weight.shape[1] * 8), key=mx.random.key(1))
@@ -183,7 +196,7 @@ def test_prefill_blocks_dequantize_once_when_openblas_multiplies(
     real = native.dequantize
     monkeypatch.setattr(native, "dequantize", lambda *a: calls.append(1) or real(*a))
     got = layer(x)
-    assert calls == ([1] if blas else [])
+    assert calls == ([1] if blas and prefill == "blas" else [])
     assert np.abs(np.array(got) - np.array(want)).max() <= 1e-4 * (1 + np.abs(want).max())
 
 

@@ -14,6 +14,7 @@ from test_patch import PROMPT, quantized_llama
 
 from vllm_mlx import native
 from vllm_mlx.native import patch
+from vllm_mlx.native.layers import PREFILL_ENV
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="vllm_mlx.native is not built")
 
@@ -57,6 +58,8 @@ def test_softmax_causal_matches_a_masked_softmax(isa, rows, width, offset, seed)
 
 
 def test_prefill_blocks_reach_the_native_softmax(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With VLLM_MLX_NATIVE_PREFILL=blas (by default every block runs native.attention)."""
+    monkeypatch.setenv(PREFILL_ENV, "blas")
     model = quantized_llama(4, 32)
     patch.enable(model)
     calls: list[tuple[int, ...]] = []
