@@ -198,11 +198,11 @@ def _dequantized(keys, values, cache) -> tuple[mx.array, mx.array, None]:
     block's rows (its matmul's row split), so a token attended at decode and the same token
     in a prompt would differ; dequantizing is elementwise, the same values either way."""
     group_size, bits = cache.group_size, cache.bits
-    return (
-        mx.dequantize(*keys, group_size=group_size, bits=bits),
-        mx.dequantize(*values, group_size=group_size, bits=bits),
-        None,
-    )
+    floats = [
+        mx.dequantize(w, scales=scales, biases=biases, group_size=group_size, bits=bits)
+        for w, scales, biases in (keys, values)
+    ]
+    return floats[0], floats[1], None
 
 
 def _bool_mask(mask: Any) -> bool:
