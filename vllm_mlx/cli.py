@@ -153,6 +153,7 @@ def models(models_dir: tuple[str, ...], model_config: str | None, as_json: bool)
             "aliases": list(entry.aliases),
             "path": entry.spec,
             "size_mb": round(entry.weight_bytes() / 1e6, 1) if problem is None else None,
+            "downloaded": not entry.by_name or entry.local_path() is not None,
             "context": entry.context_length(),
             "settings": settings,
             "loads": problem is None,
@@ -168,6 +169,9 @@ def models(models_dir: tuple[str, ...], model_config: str | None, as_json: bool)
         if settings:
             click.echo("  settings: " + ", ".join(f"{k}={v!r}" for k, v in settings.items()))
         size = f"{row['size_mb']} MB of weights" if row["size_mb"] is not None else ""
+        if not row["downloaded"]:
+            download = entry.settings.download or "first_use"
+            size = f"(from the hub, not downloaded yet: at {download.replace('_', ' ')})"
         click.echo(f"  loads: yes  {size}" if problem is None else f"  loads: no: {problem}")
     if not catalog.entries:
         click.echo("no models found (model folders with a config.json, or .gguf files)")

@@ -9,10 +9,12 @@ from pathlib import Path
 import click
 import openai
 import pytest
+from click.testing import CliRunner
 from models.conftest import hub, stores, tiny_folder  # noqa: F401  (the stand-in fixtures)
 from models.hub_standin import HubStandIn
 from servers import cli_server
 
+from vllm_mlx.cli import main
 from vllm_mlx.fleet.catalog import build_catalog
 from vllm_mlx.fleet.settings import SettingsError
 from vllm_mlx.server.cli import _download_at_start
@@ -76,3 +78,16 @@ def test_a_hub_entry_is_downloaded_by_its_first_request(
             client.chat.completions.create(model="gone", messages=hello, max_tokens=4)
     assert "no model 'org/absent' on the hub" in str(failed.value)
     assert "Traceback" not in log.read_text()
+
+
+def test_the_models_command_shows_a_hub_entry_before_its_download(
+    hub: HubStandIn,  # noqa: F811
+    stores: Path,  # noqa: F811
+) -> None:
+    folder = write_config(stores / "fleet", '[models.tiny]\npath = "org/tiny"\n')
+    shown = CliRunner().invoke(main, ["models", str(folder)])
+    assert shown.exit_code == 0, shown.output
+    assert "tiny (default)  org/tiny" in shown.output
+    assert "loads: yes  (from the hub, not downloaded yet: at first use)" in shown.output
+    CliRunner().invoke(main, ["pull", "org/tiny"])
+    assert "MB of weights" in CliRunner().invoke(main, ["models", str(folder)]).output
