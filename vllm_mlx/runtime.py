@@ -75,7 +75,7 @@ def build_runtime(
     options = options or RuntimeOptions()
     if sharding is not None:
         return _build_sharded(model, sharding, options)
-    options = _fitted(model, options, progress)
+    options = _fitted(model, options, progress, fused=fuse is not None)
     cpu_weights = _weights_for_cpu(options.model.cpu_weights)
     engine, cache = options.engine, options.cache
     if fuse is not None:
@@ -140,10 +140,14 @@ def estimate_for(
     )
 
 
-def _fitted(model: str | None, options: RuntimeOptions, progress: bool) -> RuntimeOptions:
+def _fitted(
+    model: str | None, options: RuntimeOptions, progress: bool, fused: bool
+) -> RuntimeOptions:
     """``options`` with the context capped to what fits in memory (logged), or a
-    ModelLoadError with the numbers when the model does not fit at all."""
-    found = estimate_for(model, options, progress)
+    ModelLoadError with the numbers when the model does not fit at all (a fused adapter
+    needs float32 weights)."""
+    weights = options.updated(cpu_weights="float32") if fused else options
+    found = estimate_for(model, weights, progress)
     context = fit_context(found, explicit=options.model.max_model_len is not None)
     return options.updated(max_model_len=context) if context < found.context else options
 

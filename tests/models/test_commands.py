@@ -83,3 +83,13 @@ def test_no_pytorch_line_whatever_a_command_imports(stores: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "no downloaded models found" in done.stdout
     assert "PyTorch was not found" not in done.stderr + done.stdout
+
+
+def test_pull_offline_keeps_what_is_cached(hub: HubStandIn, monkeypatch) -> None:
+    assert run("pull", "org/tiny").exit_code == 0
+    hub.stop()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    result = run("pull", "org/tiny")
+    assert result.exit_code == 0 and "org/tiny: ready in" in result.output
+    result = run("pull", "org/other")
+    assert result.exit_code == 1 and "HF_HUB_OFFLINE is set" in result.output
