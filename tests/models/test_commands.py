@@ -93,3 +93,9 @@ def test_pull_offline_keeps_what_is_cached(hub: HubStandIn, monkeypatch) -> None
     assert result.exit_code == 0 and "org/tiny: ready in" in result.output
     result = run("pull", "org/other")
     assert result.exit_code == 1 and "HF_HUB_OFFLINE is set" in result.output
+
+
+def test_serve_a_name_that_cannot_be_had_is_one_line(stores: Path) -> None:
+    result = run("serve", "org/tiny", "--cpu-weights", "quantized", "--replay", os.devnull)
+    assert result.exit_code == 1
+    assert "Error: cannot reach the hub" in result.output and "Traceback" not in result.output
