@@ -10,7 +10,9 @@ source (``ModelBatchSource``) in one batch:
 - base x3: three base sequences (no adapter row: the native fused path);
 - base + 2 adapters: one base sequence and one for each adapter (mlx-lm's layers plus the
   low-rank products per row);
-- base x1: one base sequence alone, for scale.
+- base x1: one base sequence alone, for scale;
+- fused x3: three sequences on a second copy of the base with the first adapter merged in
+  (``--adapter-fuse``; quantized layers quantized again, so the native fused path runs).
 
 Rounds alternate the shapes; reported: aggregate decode tok/s (tokens after every sequence's
 first, over the wall time of those steps) and the ratio to base x3.
@@ -34,6 +36,8 @@ from mlx_lm.utils import load
 from vllm_mlx.engine.sources import ModelBatchSource
 from vllm_mlx.models import load_model
 from vllm_mlx.models.adapter_set import AdapterSet
+from vllm_mlx.models.adapters import read_adapter
+from vllm_mlx.models.lora import fuse_adapter
 
 PROMPT_TEXT = "Write a short note about the history of the bicycle and why people like it."
 
@@ -90,19 +94,29 @@ def main() -> None:
     args = parser.parse_args()
     loaded = load_model(None, progress=False)
     adapters = AdapterSet(loaded.model)
+    fused = load_model(None, progress=False)
     with tempfile.TemporaryDirectory() as tmp:
         for i, name in enumerate(("a1", "a2")):
             folder = write_adapter(loaded.path, Path(tmp) / name, i, args.rank, args.layers)
             adapters.load(name, folder)
+            if name == "a1":
+                fuse_adapter(fused.model, read_adapter(folder, fused.model))
     a1, a2 = (adapters.get(n).choice for n in ("a1", "a2"))  # type: ignore[union-attr]
     source = ModelBatchSource(loaded.model, adapter_rows=adapters.rows)
+    fused_source = ModelBatchSource(fused.model)
     prompt = loaded.tokenizer.encode(PROMPT_TEXT)
-    shapes = {"base x3": [None, None, None], "base + 2 adapters": [None, a1, a2], "base x1": [None]}
-    decode_rate(source, prompt, [None, a1], 4)  # warm-up of both paths
+    shapes = {
+        "base x3": (source, [None, None, None]),
+        "base + 2 adapters": (source, [None, a1, a2]),
+        "base x1": (source, [None]),
+        "fused x3": (fused_source, [None, None, None]),
+    }
+    decode_rate(source, prompt, [None, a1], 4)  # warm-up of every path
+    decode_rate(fused_source, prompt, [None], 4)
     rates: dict[str, list[float]] = {name: [] for name in shapes}
     for _ in range(args.rounds):
-        for name, choices in shapes.items():
-            rates[name].append(decode_rate(source, prompt, choices, args.steps))
+        for name, (runs_on, choices) in shapes.items():
+            rates[name].append(decode_rate(runs_on, prompt, choices, args.steps))
     print(
         f"{loaded.name}, {loaded.kernels.split(':')[0]}, {len(prompt)}-token prompt, "
         f"{args.steps} tokens each, rank {args.rank} on {args.layers} layers "

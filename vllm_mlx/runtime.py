@@ -70,16 +70,14 @@ def build_runtime(
     """``chat_template``: a template's text to use instead of the model's own;
     ``sharding``: this process is rank 0 of a sharded server (``_build_sharded``);
     ``fuse``: an adapter folder merged into this copy of the weights (``--adapter-fuse``;
-    float32 weights, no per-request adapters on it); ``max_loaded_adapters``: the bound on
+    no per-request adapters on it); ``max_loaded_adapters``: the bound on
     the adapters loaded on it at once."""
     options = options or RuntimeOptions()
     if sharding is not None:
         return _build_sharded(model, sharding, options)
-    options = _fitted(model, options, progress, fused=fuse is not None)
+    options = _fitted(model, options, progress)
     cpu_weights = _weights_for_cpu(options.model.cpu_weights)
     engine, cache = options.engine, options.cache
-    if fuse is not None:
-        cpu_weights = "float32"
     loaded = load_model(model, cpu_weights=cpu_weights, progress=progress)
     if loaded.processor is not None and (engine.kv_bits or options.model.draft_model):
         raise ValueError("--kv-bits and --draft-model are not supported for vision models yet")
@@ -140,14 +138,10 @@ def estimate_for(
     )
 
 
-def _fitted(
-    model: str | None, options: RuntimeOptions, progress: bool, fused: bool
-) -> RuntimeOptions:
+def _fitted(model: str | None, options: RuntimeOptions, progress: bool) -> RuntimeOptions:
     """``options`` with the context capped to what fits in memory (logged), or a
-    ModelLoadError with the numbers when the model does not fit at all (a fused adapter
-    needs float32 weights)."""
-    weights = options.updated(cpu_weights="float32") if fused else options
-    found = estimate_for(model, weights, progress)
+    ModelLoadError with the numbers when the model does not fit at all."""
+    found = estimate_for(model, options, progress)
     context = fit_context(found, explicit=options.model.max_model_len is not None)
     return options.updated(max_model_len=context) if context < found.context else options
 

@@ -183,7 +183,7 @@ def _low_rank(
     a, b = a.astype(mx.float32), b.astype(mx.float32)
     magnitude = None
     if kind == "dora":
-        weight = _dense_weight(layer)
+        weight = dense_weight(layer)
         m = leaves.get("m")
         if m is None:  # mlx-lm starts m at the base's row norms
             m = mx.linalg.norm(weight, axis=1)
@@ -205,7 +205,8 @@ def _dims(layer: Any) -> tuple[int, int]:
     return int(out_dims), int(in_dims)
 
 
-def _dense_weight(layer: Any) -> mx.array:
+def dense_weight(layer: Any) -> mx.array:
+    """A linear layer's weight as float32 ``[out, in]`` (dequantized if it is quantized)."""
     if not isinstance(layer, nn.QuantizedLinear):
         return layer.weight.astype(mx.float32)
     return mx.dequantize(

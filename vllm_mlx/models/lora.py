@@ -21,7 +21,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models import llama
 
-from vllm_mlx.models.adapters import AdapterWeights, LowRank
+from vllm_mlx.models.adapters import AdapterWeights, LowRank, dense_weight
 
 
 class AdapterRows:
@@ -152,17 +152,25 @@ def model_adapters(model: nn.Module) -> ModelAdapters:
 
 def fuse_adapter(model: nn.Module, weights: AdapterWeights) -> None:
     """Merge ``weights`` into ``model``'s own layers (``--adapter-fuse``: a separate copy
-    of the base served as its own model; never the shared base)."""
+    of the base served as its own model; never the shared base). A quantized layer is
+    dequantized, updated and quantized again in its own group size and bits, as
+    ``mlx_lm.fuse`` does, so it keeps its kernels (the native ones on a CPU)."""
     modules = dict(model.named_modules())
-    fused = []
+    fused: list[mx.array] = []
     for path, update in weights.layers.items():
         layer = modules[path]
-        if isinstance(layer, nn.QuantizedLinear):
-            raise ValueError(f"{path}: fusing needs float weights")
-        weight = layer.weight.astype(mx.float32)
+        quantized = isinstance(layer, nn.QuantizedLinear)
+        weight = dense_weight(layer)
         weight = weight + (update.scale * update.b.T) @ update.a.T
         if update.magnitude is not None:
             weight = update.magnitude[:, None] * weight
-        layer.weight = weight.astype(layer.weight.dtype)
-        fused.append(layer.weight)
+        if quantized:
+            packed, scales, biases = mx.quantize(
+                weight, group_size=layer.group_size, bits=layer.bits, mode=layer.mode
+            )
+            layer.weight, layer.scales, layer.biases = packed, scales, biases
+            fused += [packed, scales, biases]
+        else:
+            layer.weight = weight.astype(layer.weight.dtype)
+            fused.append(layer.weight)
     mx.eval(fused)
