@@ -244,14 +244,22 @@ def _model(config: dict):
     return module.Model(model_config)
 
 
-def write_tiny_vlm(folder: Path, family: str, seed: int = 0) -> Path:
-    """Write a tiny ``family`` model to ``folder`` (created); returns the folder."""
+def write_tiny_vlm(folder: Path, family: str, seed: int = 0, sizes: dict | None = None) -> Path:
+    """Write a tiny ``family`` model to ``folder`` (created); returns the folder.
+
+    ``sizes`` (Qwen2.5-VL only; the benchmark's larger shapes) replaces text config keys,
+    ``vision`` keys of the vision config and ``max_pixels`` of the image processor."""
     folder.mkdir(parents=True, exist_ok=True)
     tok = _tokenizer(family)
     tok.save_pretrained(str(folder))
     config = _qwen_config(tok) if family == "qwen2_5_vl" else _idefics_config(tok)
-    (folder / "config.json").write_text(json.dumps(config, indent=1))
     pre, proc = _processor_files(family)
+    sizes = dict(sizes or {})
+    config["vision_config"].update(sizes.pop("vision", {}))
+    if "max_pixels" in sizes:
+        pre["max_pixels"] = sizes.pop("max_pixels")
+    config.update(sizes)
+    (folder / "config.json").write_text(json.dumps(config, indent=1))
     (folder / "preprocessor_config.json").write_text(json.dumps(pre, indent=1))
     (folder / "processor_config.json").write_text(json.dumps(proc, indent=1))
     (folder / "chat_template.json").write_text(json.dumps({"chat_template": tok.chat_template}))
