@@ -163,16 +163,20 @@ def _together(runtime, chats: list[ChatRequest]) -> tuple[list[str], int]:
 
 def test_second_turn_reuses_the_image_from_the_cache(runtime):
     """Turn two of a conversation about one image is served from the prefix cache through
-    the image (cached tokens reported) and answers what it answers with no cache; a
-    different image in its place reuses only the text before it."""
-    first = request(user(Img(GREEN), "What is in this image?"), max_tokens=6)
-    answer = _run_alone(runtime, first)
+    the image (cached tokens reported; the tower not run again) and answers what it answers
+    with no cache; a different image in its place reuses only the text before it."""
+    first = runtime.pipeline.prepare_chat(
+        request(user(Img(GREEN), "What is in this image?"), max_tokens=6)
+    )
+    assert first.generation.vision.encoded is not None  # encoded while preparing
+    answer = runtime.pipeline.complete_sync(first).message.content
     second_turns = (
         user(Img(GREEN), "What is in this image?"),
         ("assistant", [answer]),
         user("And its colour?"),
     )
     prepared = runtime.pipeline.prepare_chat(request(*second_turns))
+    assert prepared.generation.vision.encoded is None  # the cache holds it: no tower
     result = runtime.pipeline.complete_sync(prepared)
     image_end = prepared.generation.vision.image_end
     assert result.usage.cached_tokens >= image_end
