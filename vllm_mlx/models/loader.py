@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +29,10 @@ from vllm_mlx.native.patch import enable as enable_native
 log = logging.getLogger(__name__)
 
 CpuWeights = Literal["auto", "quantized", "float32"]
+# What ``auto`` means for every process that inherits it (``quantized``: the path macOS takes,
+# MLX's own quantized kernels; the CI's Mac lane sets it with VLLM_MLX_NATIVE=0). `serve
+# --cpu-weights` reads it too, so a server started under it does not re-execute with OpenBLAS.
+CPU_WEIGHTS_ENV = "VLLM_MLX_CPU_WEIGHTS"
 _CONTEXT_KEYS = ("max_position_embeddings", "max_seq_len", "n_positions", "seq_length")
 
 
@@ -74,8 +79,11 @@ def computes_on_cpu() -> bool:
 
 
 def choose_weights(cpu_weights: CpuWeights) -> Literal["quantized", "float32"]:
-    """Resolve ``auto``: on Linux when MLX computes on the CPU, quantized if the native
-    kernels are built and float32 otherwise; quantized everywhere else."""
+    """Resolve ``auto`` (``VLLM_MLX_CPU_WEIGHTS`` when set): on Linux when MLX computes on
+    the CPU, quantized if the native kernels are built and float32 otherwise; quantized
+    everywhere else."""
+    if cpu_weights == "auto":
+        cpu_weights = os.environ.get(CPU_WEIGHTS_ENV) or "auto"  # type: ignore[assignment]
     if cpu_weights not in ("auto", "quantized", "float32"):
         raise ValueError(f"cpu_weights must be auto, quantized or float32, not {cpu_weights!r}")
     if cpu_weights != "auto":

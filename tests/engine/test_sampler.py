@@ -1,0 +1,94 @@
+"""A request's sampler and penalty processors by what they do to the next token: min_p
+drops the unlikely tail, presence and frequency penalties lower what was already said (once,
+or once per occurrence), stop_token_ids end a generation; on a replay source or a tiny
+random-weight model, never the real one."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from tiny_models import build_tiny_model
+
+from vllm_mlx.engine.engine import Engine
+from vllm_mlx.engine.sampling import SamplingParams, make_penalty_processors, make_sampler
+from vllm_mlx.engine.sources import ModelBatchSource, ReplayBatchSource
+from vllm_mlx.engine.types import GenerationRequest
+
+PROBS = [0.5, 0.3, 0.15, 0.05]  # token 3 is under min_p = 0.2 of the top (0.1)
+
+
+def draws(params: SamplingParams, count: int = 400) -> Counter:
+    sampler = make_sampler(params)
+    logprobs = mx.log(mx.array([PROBS]))
+    return Counter(int(sampler(logprobs).item()) for _ in range(count))
+
+
+def test_min_p_drops_tokens_below_its_share_of_the_top_one():
+    seen = draws(SamplingParams(temperature=1.0, min_p=0.2, seed=0))
+    assert set(seen) == {0, 1, 2}
+    assert draws(SamplingParams(temperature=1.0, seed=0))[3] > 0  # without min_p it is drawn
+
+
+def test_min_p_keeps_the_top_token_however_high_it_is_set():
+    assert set(draws(SamplingParams(temperature=1.0, min_p=1.0, seed=0), 50)) == {0}
+
+
+def penalised(params: SamplingParams, context: list[int], vocab: int = 8) -> np.ndarray:
+    logits = mx.zeros((1, vocab))
+    for processor in make_penalty_processors(params):
+        logits = processor(mx.array(context), logits)
+    return np.array(logits[0])
+
+
+def test_presence_penalty_lowers_each_token_said_once_however_often():
+    out = penalised(SamplingParams(presence_penalty=1.5), [2, 2, 2, 5])
+    assert out.tolist() == [0, 0, -1.5, 0, 0, -1.5, 0, 0]
+
+
+def test_frequency_penalty_lowers_each_token_once_per_occurrence():
+    out = penalised(SamplingParams(frequency_penalty=0.5), [2, 2, 2, 5])
+    assert out.tolist() == [0, 0, -1.5, 0, 0, -0.5, 0, 0]
+
+
+def test_no_penalty_asked_builds_no_processor():
+    assert make_penalty_processors(SamplingParams()) == []
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    return build_tiny_model(tokenizer, seed=4)
+
+
+def generate(engine: Engine, prompt: list[int], **params) -> tuple[list[int], str]:
+    request = GenerationRequest(prompt, SamplingParams(temperature=0, **params))
+    chunks = list(engine.generate_sync(request))
+    return [t for c in chunks for t in c.token_ids], chunks[-1].finish_reason
+
+
+def test_a_large_frequency_penalty_stops_a_greedy_model_repeating(model, tokenizer):
+    engine = Engine(ModelBatchSource(model), tokenizer)
+    try:
+        prompt = tokenizer.encode("hello hello hello")
+        plain, _ = generate(engine, prompt, max_tokens=16)
+        assert len(set(plain)) < len(plain)  # this greedy model repeats itself
+        # 16 tokens fit in the penalty's window (mlx-lm's last 20): none is said twice
+        penalised_ids, _ = generate(engine, prompt, max_tokens=16, frequency_penalty=100.0)
+        assert len(set(penalised_ids)) == len(penalised_ids), penalised_ids
+    finally:
+        engine.close()
+
+
+def test_stop_token_ids_end_the_generation_without_the_stop_token(tokenizer):
+    ids = tokenizer.encode("one two three four", add_special_tokens=False)
+    engine = Engine(ReplayBatchSource(ids), tokenizer)
+    try:
+        assert generate(engine, [1], max_tokens=50) == (ids, "stop")  # the replay runs out
+        tokens, reason = generate(engine, [1], max_tokens=50, stop_token_ids=[ids[2]])
+        assert (tokens, reason) == (ids[:2], "stop")
+        # an id that never comes changes nothing; the limit still applies
+        assert generate(engine, [1], max_tokens=3, stop_token_ids=[0]) == (ids[:3], "length")
+    finally:
+        engine.close()
