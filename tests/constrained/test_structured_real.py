@@ -13,6 +13,7 @@ pytestmark = pytest.mark.slow
 QUESTION = [{"role": "user", "content": "Is the sky blue? Answer yes or no."}]
 
 
+@pytest.mark.mac_path
 def test_chat_choice_not_streamed(openai_client):
     reply = openai_client.chat.completions.create(
         model="smollm2",
@@ -25,6 +26,7 @@ def test_chat_choice_not_streamed(openai_client):
     assert reply.choices[0].finish_reason == "stop"
 
 
+@pytest.mark.mac_path
 def test_chat_regex_streamed(openai_client):
     text = ""
     for chunk in openai_client.chat.completions.create(

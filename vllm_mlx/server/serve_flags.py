@@ -93,6 +93,7 @@ def serve_flags(command: F) -> F:
     type=click.Choice(["auto", "quantized", "float32"]),
     default="auto",
     show_default=True,
+    envvar="VLLM_MLX_CPU_WEIGHTS",  # models.loader.CPU_WEIGHTS_ENV, as a literal
     help="On a CPU, float32 weights with OpenBLAS are much faster but use ~5x memory.",
 )
 @click.option("--reasoning-parser", help="Reasoning parser name (default: auto-detect).")

@@ -28,6 +28,7 @@ def test_models_lists_the_served_name(openai_client):
     assert [m.id for m in openai_client.models.list().data] == ["smollm2"]
 
 
+@pytest.mark.mac_path
 def test_chat_answers_and_counts_tokens(openai_client, tokenizer):
     reply = openai_client.chat.completions.create(
         model="claude-sonnet-4-5", messages=FRANCE, temperature=0, max_tokens=12
@@ -43,6 +44,7 @@ def test_chat_answers_and_counts_tokens(openai_client, tokenizer):
     assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
 
 
+@pytest.mark.mac_path
 def test_stream_equals_non_stream(openai_client):
     kwargs = dict(model="x", messages=FRANCE, temperature=0, max_tokens=12)
     whole = openai_client.chat.completions.create(**kwargs)
@@ -120,6 +122,7 @@ def test_seed_makes_sampling_repeatable(openai_client):
     assert first == second
 
 
+@pytest.mark.mac_path
 def test_concurrent_clients_all_served(openai_client):
     results: dict[int, str] = {}
 
@@ -222,6 +225,7 @@ def test_sdk_raises_on_bad_request(openai_client):
     assert openai_client.models.list().data
 
 
+@pytest.mark.mac_path
 def test_repeated_prompt_reports_cached_tokens_and_same_answer(openai_client):
     messages = [{"role": "user", "content": "Name three colours of the rainbow, please."}]
     first = openai_client.chat.completions.create(

@@ -102,6 +102,7 @@ def test_forced_custom_call_writes_its_grammar(client, syntax, choice, stream):
     assert finish == "tool_calls" and gave_up is None
 
 
+@pytest.mark.mac_path
 @pytest.mark.parametrize("stream", [False, True])
 def test_forced_text_tool_among_others_is_a_family_call(client, stream):
     """Without a grammar the call is forced in the family's syntax (hermes here), its input
