@@ -8,6 +8,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import anthropic
+import httpx
 import ollama
 import openai
 import pytest
@@ -109,6 +110,8 @@ def test_load_batch_and_unload_at_run_time(client, fleet, expected_text):
         answers = list(pool.map(lambda name: complete(client, name)[1], names))
     expected = {"lora": "lora", "base": None, "dora": "dora", "base:dora": "dora"}
     assert answers == [expected_text(expected[n]) for n in names]
+    health = httpx.get(f"{str(client.base_url).removesuffix('/v1/')}/health").json()
+    assert health["models"]["adapters"]["base"] == ["dora", "lora"]
     deleted = client.delete("/adapters/dora", cast_to=object)
     assert deleted == {"id": "dora", "deleted": True, "was_loaded": True}
     with pytest.raises(openai.NotFoundError):

@@ -199,6 +199,11 @@ async def health(request: Request) -> JSONResponse:
             "models": {
                 "loaded": sorted(slot.entry.name for slot in pool.loaded()),
                 "loading": sorted(n for n in pool.catalog.entries if pool.is_loading(n)),
+                "adapters": {  # the adapters loaded on each loaded model
+                    slot.entry.name: sorted(a.name for a in slot.adapters.loaded())
+                    for slot in pool.loaded()
+                    if slot.adapters is not None and slot.adapters.loaded()
+                },
             },
             "mcp": state.mcp.status() if state.mcp is not None else None,
             "cpu_kernels": native_status(),
