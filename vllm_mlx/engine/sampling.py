@@ -13,6 +13,27 @@ from ..protocols import LogitsProcessor
 Sampler = Callable[[mx.array], mx.array]
 
 
+@dataclass(frozen=True)
+class Filters:
+    """The filters a draw applies, mlx-lm's order and meaning; 0 (or 1 for ``top_p``): off."""
+
+    top_p: float = 1.0
+    min_p: float = 0.0
+    top_k: int = 0
+
+
+# (log-probabilities [B, V] float32, uint32 random words [B, 2], filters, 1 / temperature)
+# -> uint32 tokens [B], the distribution of ``RequestSampler.logits``; None: MLX's ops.
+Draw = Callable[[mx.array, mx.array, Filters, float], mx.array]
+_draw: Draw | None = None
+
+
+def use_draw(draw: Draw | None) -> None:
+    """Sample with ``draw`` (the native CPU kernel's) instead of MLX's ops, process-wide."""
+    global _draw
+    _draw = draw
+
+
 @dataclass
 class SamplingParams:
     """What a request asks of the sampler. Defaults match the OpenAI API's."""
@@ -39,15 +60,22 @@ class RequestSampler:
     decoding reads the distribution it samples from (``logits``) and draws with the same key.
     """
 
-    def __init__(self, params: SamplingParams):
+    def __init__(self, params: SamplingParams, draw: Draw | None = None):
         self.greedy = params.temperature == 0
+        self._draw = draw
         self._filters: list[Callable[[mx.array], mx.array]] = []
         if 0 < params.top_p < 1.0:
             self._filters.append(lambda x: apply_top_p(x, params.top_p))
         if params.min_p > 0:
             self._filters.append(lambda x: apply_min_p(x, params.min_p))
-        if params.top_k > 0:
-            self._filters.append(lambda x: apply_top_k(x, params.top_k))
+        if params.top_k > 0:  # top_k >= V keeps every token (mlx-lm's op refuses it)
+            top_k = params.top_k
+            self._filters.append(lambda x: x if top_k >= x.shape[-1] else apply_top_k(x, top_k))
+        self.filters = Filters(
+            params.top_p if 0 < params.top_p < 1.0 else 1.0,
+            max(params.min_p, 0.0),
+            max(params.top_k, 0),
+        )
         self._inv_temp = 0.0 if self.greedy else 1.0 / params.temperature
         self._key = mx.random.key(params.seed) if params.seed is not None else None
 
@@ -68,9 +96,21 @@ class RequestSampler:
         self._key, sub = mx.random.split(self._key)
         return sub
 
+    def random_words(self, rows: int) -> mx.array:
+        """uint32 ``[rows, 2]`` for a draw: 64 bits from the request's key (split like any
+        MLX sampler's), or 48 from MLX's global generator for an unseeded request."""
+        key = self.next_key()
+        if key is not None:
+            return mx.random.split(key, rows)
+        return (mx.random.uniform(shape=(rows, 2)) * 4294967296.0).astype(mx.uint32)
+
     def __call__(self, logprobs: mx.array) -> mx.array:
         if self.greedy:
             return mx.argmax(logprobs, axis=-1)
+        draw = self._draw or _draw
+        if draw is not None and logprobs.ndim == 2:
+            rows = logprobs.astype(mx.float32)
+            return draw(rows, self.random_words(rows.shape[0]), self.filters, self._inv_temp)
         return mx.random.categorical(self.logits(logprobs), key=self.next_key())
 
 

@@ -31,6 +31,7 @@ KERNELS = (
     "kv_write",
     "softmax_causal",
     "logsumexp",
+    "sample",
 )
 DISABLE_ENV = "VLLM_MLX_NATIVE"  # "0" turns the kernels off without rebuilding
 ACTIVATIONS_ENV = "VLLM_MLX_NATIVE_ACTIVATIONS"  # "int16" (default) or "float" (read in C++)
@@ -188,6 +189,13 @@ def logsumexp(x):
     """``log(sum(exp(x)))`` over the last axis of float32 ``x``, kept with size 1 (MLX's
     semantics for nan and infinities)."""
     return _extension().logsumexp(x)
+
+
+def sample(logprobs, words, top_p: float, min_p: float, top_k: int, inv_temp: float):
+    """uint32 ``[B]``: a token per row of float32 log-probabilities ``[B, V]`` after
+    mlx-lm's top-p, min-p and top-k (``top_p`` 1, ``min_p`` 0, ``top_k`` 0: off) and the
+    temperature, drawn by inverse CDF from the row's uint32 words ``[B, 2]``."""
+    return _extension().sample(logprobs, words, top_p, min_p, top_k, inv_temp)
 
 
 def kv_write_copies() -> int:

@@ -38,7 +38,7 @@ from vllm_mlx.native.layers import (
     kv_dtype,
     route_block,
 )
-from vllm_mlx.native.sampling import route_logsumexp
+from vllm_mlx.native.sampling import route_logsumexp, route_sampling
 
 BITS = (4, 8)
 GROUP_SIZES = (32, 64, 128)
@@ -342,5 +342,6 @@ def enable(model: nn.Module) -> Patched:
         sorted(name for name in attention_modules if _route_attention(name))
     )
     route_logsumexp()
+    route_sampling()
     native.record_routed(patched.describe())
     return patched

@@ -8,6 +8,7 @@
 #include "fused.h"
 #include "kernels.h"
 #include "primitives.h"
+#include "sampling.h"
 #include "threadpool.h"
 
 namespace nb = nanobind;
@@ -176,6 +177,17 @@ NB_MODULE(_kernels, m) {
       "offset"_a,
       "softmax over the last axis, query row i seeing keys 0 .. offset + i (CPU).");
   m.def("logsumexp", &vmlx::logsumexp, "x"_a, "log(sum(exp(x))) over the last axis, kept (CPU).");
+  m.def(
+      "sample",
+      [](const vmlx::mx::array& logprobs, const vmlx::mx::array& bits, float top_p, float min_p, int top_k,
+         float inv_temp) { return vmlx::sample(logprobs, bits, {top_p, min_p, top_k, inv_temp}); },
+      "logprobs"_a,
+      "bits"_a,
+      "top_p"_a,
+      "min_p"_a,
+      "top_k"_a,
+      "inv_temp"_a,
+      "uint32 [B]: a token per row of log-probabilities, mlx-lm's filters and temperature (CPU).");
   m.def("kv_write_copies", &vmlx::kv_write_copies, "Cache buffers kv_write had to copy.");
   m.def("isa", []() { return std::string(vmlx::isa()); }, "The instruction set in use.");
   m.def(
