@@ -251,7 +251,8 @@ class ModelBatchSource:
             self._hand_over()
         if cache is None:
             cache = make_prompt_cache(self.model)
-        start = self.model.prefill_images(prompt, vision, cache, cached, self.prefill_step_size)
+        with mx.stream(self._gen.stream):  # the batch's stream, as its own prefill uses
+            start = self.model.prefill_images(prompt, vision, cache, cached, self.prefill_step_size)
         (uid,) = self._gen.insert_segments(
             [[prompt[start:]]],
             max_tokens=[max_tokens],

@@ -23,6 +23,7 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
+from mlx_lm.generate import generation_stream
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
 
@@ -160,9 +161,10 @@ class LanguageModel(nn.Module):
         keep them evaluated on ``vision`` for ``prefill_images``. MLX evaluates arrays
         from any thread when they do not depend on another thread's unevaluated ones: the
         weights are evaluated at load, the pixels are this thread's."""
-        features = self.vlm.get_input_embeddings(mx.array([prompt]), **vision.features)
-        positions, shift = self._positions(prompt, vision, features)
-        mx.eval(features.inputs_embeds, *([positions] if positions is not None else []))
+        with mx.stream(generation_stream):  # mlx-lm's stream (one per thread)
+            features = self.vlm.get_input_embeddings(mx.array([prompt]), **vision.features)
+            positions, shift = self._positions(prompt, vision, features)
+            mx.eval(features.inputs_embeds, *([positions] if positions is not None else []))
         vision.encoded = (features.inputs_embeds, positions, shift)
 
     def _positions(self, prompt: list[int], vision: VisionInput, features: Any):
