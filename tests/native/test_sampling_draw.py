@@ -171,3 +171,16 @@ def test_seeds_reproduce_and_rows_are_independent(isa) -> None:
     batched = np.array(draw(rows, words, filters, 1.0))
     single = [int(draw(rows[i : i + 1], words[i : i + 1], filters, 1.0)[0]) for i in range(5)]
     assert batched.tolist() == single
+
+
+def test_model_load_routes_samplers_to_the_kernel(monkeypatch) -> None:
+    from vllm_mlx.engine import sampling as engine_sampling
+    from vllm_mlx.native.sampling import route_sampling
+
+    monkeypatch.setattr(engine_sampling, "_draw", None)
+    route_sampling()
+    assert engine_sampling._draw is draw
+    monkeypatch.setattr(engine_sampling, "_draw", None)
+    monkeypatch.setattr(native, "provides", lambda kernel: False)  # an older build
+    route_sampling()
+    assert engine_sampling._draw is None

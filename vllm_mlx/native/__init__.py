@@ -61,6 +61,12 @@ def available() -> bool:
     return os.environ.get(DISABLE_ENV, "1") != "0" and _load()[0] is not None
 
 
+def provides(kernel: str) -> bool:
+    """Whether the built extension has ``kernel`` (a library built before it was added
+    lacks it until ``scripts/build_native.sh`` runs again)."""
+    return available() and hasattr(_load()[0], kernel)
+
+
 def status() -> dict[str, Any]:
     """What /health and the start-up log report about the native kernels."""
     kernels, reason = _load()

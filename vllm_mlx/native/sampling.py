@@ -71,5 +71,7 @@ def draw(logprobs: mx.array, words: mx.array, filters: engine_sampling.Filters, 
 
 
 def route_sampling() -> None:
-    """Requests' samplers draw on the native kernel (process-wide, at model load)."""
-    engine_sampling.use_draw(draw)
+    """Requests' samplers draw on the native kernel (process-wide, at model load), when
+    the built library has it."""
+    if native.provides("sample"):
+        engine_sampling.use_draw(draw)
