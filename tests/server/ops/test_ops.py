@@ -327,6 +327,8 @@ def assert_401_in_shape(response: httpx.Response, path: str) -> None:
     body = response.json()
     if path.startswith("/v1/messages"):
         assert body["type"] == "error" and body["error"]["type"] == "authentication_error"
+    elif path.startswith("/api/"):  # Ollama's shape: the message is the error
+        assert isinstance(body["error"], str) and "key" in body["error"].lower()
     else:
         assert body["error"]["type"] == "authentication_error" and body["error"]["message"]
 
