@@ -19,6 +19,7 @@ from ..protocols import Tokenizer
 from .jinja_sandbox import RenderLimitError, RenderLimits, render_bounded
 from .template_probe import ArgsForm, TemplateProfile, profile_template
 from .tool_prompt import as_plain_chat, with_tool_system_prompt
+from .turn_order import answer_between_results_and_user, merge_adjacent_turns
 
 # The tail used when the generation prompt cannot be isolated: enough to hold any opening
 # marker a template leaves open (`<think>\n`, `<|channel|>analysis…`).
@@ -151,7 +152,9 @@ def template_variables(
     return {
         **specials,
         **tool_kwargs,
-        "messages": [_for_template(m, profile.args_form) for m in messages],
+        "messages": [
+            _for_template(m, profile.args_form, profile.call_content_none) for m in messages
+        ],
         "documents": None,
     }
 
@@ -165,11 +168,13 @@ def prepare_history(
     if style is None and tool_format is not None and tool_format.id_style == "kimi":
         style = "kimi"  # Kimi prints the id where the model writes functions.NAME:N
     messages = with_call_names_and_ids(messages, style)
-    if profile.shows_calls and not profile.results_as_text:
-        return messages
-    return as_plain_chat(
-        messages, tool_format, calls=not profile.shows_calls, results=profile.results_as_text
-    )
+    if not profile.shows_calls or profile.results_as_text:
+        messages = as_plain_chat(
+            messages, tool_format, calls=not profile.shows_calls, results=profile.results_as_text
+        )
+    if profile.answer_after_results:
+        messages = answer_between_results_and_user(messages)
+    return merge_adjacent_turns(messages) if profile.alternating else messages
 
 
 def with_call_names_and_ids(messages: list[dict], style: IdStyle | None) -> list[dict]:
@@ -320,13 +325,18 @@ def encode_prompt(tokenizer: Tokenizer, text: str) -> list[int]:
     return tokenizer.encode(text, add_special_tokens=add_special)
 
 
-def _for_template(message: dict, args_form: ArgsForm = "object") -> dict:
+def _for_template(
+    message: dict, args_form: ArgsForm = "object", call_content_none: bool = False
+) -> dict:
     """A message as templates expect it: ``content`` always present and never null (templates
-    do ``content.split``, ``'x' + content``, ``content|tojson``), other None-valued keys
-    dropped, reasoning under each name templates read, tool-call arguments as objects or as
-    JSON text (``args_form``)."""
+    do ``content.split``, ``'x' + content``, ``content|tojson``) except on a call turn without
+    text when the template writes calls only then (``call_content_none``), other None-valued
+    keys dropped, reasoning under each name templates read, tool-call arguments as objects or
+    as JSON text (``args_form``)."""
     message = {key: value for key, value in message.items() if value is not None}
     message.setdefault("content", "")
+    if call_content_none and message.get("tool_calls") and not message["content"]:
+        message["content"] = None
     reasoning = next((message[key] for key in _REASONING_FIELDS if key in message), None)
     if reasoning is not None:
         message = {"thinking": reasoning, **message, "reasoning_content": reasoning}

@@ -51,6 +51,12 @@ class TemplateProfile:
     shows_results: bool = True  # tool results reach the prompt
     args_form: ArgsForm = "object"  # how history arguments render as the model's syntax
     id_style: IdStyle | None = None  # the id shape the template enforces (None: any)
+    # calls are written only when the turn's content is none (DeepSeek-R1-Distill)
+    call_content_none: bool = False
+    # a user turn straight after tool results raises (Mistral Nemo, Small 3.x): an empty
+    # assistant turn goes between them
+    answer_after_results: bool = False
+    alternating: bool = False  # two user turns in a row raise (Gemma 2): they are merged
     error: str | None = None  # why no probe conversation rendered (then defaults are used)
 
     @property
@@ -60,11 +66,19 @@ class TemplateProfile:
         return not self.shows_results or (self.tools_via is None and not self.shows_calls)
 
 
-def call_conversation(args: Any, call_id: str, *, reasoning: bool = False) -> list[dict]:
-    """A user turn, an assistant tool call with its result, and a follow-up question."""
+def call_conversation(
+    args: Any,
+    call_id: str,
+    *,
+    reasoning: bool = False,
+    content: str | None = "",
+    answer: bool = False,
+) -> list[dict]:
+    """A user turn, an assistant tool call (with ``content``) and its result, an assistant
+    answer if ``answer``, and a follow-up question."""
     assistant: dict[str, Any] = {
         "role": "assistant",
-        "content": "",
+        "content": content,
         "tool_calls": [
             {"id": call_id, "type": "function", "function": {"name": PROBE_CALL, "arguments": args}}
         ],
@@ -72,7 +86,8 @@ def call_conversation(args: Any, call_id: str, *, reasoning: bool = False) -> li
     if reasoning:
         assistant = {**assistant, "reasoning_content": PROBE_REASONING, "thinking": PROBE_REASONING}
     result = {"role": "tool", "tool_call_id": call_id, "name": PROBE_CALL, "content": PROBE_RESULT}
-    return [_USER, assistant, result, {"role": "user", "content": "vmx probe followup"}]
+    between = [{"role": "assistant", "content": "vmx probe answer"}] if answer else []
+    return [_USER, assistant, result, *between, {"role": "user", "content": "vmx probe followup"}]
 
 
 def _try(template: str, specials: dict, messages: list[dict], **extra: Any) -> str | None:
@@ -100,40 +115,86 @@ def _tools_via(template: str, specials: dict, base: list[dict]) -> ToolsVia | No
     return None
 
 
-def _call_forms(template: str, specials: dict) -> tuple[ArgsForm, IdStyle | None, str | None]:
-    """The argument form and id style under which history calls render as the model's syntax
+@dataclass(frozen=True)
+class _CallForms:
+    """How the probe conversation with a tool call rendered (``rendered`` None: never)."""
+
+    args_form: ArgsForm = "object"
+    id_style: IdStyle | None = None
+    rendered: str | None = None
+    content_none: bool = False
+    answer: bool = False
+
+
+def _call_form(template: str, specials: dict, **shape: Any) -> tuple[ArgsForm, str] | None:
+    """The argument form under which one conversation shape renders as the model's syntax
     (an object whose render prints a Python dict means the template wants JSON text)."""
-    as_text = json.dumps(_PROBE_ARGS)
+    obj = _try(template, specials, call_conversation(dict(_PROBE_ARGS), **shape))
+    text = _try(template, specials, call_conversation(json.dumps(_PROBE_ARGS), **shape))
+    if obj is not None and ("'vmx_key'" not in obj or text is None):
+        return "object", obj
+    return ("string", text) if text is not None else None
+
+
+def _call_forms(template: str, specials: dict) -> _CallForms:
+    """The first conversation shape under which the history call renders: a client id or
+    9 alphanumerics; content "" or none (some templates write calls only for none); the
+    follow-up question straight after the result, or after an assistant answer (some
+    templates reject a user turn right after a tool result)."""
     shapes: tuple[tuple[str, IdStyle | None], ...] = ((_CLIENT_ID, None), (_ALNUM9_ID, "alnum9"))
-    for call_id, style in shapes:
-        obj = _try(template, specials, call_conversation(dict(_PROBE_ARGS), call_id))
-        text = _try(template, specials, call_conversation(as_text, call_id))
-        if obj is None and text is None:
-            continue
-        if obj is not None and ("'vmx_key'" not in obj or text is None):
-            return "object", style, obj
-        return "string", style, text
-    return "object", None, None
+    for answer in (False, True):
+        fallback = None
+        for call_id, style in shapes:
+            for content in ("", None):
+                found = _call_form(
+                    template, specials, call_id=call_id, content=content, answer=answer
+                )
+                if found is None:
+                    continue
+                forms = _CallForms(found[0], style, found[1], content is None, answer)
+                if PROBE_CALL in found[1]:
+                    return forms
+                fallback = fallback or forms
+        if fallback is not None:
+            return fallback
+    return _CallForms()
+
+
+def _plain_turns_render(template: str, specials: dict) -> bool:
+    """Does the probe conversation render with its call and result as plain text turns?
+    (a template that raises on a tool role or a call turn, Gemma 2's)"""
+    turns = [
+        _USER,
+        {"role": "assistant", "content": "vmx probe call text"},
+        {"role": "user", "content": "vmx probe result text"},
+    ]
+    return _try(template, specials, turns) is not None
 
 
 @functools.lru_cache(maxsize=64)
 def _profile(template: str, specials_json: str) -> TemplateProfile:
     specials = json.loads(specials_json)
-    args_form, id_style, rendered = _call_forms(template, specials)
+    forms = _call_forms(template, specials)
+    rendered = forms.rendered
     system = {"role": "system", "content": "vmx probe system"}
     plain_ok = _try(template, specials, [_USER]) is not None
     system_role = _try(template, specials, [system, _USER]) is not None or not plain_ok
     base = [system, _USER] if system_role else [_USER]
     none_ok = all(_try(template, specials, m, tools=None) is not None for m in ([_USER], base))
+    as_text = rendered is None and plain_ok and _plain_turns_render(template, specials)
+    error = None if rendered is not None or as_text else "no probe conversation renders"
     return TemplateProfile(
         system_role=system_role,
         tools_none_ok=none_ok or not plain_ok,
         tools_via=_tools_via(template, specials, base),
-        shows_calls=rendered is None or PROBE_CALL in rendered,
-        shows_results=rendered is None or PROBE_RESULT in rendered,
-        args_form=args_form,
-        id_style=id_style,
-        error=None if rendered is not None else "no probe conversation with a tool call renders",
+        shows_calls=(rendered is None and not as_text) or PROBE_CALL in (rendered or ""),
+        shows_results=(rendered is None and not as_text) or PROBE_RESULT in (rendered or ""),
+        args_form=forms.args_form,
+        id_style=forms.id_style,
+        call_content_none=forms.content_none,
+        answer_after_results=forms.answer,
+        alternating=plain_ok and _try(template, specials, [_USER, _USER]) is None,
+        error=error,
     )
 
 
@@ -150,8 +211,15 @@ def probe_text(template: str, specials: dict[str, Any]) -> str:
     call_id = _ALNUM9_ID if profile.id_style == "alnum9" else _CLIENT_ID
     args = dict(_PROBE_ARGS) if profile.args_form == "object" else json.dumps(_PROBE_ARGS)
     extra = {"tools": [_TOOL_DEF]} if profile.tools_via == "tools" else {}
+    content = None if profile.call_content_none else ""
     for reasoning in (True, False):
-        messages = call_conversation(args, call_id, reasoning=reasoning)
+        messages = call_conversation(
+            args,
+            call_id,
+            reasoning=reasoning,
+            content=content,
+            answer=profile.answer_after_results,
+        )
         text = _try(template, specials, messages, **extra)
         if text is not None:
             return text

@@ -17,8 +17,15 @@ from typing import Any
 from vllm_mlx.families.formats import ReasoningFormat, ToolCallFormat
 
 from ..protocols import Tokenizer
+from .jinja_sandbox import render_bounded
 from .stream import parse_output
-from .template import ChatTemplateError, choose_template, render_chat, special_tokens
+from .template import (
+    ChatTemplateError,
+    choose_template,
+    render_chat,
+    special_tokens,
+    template_variables,
+)
 from .template_probe import TemplateProfile, profile_template
 from .thinking_switch import BUDGET_KEY, EFFORT_KEY, SLASH_SWITCH, decide_thinking, thinking_key
 
@@ -136,8 +143,12 @@ def _tail(tokenizer: Tokenizer, template: Any, enabled: bool) -> str:
 
 
 def _history(tokenizer: Tokenizer, messages: list[dict], tool_format: ToolCallFormat) -> str:
-    rendered = render_chat(tokenizer, messages, tools=SAMPLE_TOOLS, tool_format=tool_format)
-    return rendered.text[: len(rendered.text) - len(rendered.tail)]
+    """The conversation as the server renders it, without a generation prompt."""
+    template = choose_template(tokenizer, None, SAMPLE_TOOLS, False)
+    variables = template_variables(
+        template, special_tokens(tokenizer), messages, SAMPLE_TOOLS, tool_format
+    )
+    return render_bounded(template, {**variables, "add_generation_prompt": False})
 
 
 def written_call(tokenizer: Tokenizer, tool_format: ToolCallFormat) -> str:

@@ -18,6 +18,7 @@ REASONING_MARKERS: tuple[tuple[str, str], ...] = (
     ("Here is my thought process:", "granite"),
     ("<seed:think>", "seed_oss"),
     ("[THINK]", "mistral"),
+    ("<response>", "granite"),  # Granite 3.3: <think>…</think><response>…</response>
     (HARMONY.channel, "harmony"),
     ("<|channel>", "gemma4"),
 )
@@ -73,6 +74,9 @@ TOOL_CALL_MARKERS: tuple[tuple[str, str], ...] = (
     ("[TOOL_CALLS]", "mistral"),
     ("<|python_start|>", "pythonic"),
     ("<tool_call>", "hermes"),
+    # functionary v3.2 writes each call (and text, ">>>all") after ">>>"; its templates also
+    # name <|python_tag|>, so this comes before Llama 3's marker
+    (">>>", "functionary_v3"),
     ("<|python_tag|>", "llama3_json"),
 )
 TOOL_CALL_MODEL_NAMES: tuple[tuple[str, str], ...] = (

@@ -5,7 +5,17 @@ docs/parsers.md."""
 
 from __future__ import annotations
 
-from ..dialects import FORCED_PYTHON, GEMMA, PYTHON, QWEN_XML, Dsml, NestedXml, SpacedNameXml, Xml
+from ..dialects import (
+    FORCED_PYTHON,
+    GEMMA,
+    JSON_NAMED,
+    PYTHON,
+    QWEN_XML,
+    Dsml,
+    NestedXml,
+    SpacedNameXml,
+    Xml,
+)
 from ..formats import ToolCallFormat
 
 DSML = "｜DSML｜"
@@ -136,6 +146,17 @@ MARKUP_CALLS: tuple[ToolCallFormat, ...] = (
         dropped=(
             "<|tool_call_start|>[]<|tool_call_end|>",
             "<|tool_call_start|>[ ]<|tool_call_end|>",
+        ),
+        variants=(
+            # llama.cpp's LFM2 template writes history calls as a JSON list (with ids)
+            ToolCallFormat(
+                "lfm2",
+                JSON_NAMED,
+                section_start="<|tool_call_start|>[",
+                section_end="]<|tool_call_end|>",
+                call_start="",
+                separator=", ",
+            ),
         ),
     ),
     ToolCallFormat(

@@ -74,6 +74,7 @@ REASONING: tuple[ReasoningFormat, ...] = (
         "[BEGIN FINAL RESPONSE]",
         starts_in_reasoning=True,  # Apriel 1.6 always reasons; its template opens the block
         aliases=("apriel_thinker", "apriel-1.6"),
+        dropped=("[END FINAL RESPONSE]",),  # the answer's closing wrapper, tools or not
     ),
     ReasoningFormat(
         "granite",
