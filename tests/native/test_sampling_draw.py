@@ -184,3 +184,11 @@ def test_model_load_routes_samplers_to_the_kernel(monkeypatch) -> None:
     monkeypatch.setattr(native, "provides", lambda kernel: False)  # an older build
     route_sampling()
     assert engine_sampling._draw is None
+
+
+def test_a_temperature_near_zero_draws_the_top_token(isa) -> None:
+    """1 / 1e-40 overflows float32; the draw is then the argmax of the kept tokens."""
+    x = _row(4096, 3.0, 12)
+    for seed in range(3):
+        sampler = RequestSampler(SamplingParams(temperature=1e-40, top_p=0.9, seed=seed), draw=draw)
+        assert int(sampler(x)[0]) == int(mx.argmax(x, axis=-1)[0])

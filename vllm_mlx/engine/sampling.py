@@ -26,6 +26,7 @@ class Filters:
 # -> uint32 tokens [B], the distribution of ``RequestSampler.logits``; None: MLX's ops.
 Draw = Callable[[mx.array, mx.array, Filters, float], mx.array]
 _draw: Draw | None = None
+FLOAT32_MAX = 3.4028234663852886e38
 
 
 def use_draw(draw: Draw | None) -> None:
@@ -110,7 +111,10 @@ class RequestSampler:
         draw = self._draw or _draw
         if draw is not None and logprobs.ndim == 2:
             rows = logprobs.astype(mx.float32)
-            return draw(rows, self.random_words(rows.shape[0]), self.filters, self._inv_temp)
+            # a temperature near 0 (1e-40 passes the APIs' bounds) overflows float32's 1/T:
+            # the largest float keeps the draw an argmax over the kept tokens
+            inv_temp = min(self._inv_temp, FLOAT32_MAX)
+            return draw(rows, self.random_words(rows.shape[0]), self.filters, inv_temp)
         return mx.random.categorical(self.logits(logprobs), key=self.next_key())
 
 
