@@ -88,12 +88,18 @@ def test_concurrent_and_cancelled_requests_keep_the_ranks_in_step(servers):
     alone = [complete(single, p, n) for p, n in zip(prompts, lengths, strict=True)]
     assert [r["choices"][0]["text"] for r in together] == [r["choices"][0]["text"] for r in alone]
     client = openai.OpenAI(base_url=f"{sharded}/v1", api_key="k", max_retries=0)
+    # SmolLM2's end tokens banned: left alone, this stream runs its 2000 tokens (many seconds)
+    no_end = {"0": -100, "1": -100, "2": -100}
     stream = client.completions.create(
-        model="m", prompt=PROMPTS[0], max_tokens=200, temperature=0, stream=True
+        model="m", prompt=PROMPTS[0], max_tokens=2000, temperature=0, stream=True, logit_bias=no_end
     )
     next(iter(stream))
     stream.close()
-    time.sleep(1)
+    deadline = time.monotonic() + 10
+    while httpx.get(f"{sharded}/health").json()["running"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # removed on rank 0 long before its limit, and on the others: they are still in step
+    assert httpx.get(f"{sharded}/health").json()["running"] == 0, "the closed stream kept running"
     assert texts(sharded) == texts(single)
 
 

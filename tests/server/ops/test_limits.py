@@ -32,9 +32,25 @@ def test_replay_honours_max_queue_and_max_num_seqs(tmp_path):
     replay.write_text(LONG)
     args = ("--replay", str(replay), "--max-num-seqs", "1", "--max-queue", "1")
     with cli_server(*args, log_path=tmp_path / "server.log") as base:
-        statuses = _post_many(base, 6)
+        seen: list[tuple[int, int]] = []  # (running, waiting) while the requests are out
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.is_set():
+                health = httpx.get(f"{base}/health", timeout=30).json()
+                seen.append((health["running"], health["queue_depth"]))
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            statuses = _post_many(base, 6)
+        finally:
+            done.set()
+            watcher.join(timeout=60)
     # one runs, one waits, the rest are refused: with the defaults (8 running, 256 waiting)
     # all six would run at once and none would be refused
+    assert max(running for running, _ in seen) == 1, seen
+    assert max(waiting for _, waiting in seen) <= 1, seen
     assert statuses.count(429) >= 1, statuses
     assert statuses.count(200) >= 2, statuses
     assert set(statuses) <= {200, 429}
