@@ -10,7 +10,8 @@ from mcp_servers.harness import time_server_stdio, toolbox_stdio
 
 from vllm_mlx.families.message import ParsedMessage, ToolCall
 from vllm_mlx.mcp.config import parse_config
-from vllm_mlx.mcp.loop import run_tool_loop
+from vllm_mlx.mcp.loop import CallFinished, CallStarted, LoopResult
+from vllm_mlx.mcp.loop import run_tool_loop as tool_loop
 from vllm_mlx.mcp.manager import MCPManager
 
 pytestmark = pytest.mark.anyio
@@ -29,15 +30,27 @@ async def manager() -> AsyncIterator[MCPManager]:
 
 
 class ScriptedModel:
-    """Stands in for the engine: replies from a script and records what it was shown."""
+    """Stands in for the engine: replies from a script (a text event, then the message)
+    and records what it was shown."""
 
     def __init__(self, replies: list[ParsedMessage]):
         self.replies = list(replies)
         self.seen: list[list[dict]] = []
 
-    async def __call__(self, messages: list[dict]) -> ParsedMessage:
+    async def __call__(self, messages: list[dict]) -> AsyncIterator[str | ParsedMessage]:
         self.seen.append([dict(m) for m in messages])
-        return self.replies.pop(0)
+        reply = self.replies.pop(0)
+        yield f"turn {len(self.seen)}"
+        yield reply
+
+
+async def run_tool_loop(model, messages, manager, **options) -> LoopResult:
+    """The loop run to its end; its events in ``model.events``."""
+    model.events = [event async for event in tool_loop(model, messages, manager, **options)]
+    result = model.events[-1]
+    assert isinstance(result, LoopResult)
+    assert not any(isinstance(e, LoopResult) for e in model.events[:-1])
+    return result
 
 
 def call(id_: str, name: str, **arguments: object) -> ToolCall:
@@ -138,3 +151,37 @@ async def test_crash_inside_the_loop_is_an_error_result_and_the_loop_goes_on(man
     assert result.stop_reason == "answered"
     assert result.calls[0].server == "box" and "closed the connection" in result.calls[0].error
     assert model.seen[1][-1]["content"] == result.calls[0].output
+
+
+async def test_events_come_as_they_happen():
+    """Each turn's own events pass through before its calls run; each call starts, then
+    finishes (the slower one last), before the next turn; the result comes last."""
+    model = ScriptedModel(
+        [
+            says(None, call("slow", "sleep", seconds=0.3), call("fast", "echo", text="hi")),
+            says("ok"),
+        ]
+    )
+    async with MCPManager(parse_config({"mcpServers": {"box": toolbox_stdio()}})) as manager:
+        result = await run_tool_loop(model, USER, manager, max_tool_calls=5)
+    assert [(c.id, c.output, c.error) for c in result.calls] == [
+        ("slow", "slept 0.3", None),
+        ("fast", "hi", None),
+    ]
+    steps = [
+        e
+        if isinstance(e, str)
+        else (type(e).__name__, e.call.id)
+        if isinstance(e, CallStarted | CallFinished)
+        else type(e).__name__
+        for e in model.events
+    ]
+    assert steps == [
+        "turn 1",
+        ("CallStarted", "slow"),
+        ("CallStarted", "fast"),
+        ("CallFinished", "fast"),
+        ("CallFinished", "slow"),
+        "turn 2",
+        "LoopResult",
+    ]

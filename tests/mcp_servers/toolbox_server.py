@@ -1,4 +1,5 @@
-"""A real MCP server for the tests: echo, slow, huge output, crash, and a changing tool list.
+"""A real MCP server for the tests: echo, slow, gated, huge output, crash, and a changing tool
+list.
 
 Run as ``python toolbox_server.py`` for stdio or ``python toolbox_server.py --http PORT`` for
 streamable HTTP (bound to 127.0.0.1 only).
@@ -59,6 +60,23 @@ async def hold(seconds: float) -> str:
 def peak_concurrency() -> int:
     """The largest number of hold calls that ever ran at the same time."""
     return _in_flight["peak"]
+
+
+_gate = asyncio.Event()
+
+
+@app.tool()
+async def wait_for_gate() -> str:
+    """Return only once open_gate has been called (lets a test see what happens meanwhile)."""
+    await _gate.wait()
+    return "the gate is open"
+
+
+@app.tool()
+def open_gate() -> str:
+    """Let every wait_for_gate call, waiting or to come, return."""
+    _gate.set()
+    return "opened"
 
 
 @app.tool()

@@ -1,23 +1,26 @@
 """The server-side tool loop: generate, run the model's MCP tool calls, feed results back.
 
-It knows nothing about engines or HTTP: ``generate`` turns an OpenAI-format message list into
-a ``ParsedMessage``. Calls to MCP tools are executed and answered with ``tool`` messages;
-the loop repeats until the model answers without MCP calls, calls a tool the client owns (those
-go back to the client), or ``max_tool_calls`` MCP calls have run. Each executed call is recorded
-so API adapters can emit items such as the Responses API's ``mcp_call``.
+It knows nothing about engines or HTTP: a ``turn`` turns an OpenAI-format message list into
+the generation's own events, ending with its ``ParsedMessage``. The loop passes those events
+through as they come and adds its own: each MCP call as it starts (``CallStarted``) and as
+it finishes (``CallFinished``), and its ``LoopResult`` last. Calls to MCP tools are executed
+and answered with ``tool`` messages; the loop repeats until the model answers without MCP
+calls, calls a tool the client owns (those go back to the client), or ``max_tool_calls`` MCP
+calls have run.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 from vllm_mlx.families.message import ParsedMessage, ToolCall
 from vllm_mlx.mcp.executor import ToolResult
 
 StopReason = Literal["answered", "client_tool_calls", "max_tool_calls"]
+E = TypeVar("E")
 
 
 class ToolRunner(Protocol):
@@ -44,6 +47,21 @@ class LoopCall:
 
 
 @dataclass
+class CallStarted:
+    """An MCP call the loop is about to run (a round's calls start in the model's order)."""
+
+    call: ToolCall
+    server: str | None
+
+
+@dataclass
+class CallFinished:
+    """An MCP call that has returned (calls of one round finish in any order)."""
+
+    call: LoopCall
+
+
+@dataclass
 class LoopResult:
     message: ParsedMessage  # the model's last message
     messages: list[dict[str, Any]]  # the input messages plus every turn the loop added
@@ -56,6 +74,15 @@ class LoopResult:
     def cut_off(self) -> bool:
         """True when the loop stopped at max_tool_calls rather than on an answer."""
         return self.stop_reason == "max_tool_calls"
+
+
+Turn = Callable[[list[dict[str, Any]]], AsyncIterator[E | ParsedMessage]]
+
+
+def executes(manager: ToolRunner, allowed_tools: Collection[str] | None, name: str) -> bool:
+    """Whether the loop runs a call of ``name`` (an MCP tool the request may use)."""
+    allowed = allowed_tools is None or name in allowed_tools
+    return allowed and manager.is_mcp_tool(name)
 
 
 def assistant_turn(message: ParsedMessage) -> dict[str, Any]:
@@ -71,14 +98,15 @@ def tool_turn(call: ToolCall, text: str) -> dict[str, Any]:
 
 
 async def run_tool_loop(
-    generate: Callable[[list[dict[str, Any]]], Awaitable[ParsedMessage]],
+    turn: Turn[E],
     messages: list[dict[str, Any]],
     manager: ToolRunner,
     *,
     max_tool_calls: int,
     allowed_tools: Collection[str] | None = None,
-) -> LoopResult:
-    """Run generate/execute rounds until an answer, client-owned calls, or the call budget.
+) -> AsyncGenerator[E | CallStarted | CallFinished | LoopResult, None]:
+    """Run generate/execute rounds until an answer, client-owned calls, or the call budget,
+    yielding every turn's events and every call as it happens; the ``LoopResult`` comes last.
 
     ``allowed_tools`` restricts which MCP tool names the loop executes for this request (e.g.
     a Responses ``mcp`` tool's ``allowed_tools``); calls to other names go back to the client.
@@ -87,48 +115,77 @@ async def run_tool_loop(
     """
     transcript = list(messages)
     result = LoopResult(message=ParsedMessage(), messages=transcript)
-
-    def is_ours(name: str) -> bool:
-        allowed = allowed_tools is None or name in allowed_tools
-        return allowed and manager.is_mcp_tool(name)
-
     while True:
-        message = await generate(transcript)
+        message: ParsedMessage | None = None
+        async for item in turn(transcript):
+            if isinstance(item, ParsedMessage):
+                message = item
+            else:
+                yield item
+        if message is None:
+            raise RuntimeError("a turn ended without its message")
         result.generations += 1
         result.message = message
         if not message.tool_calls:
             transcript.append(assistant_turn(message))
             result.stop_reason = "answered"
-            return result
-        ours = [c for c in message.tool_calls if is_ours(c.name)]
-        theirs = [c for c in message.tool_calls if not is_ours(c.name)]
+            yield result
+            return
+        ours = [c for c in message.tool_calls if executes(manager, allowed_tools, c.name)]
+        theirs = [c for c in message.tool_calls if not executes(manager, allowed_tools, c.name)]
         budget = max(0, max_tool_calls - len(result.calls))
         to_run, skipped = ours[:budget], ours[budget:]
-        outputs = await asyncio.gather(*(manager.call_tool(c.name, c.arguments) for c in to_run))
+        for call in to_run:
+            yield CallStarted(call, manager.server_of(call.name))
+        finished: dict[int, LoopCall] = {}
+        async for index, done in _calls(manager, to_run):
+            finished[index] = done
+            yield CallFinished(done)
         transcript.append(assistant_turn(message))
-        for call, output in zip(to_run, outputs, strict=True):
-            transcript.append(tool_turn(call, output.text))
-            result.calls.append(
-                LoopCall(
-                    id=call.id,
-                    server=manager.server_of(call.name) or output.server,
-                    name=call.name,
-                    arguments=call.arguments,
-                    output=output.text,
-                    error=output.text if output.is_error else None,
-                    result=output,
-                )
-            )
+        for index, call in enumerate(to_run):
+            transcript.append(tool_turn(call, finished[index].output))
+            result.calls.append(finished[index])
         for call in skipped:
             transcript.append(
                 tool_turn(
                     call, f"Not executed: the limit of {max_tool_calls} tool calls was reached."
                 )
             )
-        if theirs:
+        if theirs or skipped:
             result.pending_tool_calls = theirs
-            result.stop_reason = "client_tool_calls"
-            return result
-        if skipped:
-            result.stop_reason = "max_tool_calls"
-            return result
+            result.stop_reason = "client_tool_calls" if theirs else "max_tool_calls"
+            yield result
+            return
+
+
+async def _calls(
+    manager: ToolRunner, calls: list[ToolCall]
+) -> AsyncGenerator[tuple[int, LoopCall], None]:
+    """Run ``calls`` at once; each (its index, the call) as it finishes. Leaving early
+    cancels the rest."""
+    tasks = {
+        asyncio.ensure_future(manager.call_tool(c.name, c.arguments)): (i, c)
+        for i, c in enumerate(calls)
+    }
+    pending = set(tasks)
+    try:
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task, (index, call) in tasks.items():  # model order among those done at once
+                if task in done:
+                    output = task.result()
+                    yield (
+                        index,
+                        LoopCall(
+                            id=call.id,
+                            server=manager.server_of(call.name) or output.server,
+                            name=call.name,
+                            arguments=call.arguments,
+                            output=output.text,
+                            error=output.text if output.is_error else None,
+                            result=output,
+                        ),
+                    )
+    finally:
+        for task in pending:
+            task.cancel()

@@ -15,22 +15,14 @@ from typing import TypeVar
 from starlette.requests import Request
 
 from ..engine.types import GenerationError
-from ..families.message import MessageDelta, ParsedMessage, ToolCallDelta
+from ..mcp.loop import CallFinished, CallStarted
 from ..pipeline import ChatEvent, ChatResult
 from .errors import APIError, api_error
 from .ops.keepalive import Idle, RequestTimeout
 from .ops.middleware import current_request
 
 T = TypeVar("T")
-
-
-def whole_delta(message: ParsedMessage) -> MessageDelta:
-    """A finished message as one delta: a tool loop's answer, generated whole, streamed."""
-    calls = [
-        ToolCallDelta(index=i, id=c.id, name=c.name, arguments=c.arguments)
-        for i, c in enumerate(message.tool_calls)
-    ]
-    return MessageDelta(message.reasoning_content or "", message.content or "", calls)
+ToolCallEvent = CallStarted | CallFinished  # a tool loop's own events (mcp/loop.py)
 
 
 def generation_failed(error: GenerationError | None) -> APIError:
@@ -40,18 +32,24 @@ def generation_failed(error: GenerationError | None) -> APIError:
 
 
 async def event_frames(
-    events: AsyncGenerator[ChatEvent, None],
+    events: AsyncGenerator[ChatEvent | ToolCallEvent, None],
     idle_frame: str,
     on_event: Callable[[ChatEvent], Iterable[str]],
     on_finish: Callable[[ChatEvent], Iterable[str]],
+    on_call: Callable[[ToolCallEvent], Iterable[str]] | None = None,
 ) -> AsyncIterator[str]:
-    """Every API's stream loop: ``on_event(event)`` for each event and ``on_finish`` after
-    the final one, ``idle_frame`` while waiting, and a failed generation raised (so the
-    stream's on_error frames end it)."""
+    """Every API's stream loop, for a generation or a tool loop (``server/mcp/tool_loop``):
+    ``on_event(event)`` for each event and ``on_finish`` after the final one, ``on_call``
+    for each MCP call starting or finishing (skipped without it), ``idle_frame`` while
+    waiting, and a failed generation raised (so the stream's on_error frames end it)."""
     async with aclosing(current_request().watch(events)) as watched:
         async for event in watched:
             if isinstance(event, Idle):
                 yield idle_frame
+                continue
+            if isinstance(event, CallStarted | CallFinished):
+                for frame in on_call(event) if on_call is not None else ():
+                    yield frame
                 continue
             if event.finish_reason == "error":
                 raise generation_failed(event.error)

@@ -1,8 +1,10 @@
 """MCP through the real server: `serve --mcp-config` with the toolbox MCP server over stdio,
 and a replayed model output that always calls a tool (so the loop must be stopped by
-max_tool_calls)."""
+max_tool_calls): answered whole, and streamed live through the same event path."""
 
 from __future__ import annotations
+
+import json
 
 import httpx
 import openai
@@ -15,9 +17,34 @@ from shared import ECHO_CALL
 def mcp_server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("mcp")
     replay = tmp / "replay.txt"
-    replay.write_text(ECHO_CALL)
+    replay.write_text("Checking. " + ECHO_CALL)
     with mcp_cli_server(tmp, "--replay", str(replay)) as base:
         yield base
+
+
+# a turn that calls a tool returning only once the test opens its gate, and one whose output
+# (100 kB, the configured cap) cannot fit the next turn's 2048-token context
+GATED = (
+    "Checking. "
+    '<tool_call>\n{"name": "wait_for_gate", "arguments": {}}\n</tool_call>\n'
+    '<tool_call>\n{"name": "big_output", "arguments": {"megabytes": 1}}\n</tool_call>'
+)
+
+
+@pytest.fixture(scope="module")
+def gated_server(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("mcp_gated")
+    replay = tmp / "replay.txt"
+    replay.write_text(GATED)
+    with mcp_cli_server(tmp, "--replay", str(replay), "--max-model-len", "2048") as base:
+        yield base
+
+
+def sse_data(line: str) -> dict | str | None:
+    if not line.startswith("data: "):
+        return None
+    data = line.removeprefix("data: ")
+    return data if data == "[DONE]" else json.loads(data)
 
 
 def test_health_and_listing_report_the_server(mcp_server):
@@ -88,3 +115,70 @@ def test_chat_without_opt_in_returns_the_call_to_the_client(mcp_server):
     )
     assert reply.choices[0].finish_reason == "tool_calls"
     assert "mcp_calls" not in (reply.model_extra or {})
+
+
+def test_a_streamed_loop_answers_live_and_fails_mid_loop_in_openai_shape(gated_server):
+    """The first frames arrive while the first turn's tool is still running (it cannot
+    return before the test opens its gate); the next turn cannot fit its context, which
+    ends the stream with the error table's 400, a terminal chunk and [DONE], as the same
+    request not streamed answers with that 400."""
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "check"}],
+        "mcp": True,
+        "stream": True,
+    }
+    url = f"{gated_server}/v1/chat/completions"
+    with httpx.stream("POST", url, json=body, timeout=30) as response:
+        assert response.status_code == 200
+        frames = (f for f in map(sse_data, response.iter_lines()) if f is not None)
+        early = []
+        while "Checking." not in "".join(
+            (c["choices"][0]["delta"].get("content") or "") for c in early if c.get("choices")
+        ):
+            early.append(next(frames))
+        assert early[0]["choices"][0]["delta"]["role"] == "assistant"
+        # the gate is still shut: the loop's first call has not returned, yet frames came
+        opened = httpx.post(f"{gated_server}/v1/mcp/execute", json={"name": "open_gate"})
+        assert opened.json()["output"] == "opened"
+        late = list(frames)
+    error, terminal, done = late[-3:]
+    assert done == "[DONE]" and late.count("[DONE]") == 1
+    assert terminal["choices"][0]["finish_reason"] == "error"
+    assert "after 1 turns" in error["error"]["message"]
+    assert not any(
+        (c["choices"] and c["choices"][0]["delta"].get("tool_calls")) for c in early + late[:-3]
+    )  # the loop's own calls are never shown to the client
+    whole = httpx.post(url, json={**body, "stream": False}, timeout=120)
+    assert whole.status_code == 400
+    assert whole.json()["error"] == error["error"]
+
+
+def test_a_streamed_loop_is_its_answer(mcp_server):
+    """The stream, put back together as a client does, is the non-streamed answer: every
+    turn's text, no MCP calls in tool_calls, the budget's finish, the calls and the usage."""
+    client = openai.OpenAI(base_url=f"{mcp_server}/v1", api_key="unused", max_retries=0)
+    kwargs = dict(
+        model="x",
+        messages=[{"role": "user", "content": "ping forever"}],
+        extra_body={"mcp": {"max_tool_calls": 2}},
+    )
+    whole = client.chat.completions.create(**kwargs)
+    chunks = list(
+        client.chat.completions.create(
+            **kwargs, stream=True, stream_options={"include_usage": True}
+        )
+    )
+    content = "".join((c.choices[0].delta.content or "") for c in chunks if c.choices)
+    assert content == whole.choices[0].message.content
+    assert content.count("Checking.") == 3  # each of the three turns, as it was written
+    assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
+    (finish,) = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finish.choices[0].finish_reason == whole.choices[0].finish_reason == "length"
+
+    def calls(extra) -> list[dict]:
+        return [{k: v for k, v in c.items() if k != "id"} for c in extra["mcp_calls"]]
+
+    assert calls(finish.model_extra) == calls(whole.model_extra)
+    assert len(calls(whole.model_extra)) == 2
+    assert chunks[-1].usage == whole.usage and whole.usage.completion_tokens > 0

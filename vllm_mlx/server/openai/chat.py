@@ -17,7 +17,7 @@ from ..ops.keepalive import OPENAI_KEEPALIVE
 from ..serving import Lease, answer_with
 from ..sse import sse_data, sse_response
 from ..state import server_state
-from ..streaming import event_frames, generation_failed, unless_disconnected, whole_delta
+from ..streaming import event_frames, generation_failed, unless_disconnected
 from .choices import admitted, all_choices, check_n, interleaved, seeded, usage_of, with_index
 from .convert import (
     CustomCalls,
@@ -84,7 +84,8 @@ async def _answer(request: Request, body: ChatCompletionRequest, lease: Lease) -
     def on_error(exc: Exception) -> list[str]:
         return error_frames(exc, lambda reason: chunk({}, reason))
 
-    if mcp is not None:
+    run = None
+    if mcp is not None:  # the server runs MCP calls; the client sees the loop as one answer
         run = ToolLoopRun(
             lease.pipeline,
             chat,
@@ -92,25 +93,12 @@ async def _answer(request: Request, body: ChatCompletionRequest, lease: Lease) -
             state.mcp,
             budget=call_budget(state.mcp, mcp.max_tool_calls),
         )
-        result = await unless_disconnected(request, run.run())
-        if body.stream:
-
-            async def result_frames() -> AsyncIterator[str]:
-                """The finished result as a stream: role, one whole delta, finish, usage."""
-                yield sse_data(chunk({"role": "assistant", "content": ""}))
-                yield sse_data(chunk(delta_body(whole_delta(result.message), custom)))
-                yield sse_data(
-                    with_give_up(chunk({}, result.finish_reason), result.constraint_gave_up)
-                )
-                if body.include_usage:
-                    yield sse_data(usage_chunk(result.usage))
-                yield DONE
-
-            return sse_response(result_frames(), on_error)
-        out = completion_body(result, response_id, created, model, body.logprobs, custom)
-        assert run.loop is not None
-        out["mcp_calls"] = mcp_calls(run.loop)
-        return JSONResponse(out)
+        if not body.stream:
+            result = await unless_disconnected(request, run.result())
+            out = completion_body(result, response_id, created, model, body.logprobs, custom)
+            assert run.loop is not None
+            out["mcp_calls"] = mcp_calls(run.loop)
+            return JSONResponse(out)
 
     def prepare(index: int) -> Prepared:
         """Choice ``index``'s request (``n`` > 1): its own seed, constraint state, parser."""
@@ -124,7 +112,10 @@ async def _answer(request: Request, body: ChatCompletionRequest, lease: Lease) -
         if not fields and event.finish_reason is None and not event.logprobs:
             return None
         logprobs = chat_logprobs(event.logprobs) if body.logprobs else None
-        return with_give_up(chunk(fields, event.finish_reason, logprobs), event.constraint_gave_up)
+        out = chunk(fields, event.finish_reason, logprobs)
+        if run is not None and run.loop is not None and event.finish_reason is not None:
+            out["mcp_calls"] = mcp_calls(run.loop)
+        return with_give_up(out, event.constraint_gave_up)
 
     if body.stream and body.n > 1:
         pairs = await admitted(lease.pipeline, prepared, prepare, body.n)
@@ -156,7 +147,8 @@ async def _answer(request: Request, body: ChatCompletionRequest, lease: Lease) -
         return sse_response(n_frames(), on_error)
 
     if body.stream:
-        events = lease.pipeline.stream(prepared)  # admitted now: a full queue is a 429
+        # admitted now: a full queue is a 429
+        events = run.events() if run is not None else lease.pipeline.stream(prepared)
 
         async def frames() -> AsyncIterator[str]:
             yield sse_data(chunk({"role": "assistant", "content": ""}))

@@ -12,7 +12,7 @@ from ...pipeline import ChatEvent, Usage
 from ..errors import api_error
 from ..ops.keepalive import OPENAI_KEEPALIVE
 from ..sse import sse_data
-from ..streaming import event_frames
+from ..streaming import ToolCallEvent, event_frames
 
 DONE = "data: [DONE]\n\n"
 
@@ -56,11 +56,12 @@ def error_frames(exc: Exception, final_chunk: Callable[[str], dict]) -> list[str
 
 
 def openai_frames(
-    events: AsyncGenerator[ChatEvent, None],
+    events: AsyncGenerator[ChatEvent | ToolCallEvent, None],
     chunk: Callable[[ChatEvent], dict | None],
     usage_chunk: Callable[[Usage], dict] | None,
 ) -> AsyncIterator[str]:
-    """SSE frames for a stream of events; the last event's chunk carries finish_reason."""
+    """SSE frames for a stream of events (a generation's or a tool loop's, whose MCP calls
+    are reported on the finishing chunk); the last event's chunk carries finish_reason."""
 
     def on_event(event: ChatEvent) -> list[str]:
         body = chunk(event)

@@ -16,13 +16,14 @@ import uuid
 from collections.abc import AsyncGenerator, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ...pipeline import ChatEvent
 from ..errors import APIError, error_response
 from .auth import APIKeyAuth
 from .guard import RequestGuard
@@ -30,9 +31,10 @@ from .keepalive import Idle, paced
 from .metrics import RequestMetrics
 
 if TYPE_CHECKING:
-    from ...pipeline import ChatEvent, ChatResult
+    from ...pipeline import ChatResult
     from ..state import ServerState
 
+T = TypeVar("T")
 access_log = logging.getLogger("vllm_mlx.access")
 
 REQUEST_ID_HEADER = "x-request-id"
@@ -53,20 +55,19 @@ class RequestContext:
     def on_close(self, closer: Callable[[], None]) -> None:
         self.closers.append(closer)
 
-    def watch(
-        self, events: AsyncGenerator[ChatEvent, None]
-    ) -> AsyncGenerator[ChatEvent | Idle, None]:
-        """The request's events with ``IDLE`` while waiting too long, metrics observed, and
-        ``RequestTimeout`` raised (generation cancelled) at the deadline."""
+    def watch(self, events: AsyncGenerator[T, None]) -> AsyncGenerator[T | Idle, None]:
+        """The request's events with ``IDLE`` while waiting too long, metrics observed (of
+        the ``ChatEvent`` among them), and ``RequestTimeout`` raised (generation cancelled)
+        at the deadline."""
         return self._observed(
             paced(events, interval=self.keepalive, deadline=self.deadline, timeout=self.timeout)
         )
 
     async def _observed(
-        self, items: AsyncGenerator[ChatEvent | Idle, None]
-    ) -> AsyncGenerator[ChatEvent | Idle, None]:
+        self, items: AsyncGenerator[T | Idle, None]
+    ) -> AsyncGenerator[T | Idle, None]:
         async for item in items:
-            if self.metrics is not None and not isinstance(item, Idle):
+            if self.metrics is not None and isinstance(item, ChatEvent):
                 self.metrics.observe_event(item)
             yield item
 

@@ -30,7 +30,7 @@ from .convert import (
     to_chat_request,
     wants_encrypted_reasoning,
 )
-from .mcp import MCPResponseRun, stream_frames
+from .mcp import MCPResponseRun
 from .mcp_tools import MCPSelection, select_mcp_tools
 from .object import ResponseObject
 from .protocol import ResponsesRequest
@@ -120,12 +120,19 @@ async def _answer(
         if body.stream:
 
             async def mcp_frames():
-                async for out in stream_frames(run):
+                for out in run.stream.start():
+                    yield out
+                async for out in run.frames():
                     yield out
                 keep(run.stream.final)
 
             return sse_response(mcp_frames(), run.stream.failed)
-        await unless_disconnected(request, run.run())
+
+        async def the_same_frames() -> None:  # the stream's frames, unsent: equal by construction
+            async for _ in run.frames():
+                pass
+
+        await unless_disconnected(request, the_same_frames())
         keep(run.stream.final)
         return JSONResponse(run.stream.final)
 

@@ -4,38 +4,33 @@
 
 The model sees the client's function tools plus the selected servers' (allowed) tools; the
 loop executes its MCP calls and generates again until it answers, calls a client tool, or
-spends ``max_tool_calls``. The output holds one
-``mcp_list_tools`` item per server, one ``mcp_call`` item per executed call, then the final
-turn's items. Streams send each MCP item's events as it starts and finishes; every turn is
-generated whole, so the final turn's text arrives as one delta.
+spends ``max_tool_calls``. The output holds one ``mcp_list_tools`` item per server, then, in
+the order they happened, each turn's items as the model writes them (reasoning, message, the
+client's calls) and one ``mcp_call`` item per executed call. The loop's events go through
+the stream loop every stream uses (``streaming.event_frames``); a non-streamed request runs
+the same frames and answers ``stream.final``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator
 
 from ...mcp.executor import ToolResult
-from ...pipeline import ChatResult, Pipeline, Prepared
+from ...mcp.loop import CallStarted
+from ...pipeline import ChatEvent, Pipeline, Prepared
 from ...request import ChatRequest
 from ..mcp.tool_loop import ToolLoopRun, call_budget
-from ..ops.keepalive import OPENAI_KEEPALIVE, Idle, paced
-from ..ops.middleware import current_request
+from ..ops.keepalive import OPENAI_KEEPALIVE
 from ..state import ServerState
-from ..streaming import whole_delta
+from ..streaming import ToolCallEvent, event_frames
 from .convert import new_item_id, status_of
 from .mcp_tools import MCPSelection, ServerTools
 from .stream import ResponseStream
 
-Send = Callable[[str], None]
-
 
 class MCPResponseRun:
     """One request's tool loop (``server/mcp/tool_loop.py``) rendered as Responses items
-    into ``stream`` (whose frames go to ``send``; a non-streamed request discards them and
-    returns ``stream.final``)."""
+    into ``stream``."""
 
     def __init__(
         self,
@@ -53,58 +48,65 @@ class MCPResponseRun:
             pipeline,
             chat,
             prepared,
-            _ObservedCalls(state.mcp, self),
+            state.mcp,
             budget=call_budget(state.mcp, max_tool_calls),
             allowed_tools=set(selection.entries),
         )
-        self.result: ChatResult | None = None  # all turns as one, once finished
-        self.send: Send = lambda frame: None
+        self._running: dict[str, list[int]] = {}  # a call id -> output indices, started first
 
-    async def run(self, send: Send | None = None) -> ChatResult:
-        """Run the loop to the terminal event (``stream.final`` holds the response); returns
-        the turns' result as one (usage summed) for the metrics."""
-        if send is not None:
-            self.send = send
+    async def frames(self) -> AsyncIterator[str]:
+        """Every frame after ``stream.start()``, to the terminal event (``stream.final``
+        holds the response); a failure is raised (``stream.failed`` renders it)."""
         for server in self.selection.servers:
-            self._list_tools(server)
-        result = await self.loop.run()
-        self._emit(self.stream.delta(whole_delta(result.message)))
-        if result.finish_reason == "tool_calls":
+            for frame in self._list_tools(server):
+                yield frame
+        events = self.loop.events()
+        frames = event_frames(
+            events, OPENAI_KEEPALIVE, self._delta, self._finish, on_call=self._call
+        )
+        async for frame in frames:
+            yield frame
+
+    def _delta(self, event: ChatEvent) -> list[str]:
+        return self.stream.delta(event.delta)
+
+    def _finish(self, event: ChatEvent) -> list[str]:
+        if event.finish_reason == "tool_calls":
             status, details = "completed", None
         elif self.loop.cut_off:
             status, details = "incomplete", {"reason": "max_tool_calls"}
         else:
-            status, details = status_of(result.finish_reason)
-        self._emit(
-            self.stream.finish_with(status, details, result.usage, result.constraint_gave_up)
-        )
-        self.result = result
-        return result
+            status, details = status_of(event.finish_reason or "error")
+        return self.stream.finish_with(status, details, event.usage, event.constraint_gave_up)
+
+    def _call(self, event: ToolCallEvent) -> list[str]:
+        if isinstance(event, CallStarted):
+            call = event.call
+            index, frames = self._call_started(call.name, call.arguments)
+            self._running.setdefault(call.id, []).append(index)
+            return frames
+        return self._call_finished(self._running[event.call.id].pop(0), event.call.result)
 
     # -- items -----------------------------------------------------------------------------
 
-    def _emit(self, frames: list[str]) -> None:
-        for frame in frames:
-            self.send(frame)
-
-    def _list_tools(self, server: ServerTools) -> None:
+    def _list_tools(self, server: ServerTools) -> list[str]:
         item = server.list_item()
         index = len(self.stream.output)
         ids = {"item_id": item["id"], "output_index": index}
         added = {**item, "tools": []}
         phase = "failed" if item["error"] else "completed"
-        self._emit(
-            [
-                self.stream.event("response.output_item.added", output_index=index, item=added),
-                self.stream.event("response.mcp_list_tools.in_progress", **ids),
-                self.stream.event(f"response.mcp_list_tools.{phase}", **ids),
-                self.stream.event("response.output_item.done", output_index=index, item=item),
-            ]
-        )
         self.stream.output.append(item)
+        return [
+            self.stream.event("response.output_item.added", output_index=index, item=added),
+            self.stream.event("response.mcp_list_tools.in_progress", **ids),
+            self.stream.event(f"response.mcp_list_tools.{phase}", **ids),
+            self.stream.event("response.output_item.done", output_index=index, item=item),
+        ]
 
-    def call_started(self, name: str, arguments: str) -> int:
-        """Add the ``mcp_call`` item (in progress); returns its output index."""
+    def _call_started(self, name: str, arguments: str) -> tuple[int, list[str]]:
+        """Add the ``mcp_call`` item (in progress) after the turn's open item; returns its
+        output index and frames."""
+        frames = self.stream.close_item()
         entry = self.selection.entries[name]
         item = {
             "id": new_item_id("mcp"),
@@ -119,17 +121,15 @@ class MCPResponseRun:
         index = len(self.stream.output)
         self.stream.output.append({**item, "arguments": arguments})
         ids = {"item_id": item["id"], "output_index": index}
-        self._emit(
-            [
-                self.stream.event("response.output_item.added", output_index=index, item=item),
-                self.stream.event("response.mcp_call.in_progress", **ids),
-                self.stream.event("response.mcp_call_arguments.delta", delta=arguments, **ids),
-                self.stream.event("response.mcp_call_arguments.done", arguments=arguments, **ids),
-            ]
-        )
-        return index
+        return index, [
+            *frames,
+            self.stream.event("response.output_item.added", output_index=index, item=item),
+            self.stream.event("response.mcp_call.in_progress", **ids),
+            self.stream.event("response.mcp_call_arguments.delta", delta=arguments, **ids),
+            self.stream.event("response.mcp_call_arguments.done", arguments=arguments, **ids),
+        ]
 
-    def call_finished(self, index: int, result: ToolResult) -> None:
+    def _call_finished(self, index: int, result: ToolResult) -> list[str]:
         item = dict(self.stream.output[index])
         if result.is_error:
             text = [{"type": "text", "text": result.text}]
@@ -141,68 +141,7 @@ class MCPResponseRun:
         self.stream.output[index] = item
         ids = {"item_id": item["id"], "output_index": index}
         phase = "failed" if result.is_error else "completed"
-        self._emit(
-            [
-                self.stream.event(f"response.mcp_call.{phase}", **ids),
-                self.stream.event("response.output_item.done", output_index=index, item=item),
-            ]
-        )
-
-
-class _ObservedCalls:
-    """The manager as the loop's ``ToolRunner``, reporting each call as it starts and ends.
-
-    The loop starts a round's calls in order before any awaits, so output indices follow the
-    model's call order even when the calls finish in another.
-    """
-
-    def __init__(self, manager: Any, run: MCPResponseRun):
-        self.manager = manager
-        self.run = run
-
-    def is_mcp_tool(self, name: str) -> bool:
-        return self.manager.is_mcp_tool(name)
-
-    def server_of(self, name: str) -> str | None:
-        return self.manager.server_of(name)
-
-    async def call_tool(self, name: str, arguments: dict[str, Any] | str | None) -> ToolResult:
-        text = arguments if isinstance(arguments, str) else json.dumps(arguments or {})
-        index = self.run.call_started(name, text)
-        result = await self.manager.call_tool(name, arguments)
-        self.run.call_finished(index, result)
-        return result
-
-
-async def stream_frames(run: MCPResponseRun) -> AsyncIterator[str]:
-    """The whole SSE stream of ``run``, with keep-alives while a turn or a call is running
-    and the request's deadline enforced (which cancels the loop)."""
-    for frame in run.stream.start():
-        yield frame
-    context = current_request()
-    frames = paced(
-        _frames_of(run.run),
-        interval=context.keepalive,
-        deadline=context.deadline,
-        timeout=context.timeout,
-    )
-    async for item in frames:
-        yield OPENAI_KEEPALIVE if isinstance(item, Idle) else item
-    if run.result is not None:
-        context.observe_result(run.result)
-
-
-async def _frames_of(
-    work: Callable[[Send], Awaitable[ChatResult]],
-) -> AsyncGenerator[str, None]:
-    """The frames ``work`` sends while it runs; its error is raised after them, and closing
-    this iterator (client gone, deadline) cancels it."""
-    queue: asyncio.Queue[str | None] = asyncio.Queue()
-    task = asyncio.ensure_future(work(queue.put_nowait))
-    task.add_done_callback(lambda _: queue.put_nowait(None))
-    try:
-        while (frame := await queue.get()) is not None:
-            yield frame
-        task.result()
-    finally:
-        task.cancel()
+        return [
+            self.stream.event(f"response.mcp_call.{phase}", **ids),
+            self.stream.event("response.output_item.done", output_index=index, item=item),
+        ]

@@ -147,6 +147,10 @@ class ResponseStream:
         )
         return [self.event("response.failed", response=self.final)]
 
+    def close_item(self) -> list[str]:
+        """Finish the item being streamed (before an item the stream does not write)."""
+        return self._close()
+
     # -- items -----------------------------------------------------------------------------
 
     def _extend(self, text: str) -> _Item:
