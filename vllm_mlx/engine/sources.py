@@ -98,6 +98,7 @@ class ModelBatchSource:
         *,
         max_num_seqs: int = 8,
         prefill_step_size: int = 256,
+        shared_prefill_step: int = 64,
         prefix_cache: PrefixCache | None = None,
         kv_bits: int | None = None,
         kv_group_size: int = 64,
@@ -112,6 +113,10 @@ class ModelBatchSource:
         self._lane_of: dict[int, str] = {}  # generator uid -> its adapter's prefix-cache lane
         self.max_num_seqs = max_num_seqs
         self.prefill_step_size = prefill_step_size
+        # Prompt tokens a step prefills while other sequences share the batch: a chunk holds
+        # up every running stream's next token and every newcomer's admission, so it is
+        # short then (a prompt alone takes prefill_step_size at a time).
+        self.shared_prefill_step = max(1, min(shared_prefill_step, prefill_step_size))
         self.prefix_cache = prefix_cache
         self.kv_bits = kv_bits
         self.kv_group_size = kv_group_size
@@ -398,6 +403,10 @@ class ModelBatchSource:
     def step(self) -> tuple[list[Step], list[int]]:
         if self._solo is not None:
             return self._solo_step(), []
+        shared = len(self._in_batch) > 1
+        self._gen.prefill_step_size = (
+            self.shared_prefill_step if shared else self.prefill_step_size
+        )  # read by each BatchGenerator step
         prompt_responses, responses = self._gen.next()
         if self._checkpoints:
             self._store_checkpoints(prompt_responses)
