@@ -24,11 +24,9 @@ CHUNKS = (None, 1, 3, 7)
 
 # Cases we could not fix, with the reason. Strict: a case that starts passing must leave.
 KNOWN_FAILURES: dict[str, str] = {
-    # A malformed call before a good one in the same section: the failed call's text goes
-    # back to content and is rescanned from the section opener, so the good sibling (whose
-    # own opener is not a trigger) is not found. Needs a per-call resync inside sections.
-    "deepseek_v3-smg-malformed-first": "malformed sibling call hides the good one",
-    "deepseek_v31-smg-malformed-first": "malformed sibling call hides the good one",
+    # A malformed call before a good one in the same section: a call not yet reported is
+    # dropped through its end marker and its siblings read (DeepSeek V3/V3.1); one already
+    # streamed (Kimi's JSON streams as it comes) cannot be taken back.
     "kimi_k2-vllm-invalid-json-sibling": "malformed sibling: the bad call is ended validly "
     "(its streamed part kept) instead of dropped, the good one is lost",
     "kimi_k2-vllm-invalid-id": "an id without the functions. prefix is not rejected",

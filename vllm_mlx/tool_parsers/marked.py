@@ -47,6 +47,7 @@ class _State(Enum):
     ARGS = "args"
     AFTER = "after"  # arguments complete; expecting the call's closing markers
     BETWEEN = "between"  # inside a section, between calls
+    SKIP = "skip"  # a malformed call inside a section: dropped up to its end marker
 
 
 class MarkedToolParser(ToolParser):
@@ -69,6 +70,7 @@ class MarkedToolParser(ToolParser):
             _State.ARGS: self._arguments,
             _State.AFTER: self._after,
             _State.BETWEEN: self._between,
+            _State.SKIP: self._skip,
         }
         self._header_end = _last_chars(v.dialect.header_end(v) for v in self._variants)
         # a proper prefix of one trigger never holds another, so it stays undecided
@@ -91,6 +93,8 @@ class MarkedToolParser(ToolParser):
         self._call: tuple[str, str] | None = None  # (id, name) not yet reported
         self._closing = ""  # the literal text after the current call's arguments
         self._call_raw: list[str] = []  # raw text of a call not yet reported
+        self._skipped = ""  # a malformed call's text before `_buf` (given back if it never ends)
+        self._skip_from = 0  # where in `_buf` its end marker is looked for next
 
     @property
     def triggers(self) -> tuple[str, ...]:
@@ -158,6 +162,8 @@ class MarkedToolParser(ToolParser):
                 return _NOT_NAME.search(text) is not None
         elif state is _State.AFTER:
             ends = _last_chars([self._closing])
+        elif state is _State.SKIP:
+            ends = _last_chars([self._active.call_end])
         elif state is _State.BETWEEN:
             v = self._active
             ends = _last_chars([lit for lit in (v.section_end, v.dialect.header_end(v)) if lit])
@@ -312,7 +318,12 @@ class MarkedToolParser(ToolParser):
         if status is Status.DONE:
             self._call, self._call_raw, self._state = None, [], _State.AFTER
         elif status is Status.FAIL:
-            if self._call is not None:
+            if self._call is not None and self._active.section_start and self._active.call_end:
+                # inside a calls section: the malformed call is dropped up to its end
+                # marker and its siblings are still read
+                self._call, self._skipped, self._skip_from = None, "".join(self._call_raw), 0
+                self._state = _State.SKIP
+            elif self._call is not None:
                 self._call = None
                 self._release("".join(self._call_raw) + self._buf, out)
             else:  # already reported: end its JSON validly, the rest is content
@@ -353,6 +364,20 @@ class MarkedToolParser(ToolParser):
         in_section = bool(v.section_start or v.separator) and state is Match.MATCH
         self._state = _State.BETWEEN if in_section else _State.TEXT
         self._skip_ws = True
+
+    def _skip(self, out: DeltaBuilder, final: bool) -> None:
+        """Drop a malformed call through its end marker, then read its siblings; a call
+        that never ends is given back as content, as any unfinished call is."""
+        end = self._active.call_end
+        at = self._buf.find(end, self._skip_from)
+        if at >= 0:
+            self._consume(at + len(end))
+            self._skipped, self._state, self._skip_ws = "", _State.BETWEEN, True
+        elif final:
+            text, self._skipped = self._skipped + self._buf, ""
+            self._release(text, out)
+        else:
+            self._skip_from = max(0, len(self._buf) - len(end) + 1)
 
     def _next_in_block(self, v: ToolCallFormat, out: DeltaBuilder, final: bool) -> bool:
         """Several call objects in one block (``{…}, {…}`` or one per line inside one
