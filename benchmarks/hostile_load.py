@@ -3,6 +3,8 @@ holds while clients misbehave. Phases, each bounded in count and time:
 
   baseline        /health alone
   half-open       N sockets send part of a request's headers and wait
+  descriptors     more half-sent sockets (heads and bodies) than the server has descriptors,
+                  against a second server started with --open-files as its fd limit
   disconnect      N streams cut after their first bytes, C at a time
   over-queue      N streams at once against --max-queue/--max-num-seqs (statuses counted)
   big-prompt      three 1.9 M-character prompts prepared at once (decode, render, tokenize)
@@ -11,6 +13,7 @@ For each: /health latency p50/p99/max (polled every 50 ms from its own thread), 
 failures, 5xx answers, and whether the process is still alive.
 
     python benchmarks/hostile_load.py [--half-open 300] [--storm 200] [--streams 40]
+        [--open-files 1024 --idle 1300]
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import socket
 import statistics
 import tempfile
@@ -108,6 +112,42 @@ def half_open(base: str, opts) -> dict:
             closed_by_server += 1
         s.close()
     return {"opened": len(sockets), "refused": refused, "closed_by_server": closed_by_server}
+
+
+BODY_START = (
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    b'Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"model'
+)
+
+
+def descriptors(base: str, opts) -> dict:
+    """--idle sockets, half inside the head and half inside the body, all held open."""
+    host, port = base.removeprefix("http://").split(":")
+    sockets, refused = [], 0
+    for i in range(opts.idle):
+        try:
+            s = socket.create_connection((host, int(port)), timeout=5)
+            s.sendall(BODY_START if i % 2 else b"GET /health HTTP/1.1\r\nHost: 12")
+            sockets.append(s)
+        except OSError:
+            refused += 1
+    time.sleep(opts.hold)
+    closed_by_server = 0
+    for s in sockets:
+        s.setblocking(False)
+        try:
+            closed_by_server += s.recv(1) == b""
+        except BlockingIOError:
+            pass
+        except OSError:
+            closed_by_server += 1
+        s.close()
+    return {
+        "fd_limit": opts.open_files,
+        "opened": len(sockets),
+        "refused": refused,
+        "closed_by_server": closed_by_server,
+    }
 
 
 def _stream_cut(base: str, statuses: Counter) -> None:
@@ -216,7 +256,11 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=40)
     parser.add_argument("--max-queue", type=int, default=8)
     parser.add_argument("--max-num-seqs", type=int, default=4)
+    parser.add_argument("--open-files", type=int, default=1024, help="fd limit, descriptors")
+    parser.add_argument("--idle", type=int, default=1300, help="sockets held, descriptors")
     opts = parser.parse_args()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 2 * opts.idle + 256)), hard))
     with tempfile.TemporaryDirectory() as tmp:
         replay = Path(tmp) / "replay.txt"
         replay.write_text("word " * 400)
@@ -230,6 +274,14 @@ def main() -> None:
                 report["5xx"] = fives(report)
                 report["alive"] = alive(server.pid, server.base_url)
                 print(json.dumps({"phase": name, **report}), flush=True)
+        log = Path(tmp) / "server-fd.log"
+        with launched_server(None, args, log, timeout=300, open_files=opts.open_files) as server:
+            with Probe(server.base_url) as probe:
+                report = descriptors(server.base_url, opts)
+            report |= probe.summary()
+            report["emfile_logged"] = log.read_text().count("Too many open files")
+            report["alive"] = alive(server.pid, server.base_url)
+            print(json.dumps({"phase": "descriptors", **report}), flush=True)
 
 
 if __name__ == "__main__":

@@ -28,9 +28,10 @@ from vllm_mlx.tool_parsers import ToolParserManager
 
 
 @contextmanager
-def cli_server(*args: str, log_path: Path, timeout: float = 300):
-    """`python -m vllm_mlx serve ARGS` on a free port; yields the base URL (no /v1)."""
-    with launched_server(None, list(args), log_path, timeout) as server:
+def cli_server(*args: str, log_path: Path, timeout: float = 300, open_files: int | None = None):
+    """`python -m vllm_mlx serve ARGS` on a free port; yields the base URL (no /v1);
+    ``open_files`` caps the server's file descriptors."""
+    with launched_server(None, list(args), log_path, timeout, open_files) as server:
         yield server.base_url
 
 

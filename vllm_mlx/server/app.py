@@ -9,7 +9,7 @@ import logging
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -42,6 +42,13 @@ async def _failed(request: Request, exc: Exception) -> Response:
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s", request.url.path)
     return error_response(request.url.path, api_error(exc))
+
+
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    """The client left before its request was whole (or a shed half-sent one): nothing can
+    reach it, and a traceback per socket would flood the log; 499 is what the access log and
+    metrics see."""
+    return Response(status_code=499)
 
 
 @contextlib.asynccontextmanager
@@ -100,6 +107,7 @@ def create_app(state: ServerState) -> Starlette:
         ],
         exception_handlers={
             **{kind: _failed for kind in (APIError, HTTPException, *FAILURES)},
+            ClientDisconnect: _client_gone,
             Exception: _unexpected,
         },
     )

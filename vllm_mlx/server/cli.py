@@ -17,6 +17,9 @@ def serve(model: str | None, **flags) -> None:
     """Serve MODEL (a model folder, a .gguf file, a short name, a hub id
     ORG/NAME[@REVISION][:QUANT] or a model Ollama pulled; default: the embedded
     SmolLM2-135M-Instruct) over the OpenAI and Anthropic APIs."""
+    from .ops.connections import ConnectionLimits, guarded_protocol, raise_open_file_limit
+
+    fd_limit = raise_open_file_limit()  # before anything imports mlx_lm (it lowers the limit)
     from ..options import ServeOptions
 
     options = ServeOptions.of(**flags)
@@ -53,7 +56,6 @@ def serve(model: str | None, **flags) -> None:
     import uvicorn
 
     from .app import create_app
-    from .ops.connections import ConnectionLimits, guarded_protocol, raise_open_file_limit
     from .ops.guard import HostPolicy
     from .state import ServerState
 
@@ -95,11 +97,8 @@ def serve(model: str | None, **flags) -> None:
         mcp=mcp,
         hosts=HostPolicy.for_binding(serving.host, list(serving.allowed_hosts)),
     )
-    # each connection holds a descriptor; keep room for model files, MCP pipes and logs
-    max_connections = min(serving.max_connections, raise_open_file_limit() - 128)
-    connections = ConnectionLimits(
-        read_timeout=serving.read_timeout, max_connections=max_connections
-    )
+    # each connection holds a descriptor: the cap and the accept pace stay below the limit
+    connections = ConnectionLimits.within(fd_limit, serving.read_timeout, serving.max_connections)
     served = ", ".join(sorted(state.models.catalog.entries))
     click.echo(f"serving {served} on http://{serving.host}:{serving.port}/v1", err=True)
     # the request-context middleware writes the access log (with request ids)
@@ -109,6 +108,7 @@ def serve(model: str | None, **flags) -> None:
             host=serving.host,
             port=serving.port,
             http=guarded_protocol(connections),
+            backlog=connections.backlog,
             log_level=serving.log_level,
             access_log=False,
         )

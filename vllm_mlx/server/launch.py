@@ -51,14 +51,22 @@ def wait_healthy(base_url: str, timeout: float, proc: subprocess.Popen | None = 
 
 @contextmanager
 def launched_server(
-    model: str | None, args: list[str], log_path: Path, timeout: float = 600
+    model: str | None,
+    args: list[str],
+    log_path: Path,
+    timeout: float = 600,
+    open_files: int | None = None,
 ) -> Iterator[Launched]:
-    """`python -m vllm_mlx serve [MODEL] ARGS` until the block ends; output goes to log_path."""
+    """`python -m vllm_mlx serve [MODEL] ARGS` until the block ends; output goes to log_path.
+    ``open_files`` sets the server's soft and hard file-descriptor limits (POSIX only)."""
     port = free_port()
     cmd = [sys.executable, "-m", "vllm_mlx", "serve", *([model] if model else [])]
     cmd += ["--port", str(port), *args]
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
+        limited = None if open_files is None else _limiting_open_files(open_files)
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ), preexec_fn=limited
+        )
         try:
             base = f"http://127.0.0.1:{port}"
             try:
@@ -73,3 +81,12 @@ def launched_server(
                 proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+def _limiting_open_files(count: int):
+    def limit() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (count, count))
+
+    return limit
