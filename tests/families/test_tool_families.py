@@ -61,20 +61,7 @@ def test_content_before_a_call(name):
         assert calls_of(msg) == CALLS[:1]
 
 
-# minimax_m3's nested XML reports a cut-off invoke header as content with the name partly
-# consumed (the shared reader and the nested-XML header disagree; open)
-_CUT_HEADER_OPEN = {"minimax_m3"}
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(reason="cut-off nested-XML header"))
-        if n in _CUT_HEADER_OPEN
-        else n
-        for n in MARKED
-    ],
-)
+@pytest.mark.parametrize("name", MARKED)
 def test_truncated_before_the_arguments_stays_content(name):
     for fmt in _variants(name):
         full = fmt.render_calls(CALLS[:1])

@@ -56,7 +56,6 @@ KNOWN_FAILURES: dict[str, str] = {
     "names-tool-json": "no generic `json` tool parser name",
     # Families with one or two shapes not read yet
     "command_r-vllm-citations": "citation spans not reduced",
-    "deepseek_v32-smg-empty-name": "a malformed sibling invoke is not skipped",
     "deepseek_v32-vllm-arguments-wrapper": "lone 'arguments' wrapper not unwrapped",
     "lfm2-vllm-nested-quote": "unescaped quotes inside a string: repair declined",
     "lfm2-vllm-leading-zero": "zero-padded ints (invalid Python): repair declined",

@@ -406,9 +406,31 @@ class MarkedToolParser(ToolParser):
     def _section_start(self, variant: ToolCallFormat) -> str:
         return variant.section_start
 
+    def _malformed_call(self, final: bool) -> bool:
+        """A call's opening marker inside a section whose header does not parse (an empty
+        name): skipped through the call's end marker like a call whose arguments fail."""
+        for v in self._variants:
+            if not (v.section_start and v.call_start and v.call_end):
+                continue
+            at = 0
+            if self._state is _State.HEADER:
+                state, at = match_literal(self._buf, 0, v.section_start, final)
+                if state is not Match.MATCH:
+                    continue
+                at = skip_space(self._buf, at)
+            elif v is not self._active:
+                continue
+            if match_literal(self._buf, at, v.call_start, final)[0] is Match.MATCH:
+                self._active, self._skipped, self._skip_from = v, "", at
+                self._state = _State.SKIP
+                return True
+        return False
+
     def _not_a_call(self, out: DeltaBuilder, final: bool) -> None:
         """A call's opening marker not followed by a call is content, except an empty
-        section (its opening and end markers are dropped)."""
+        section (its opening and end markers are dropped) and a malformed call in one."""
+        if self._malformed_call(final):
+            return
         for v in self._variants:
             opening = v.section_start.strip()
             if self._verbatim or not v.section_end or not _is_marker(opening):
@@ -431,7 +453,8 @@ class MarkedToolParser(ToolParser):
         self._state = _State.TEXT
 
     def _leave_section(self, out: DeltaBuilder, final: bool) -> None:
-        self._state = _State.TEXT
+        if not self._malformed_call(final):
+            self._state = _State.TEXT
 
     def _release(self, text: str, out: DeltaBuilder) -> None:
         """A call that never completed: its text goes back to content, rescanned; the end
