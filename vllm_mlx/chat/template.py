@@ -7,19 +7,16 @@ size, so neither a model's template nor one from a request can stall the server.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_mlx.families.call_ids import IdStyle, mapped_id
 from vllm_mlx.families.formats import ToolCallFormat
 
 from ..protocols import Tokenizer
 from .jinja_sandbox import RenderLimitError, RenderLimits, render_bounded
-from .template_probe import ArgsForm, TemplateProfile, profile_template
-from .tool_prompt import as_plain_chat, with_tool_system_prompt
-from .turn_order import answer_between_results_and_user, merge_adjacent_turns
+from .message_passes import Fitting, fit_messages
+from .template_probe import profile_template
 
 # The tail used when the generation prompt cannot be isolated: enough to hold any opening
 # marker a template leaves open (`<think>\n`, `<|channel|>analysis…`).
@@ -35,7 +32,6 @@ RENDERER_KEYS = frozenset(
     | {"sanitize_control_tokens", "raise_exception", "strftime_now", "namespace", "dict"}
     | {"range", "cycler", "joiner", "lipsum"}
 )
-_REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 _TAIL_PROBE = "vmx tail probe"
 # Longest template a request may bring (models' own are tens of kilobytes at most).
 MAX_REQUEST_TEMPLATE_CHARS = 256 * 1024
@@ -132,116 +128,21 @@ def template_variables(
     system_switch: str | None = None,
 ) -> dict[str, Any]:
     """The variables the template renders (without ``add_generation_prompt``): the
-    messages in the forms the template's profile accepts, the tools where it reads them or
-    injected into the system prompt, the special tokens."""
+    messages fitted to the template's profile (``message_passes.py``), the tools where it
+    reads them, the special tokens."""
     profile = profile_template(template, specials)
-    messages = prepare_history(messages, profile, tool_format)
-    if system_switch:
-        messages = _with_system_text(messages, system_switch)
+    fitting = Fitting(profile, tools, tool_format, system_switch)
     tool_kwargs: dict[str, Any] = {}
-    if tools and profile.tools_via is None:
-        messages = with_tool_system_prompt(messages, tools, tool_format)
-    elif tools and profile.tools_via == "message":
-        messages = [{**messages[0], "tools": tools}, *messages[1:]]
-    elif tools:
+    if tools and profile.tools_via not in (None, "message"):  # else the passes place them
         tool_kwargs[profile.tools_via or "tools"] = tools
-    elif profile.tools_none_ok:
+    elif not tools and profile.tools_none_ok:
         tool_kwargs["tools"] = None
-    if not profile.system_role:
-        messages = merge_system_into_user(messages)
     return {
         **specials,
         **tool_kwargs,
-        "messages": [
-            _for_template(m, profile.args_form, profile.call_content_none) for m in messages
-        ],
+        "messages": fit_messages(messages, fitting),
         "documents": None,
     }
-
-
-def prepare_history(
-    messages: list[dict], profile: TemplateProfile, tool_format: ToolCallFormat | None
-) -> list[dict]:
-    """Tool results named after their call, ids in the template's (or Kimi's) shape, and the
-    calls and results the template drops written as text."""
-    style = profile.id_style
-    if style is None and tool_format is not None and tool_format.id_style == "kimi":
-        style = "kimi"  # Kimi prints the id where the model writes functions.NAME:N
-    messages = with_call_names_and_ids(messages, style)
-    if not profile.shows_calls or profile.results_as_text:
-        messages = as_plain_chat(
-            messages, tool_format, calls=not profile.shows_calls, results=profile.results_as_text
-        )
-    if profile.answer_after_results:
-        messages = answer_between_results_and_user(messages)
-    return merge_adjacent_turns(messages) if profile.alternating else messages
-
-
-def with_call_names_and_ids(messages: list[dict], style: IdStyle | None) -> list[dict]:
-    """Each tool result gets its call's function ``name`` (some templates require it); with
-    a ``style``, call ids and result ``tool_call_id`` are mapped into it consistently."""
-    names: dict[str, str] = {}
-    ids: dict[str, str] = {}
-    out = []
-    for message in messages:
-        if message.get("role") == "assistant" and message.get("tool_calls"):
-            calls = []
-            for call in message["tool_calls"]:
-                call_id = str(call.get("id") or "")
-                name = str((call.get("function") or {}).get("name") or "")
-                names[call_id] = name
-                if style is not None:
-                    ids.setdefault(call_id, mapped_id(style, call_id, name, len(ids)))
-                    call = {**call, "id": ids[call_id]}
-                calls.append(call)
-            message = {**message, "tool_calls": calls}
-        elif message.get("role") == "tool":
-            call_id = str(message.get("tool_call_id") or "")
-            message = dict(message)
-            if not message.get("name") and call_id in names:
-                message["name"] = names[call_id]
-            if style is not None:
-                name = message.get("name") or ""
-                message["tool_call_id"] = ids.get(call_id) or mapped_id(
-                    style, call_id, name, len(ids)
-                )
-        out.append(message)
-    return out
-
-
-def merge_system_into_user(messages: list[dict]) -> list[dict]:
-    """System messages' text at the top of the first user turn, for templates that raise on
-    a system role (a system-only conversation becomes one user turn)."""
-    system = [_text(m) for m in messages if m.get("role") == "system"]
-    rest = [m for m in messages if m.get("role") != "system"]
-    if not system:
-        return messages
-    prefix = "\n\n".join(part for part in system if part)
-    for i, message in enumerate(rest):
-        if message.get("role") == "user":
-            content = _text(message)
-            merged = f"{prefix}\n\n{content}" if content else prefix
-            return [*rest[:i], {**message, "content": merged}, *rest[i + 1 :]]
-    return [{"role": "user", "content": prefix}, *rest]
-
-
-def _with_system_text(messages: list[dict], text: str) -> list[dict]:
-    """``text`` at the end of the first system message (one is added when there is none)."""
-    if messages and messages[0].get("role") == "system":
-        content = _text(messages[0])
-        return [
-            {**messages[0], "content": f"{content}\n{text}" if content else text},
-            *messages[1:],
-        ]
-    return [{"role": "system", "content": text}, *messages]
-
-
-def _text(message: dict) -> str:
-    """A message's content as text (a list of text parts joined)."""
-    content = message.get("content")
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return content or ""
 
 
 def _render(template: str, variables: dict[str, Any], limits: RenderLimits | None) -> str:
@@ -323,36 +224,3 @@ def encode_prompt(tokenizer: Tokenizer, text: str) -> list[int]:
     bos: str | None = getattr(tokenizer, "bos_token", None)
     add_special = bool(bos) and not text.startswith(bos or "")
     return tokenizer.encode(text, add_special_tokens=add_special)
-
-
-def _for_template(
-    message: dict, args_form: ArgsForm = "object", call_content_none: bool = False
-) -> dict:
-    """A message as templates expect it: ``content`` always present and never null (templates
-    do ``content.split``, ``'x' + content``, ``content|tojson``) except on a call turn without
-    text when the template writes calls only then (``call_content_none``), other None-valued
-    keys dropped, reasoning under each name templates read, tool-call arguments as objects or
-    as JSON text (``args_form``)."""
-    message = {key: value for key, value in message.items() if value is not None}
-    message.setdefault("content", "")
-    if call_content_none and message.get("tool_calls") and not message["content"]:
-        message["content"] = None
-    reasoning = next((message[key] for key in _REASONING_FIELDS if key in message), None)
-    if reasoning is not None:
-        message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
-    calls = message.get("tool_calls")
-    if not calls:
-        return message
-    converted = []
-    for call in calls:
-        function = dict(call.get("function", {}))
-        args = function.get("arguments")
-        if args_form == "string" and not isinstance(args, str):
-            function["arguments"] = json.dumps(args if args is not None else {}, ensure_ascii=False)
-        elif args_form == "object" and isinstance(args, str):
-            try:
-                function["arguments"] = json.loads(args)
-            except json.JSONDecodeError:
-                pass  # a template that wants text still gets the text
-        converted.append({**call, "function": function})
-    return {**message, "tool_calls": converted}
