@@ -8,6 +8,8 @@ from shared import CITY_TOOLS, tool_history
 from vllm_mlx.chat.message_passes import (
     PASSES,
     Fitting,
+    alternating_turns,
+    answer_after_results,
     calls_and_results_as_text,
     fit_messages,
     name_results_and_map_ids,
@@ -49,6 +51,19 @@ def test_calls_and_results_a_template_drops_become_text():
     assert only_results[2] is HISTORY[2] and only_results[3]["role"] == "user"
 
 
+def test_turn_orders_a_template_insists_on():
+    follow_up = tool_history()[1:]  # user, call, result, user
+    answered = answer_after_results(follow_up, fitting(answer_after_results=True))
+    assert [m["role"] for m in answered] == ["user", "assistant", "tool", "assistant", "user"]
+    assert answered[3] == {"role": "assistant", "content": ""}
+    assert answer_after_results(follow_up, fitting()) is follow_up
+    as_text = calls_and_results_as_text(follow_up, fitting(shows_results=False))
+    merged = alternating_turns(as_text, fitting(alternating=True, shows_results=False))
+    assert [m["role"] for m in merged] == ["user", "assistant", "user"]
+    assert merged[2]["content"].endswith("</tool_response>\n\nAnd tomorrow?")
+    assert alternating_turns(as_text, fitting()) is as_text
+
+
 def test_the_switch_ends_the_system_prompt():
     switched = system_switch(HISTORY, Fitting(TemplateProfile(), system_switch="/no_think"))
     assert switched[0] == {"role": "system", "content": "Be brief.\n/no_think"}
@@ -85,6 +100,8 @@ def test_messages_take_the_shapes_templates_expect(form, arguments):
     assert shaped["content"] == "" and shaped["thinking"] == "look it up"
     got = shaped["tool_calls"][0]["function"]["arguments"]
     assert got == (arguments if arguments is not None else '{"city": "Paris"}')
+    (none,) = template_shapes([HISTORY[2]], fitting(args_form=form, call_content_none=True))
+    assert none["content"] is None  # a template that writes calls only for none content
 
 
 def test_the_passes_run_in_order():
