@@ -71,3 +71,21 @@ def test_half_sent_connections_past_the_fd_limit_leave_health_answering(
     text = log.read_text()
     assert "Too many open files" not in text
     assert "Traceback" not in text  # a shed body is no unhandled error
+
+
+def test_a_half_sent_body_times_out_like_a_half_sent_head(tmp_path):
+    replay = tmp_path / "replay.txt"
+    replay.write_text("word " * 20)
+    args = ("--replay", str(replay), "--read-timeout", "1")
+    with cli_server(*args, log_path=tmp_path / "server.log") as base:
+        port = int(base.rsplit(":", 1)[1])
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=10) as head,
+            socket.create_connection(("127.0.0.1", port), timeout=10) as body,
+        ):
+            head.sendall(HEADERS)
+            body.sendall(BODY)  # the app already runs, waiting for bytes that never come
+            head.settimeout(15)
+            body.settimeout(15)
+            assert head.recv(1) == b""
+            assert body.recv(1) == b""
