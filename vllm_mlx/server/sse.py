@@ -36,17 +36,28 @@ def _encodable(text: str) -> bool:
     return True
 
 
+def guarded_response(
+    chunks: AsyncIterator[str],
+    on_error: Callable[[Exception], list[str]],
+    media_type: str,
+    headers: dict[str, str] | None = None,
+) -> StreamingResponse:
+    """Stream ``chunks``; if they raise, send ``on_error(exc)``: whatever fails, the
+    stream ends with the protocol's error and terminal chunks."""
+
+    async def guarded() -> AsyncIterator[str]:
+        try:
+            async for chunk in chunks:
+                yield chunk
+        except Exception as exc:  # the stream must end with its terminal event regardless
+            for chunk in on_error(exc):
+                yield chunk
+
+    return StreamingResponse(guarded(), media_type=media_type, headers=headers)
+
+
 def sse_response(
     frames: AsyncIterator[str], on_error: Callable[[Exception], list[str]]
 ) -> StreamingResponse:
     """Stream ``frames``; if they raise, send ``on_error(exc)`` (error + terminal frames)."""
-
-    async def guarded() -> AsyncIterator[str]:
-        try:
-            async for frame in frames:
-                yield frame
-        except Exception as exc:  # the stream must end with its terminal event regardless
-            for frame in on_error(exc):
-                yield frame
-
-    return StreamingResponse(guarded(), media_type="text/event-stream", headers=SSE_HEADERS)
+    return guarded_response(frames, on_error, "text/event-stream", SSE_HEADERS)

@@ -22,6 +22,7 @@ from ...engine.types import TokenLogprob
 from ...families.message import MessageDelta
 from ...pipeline import ChatEvent, Usage
 from ..errors import api_error
+from ..sse import guarded_response
 from ..streaming import event_frames
 from .convert import done_reason, tool_call_body
 
@@ -40,16 +41,7 @@ def ndjson_response(
     lines: AsyncIterator[str], on_error: Callable[[Exception], list[str]]
 ) -> StreamingResponse:
     """Stream ``lines``; if they raise, end with ``on_error(exc)`` (the error line)."""
-
-    async def guarded() -> AsyncIterator[str]:
-        try:
-            async for line in lines:
-                yield line
-        except Exception as exc:  # the stream must end with its error line regardless
-            for line in on_error(exc):
-                yield line
-
-    return StreamingResponse(guarded(), media_type=NDJSON)
+    return guarded_response(lines, on_error, NDJSON)
 
 
 def error_lines(exc: Exception) -> list[str]:
