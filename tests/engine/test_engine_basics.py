@@ -82,6 +82,9 @@ def test_different_constraints_in_one_batch(model, tokenizer):
     chat = tokenizer.encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
     thinking_tail = "<|im_start|>assistant\n<think>\n"
     thinking_prompt = tokenizer.encode("<|im_start|>user\nhi<|im_end|>\n" + thinking_tail)
+    # the budget and free requests must not end by a sampled end of turn, whatever the seed
+    # draws from the random model: what they check needs their tokens
+    no_end = {eos: -1e9 for eos in tokenizer.eos_token_ids}
 
     def schema_request():
         processors = build_logits_processors(
@@ -100,11 +103,17 @@ def test_different_constraints_in_one_batch(model, tokenizer):
             thinking_budget=4,
         )
         return run(
-            engine, thinking_prompt, max_tokens=12, temperature=1.0, seed=6, processors=processors
+            engine,
+            thinking_prompt,
+            max_tokens=12,
+            temperature=1.0,
+            seed=6,
+            logit_bias=no_end,
+            processors=processors,
         )
 
     def free_request():
-        return run(engine, chat, max_tokens=12, temperature=1.0, seed=8)
+        return run(engine, chat, max_tokens=12, temperature=1.0, seed=8, logit_bias=no_end)
 
     schema_out, budget_out, free_out = in_parallel([schema_request, budget_request, free_request])
     jsonschema.validate(json.loads(schema_out[0]), SCHEMA)
