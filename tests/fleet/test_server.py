@@ -105,7 +105,7 @@ def test_every_model_is_listed_before_any_loads(base):
     assert about["coder"]["parsers"] == {"reasoning": "deepseek_r1", "tool_calls": "hermes"}
     assert about["smollm2"]["aliases"] == ["claude-3-5-haiku"]
     health = httpx.get(f"{base}/health").json()
-    assert health["models"] == {"loaded": [], "loading": []}
+    assert health["models"] == {"loaded": [], "loading": [], "adapters": {}}
 
 
 def test_first_use_loads_the_model_and_responses_name_it(base):

@@ -43,7 +43,15 @@ def test_float_gguf_gives_the_source_models_logits(tmp_path: Path, tied: bool) -
     assert mx.allclose(logits_of(loaded.model), logits_of(source), atol=1e-4).item()
 
 
-def test_quantized_gguf_gives_the_source_models_logits(tmp_path: Path) -> None:
+@pytest.fixture
+def exact_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The native kernels' full-precision bodies (float activations, a float32 KV cache):
+    these tests check the conversion, not the defaults' rounding (tests/native does)."""
+    monkeypatch.setenv("VLLM_MLX_NATIVE_ACTIVATIONS", "float")
+    monkeypatch.setenv("VLLM_MLX_NATIVE_KV", "f32")
+
+
+def test_quantized_gguf_gives_the_source_models_logits(tmp_path: Path, exact_kernels) -> None:
     types = {"token_embd": "Q8_0", "attn_q": "Q4_0", "attn_k": "Q4_1", "ffn_down": "Q4_0"}
     types |= {name: "Q8_0" for name in ("attn_v", "attn_output", "ffn_up")}
     types["ffn_gate"] = "F16"
@@ -135,7 +143,7 @@ def test_unrecognised_rope_freqs_are_refused(tmp_path: Path) -> None:
         resolve_model(str(tmp_path / "odd.gguf"), progress=False)
 
 
-def test_float32_weights_dequantize_every_layer(tmp_path: Path) -> None:
+def test_float32_weights_dequantize_every_layer(tmp_path: Path, exact_kernels) -> None:
     types = {name: "Q4_1" for name in ("attn_q", "attn_k", "attn_v", "ffn_up")}
     types |= {"token_embd": "Q8_0", "ffn_down": "F16"}
     write_tiny_gguf(tmp_path / "tiny.gguf", tensor_types=types)
