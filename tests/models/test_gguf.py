@@ -43,15 +43,13 @@ def test_float_gguf_gives_the_source_models_logits(tmp_path: Path, tied: bool) -
     assert mx.allclose(logits_of(loaded.model), logits_of(source), atol=1e-4).item()
 
 
-@pytest.fixture
-def exact_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The native kernels' full-precision bodies (float activations, a float32 KV cache):
-    these tests check the conversion, not the defaults' rounding (tests/native does)."""
-    monkeypatch.setenv("VLLM_MLX_NATIVE_ACTIVATIONS", "float")
-    monkeypatch.setenv("VLLM_MLX_NATIVE_KV", "f32")
+# The native path's int16 activations round each group of a row to 16 bits (the bound in
+# native/csrc/kernels.h): the tiny model's logits move by up to ~2e-3 (measured). A conversion
+# error (a permuted row, a wrong scale or bias) moves them by whole units.
+INT16_ATOL = 1e-2
 
 
-def test_quantized_gguf_gives_the_source_models_logits(tmp_path: Path, exact_kernels) -> None:
+def test_quantized_gguf_gives_the_source_models_logits(tmp_path: Path) -> None:
     types = {"token_embd": "Q8_0", "attn_q": "Q4_0", "attn_k": "Q4_1", "ffn_down": "Q4_0"}
     types |= {name: "Q8_0" for name in ("attn_v", "attn_output", "ffn_up")}
     types["ffn_gate"] = "F16"
@@ -76,7 +74,7 @@ def test_quantized_gguf_gives_the_source_models_logits(tmp_path: Path, exact_ker
     assert stored["model.layers.0.mlp.gate_proj.weight"].dtype == mx.float16
     # On the CPU, half-precision parameters are widened so activations stay float32.
     assert layers[0].mlp.gate_proj.weight.dtype == mx.float32
-    assert mx.allclose(logits_of(loaded.model), logits_of(source), atol=1e-3).item()
+    assert mx.allclose(logits_of(loaded.model), logits_of(source), atol=INT16_ATOL).item()
 
 
 def test_qwen2_gguf_keeps_biases_and_unpermuted_rows(tmp_path: Path) -> None:
@@ -143,7 +141,7 @@ def test_unrecognised_rope_freqs_are_refused(tmp_path: Path) -> None:
         resolve_model(str(tmp_path / "odd.gguf"), progress=False)
 
 
-def test_float32_weights_dequantize_every_layer(tmp_path: Path, exact_kernels) -> None:
+def test_float32_weights_dequantize_every_layer(tmp_path: Path) -> None:
     types = {name: "Q4_1" for name in ("attn_q", "attn_k", "attn_v", "ffn_up")}
     types |= {"token_embd": "Q8_0", "ffn_down": "F16"}
     write_tiny_gguf(tmp_path / "tiny.gguf", tensor_types=types)
@@ -153,7 +151,7 @@ def test_float32_weights_dequantize_every_layer(tmp_path: Path, exact_kernels) -
     kinds = {type(module) for _, module in dense.model.named_modules()}
     assert not kinds & {nn.QuantizedLinear, nn.QuantizedEmbedding}
     assert all(p.dtype == mx.float32 for _, p in nn.utils.tree_flatten(dense.model.parameters()))
-    assert mx.allclose(logits_of(dense.model), logits_of(quantized.model), atol=1e-3).item()
+    assert mx.allclose(logits_of(dense.model), logits_of(quantized.model), atol=INT16_ATOL).item()
 
 
 def test_rebuilt_tokenizer_keeps_specials_digits_and_template(tmp_path: Path) -> None:
