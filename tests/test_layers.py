@@ -39,7 +39,6 @@ ENTRY_POINTS = {
     "__main__.py",
     "server/launch.py",
     "server/cli.py",  # the `serve` command
-    "server/serve_flags.py",  # its flags
     "server/cli_ranks.py",  # `serve --distributed`
     "chat/parse_cli.py",
 }

@@ -9,7 +9,8 @@ import logging
 import sys
 from dataclasses import dataclass
 
-from .chat.template import ChatTemplateError, choose_template, special_tokens, template_sources
+from .chat.template import choose_template, special_tokens, template_sources
+from .chat.template_kwargs import ChatTemplateError
 from .chat.template_probe import probe_text
 from .chat.tool_prompt import FALLBACK_TOOL_PARSER
 from .chat.vision_prompt import VisionPrompter

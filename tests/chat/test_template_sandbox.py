@@ -12,13 +12,12 @@ from tiny_models import QWEN3_STYLE_CHAT_TEMPLATE
 from vllm_mlx.chat.jinja_sandbox import RenderLimits
 from vllm_mlx.chat.template import (
     MAX_REQUEST_TEMPLATE_CHARS,
-    RENDERER_KEYS,
-    ChatTemplateError,
     TemplateLimitError,
     render_chat,
     special_tokens,
     template_variables,
 )
+from vllm_mlx.chat.template_kwargs import RENDERER_KEYS, ChatTemplateError
 from vllm_mlx.models.loader import load_tokenizer_only
 
 # Exercises what real templates use: namespace, loop controls, macros, tojson with options,

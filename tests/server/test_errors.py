@@ -8,7 +8,7 @@ import json
 import pytest
 from starlette.testclient import TestClient
 
-from vllm_mlx.chat.template import ChatTemplateError
+from vllm_mlx.chat.template_kwargs import ChatTemplateError
 from vllm_mlx.engine.engine import QueueFullError
 from vllm_mlx.engine.types import EngineUnavailableError, GenerationError
 from vllm_mlx.families.message import MessageDelta

@@ -16,6 +16,7 @@ from vllm_mlx.families.formats import ToolCallFormat
 from ..protocols import Tokenizer
 from .jinja_sandbox import RenderLimitError, RenderLimits, render_bounded
 from .message_passes import Fitting, fit_messages
+from .template_kwargs import ChatTemplateError, check_template_kwargs
 from .template_probe import profile_template
 
 # The tail used when the generation prompt cannot be isolated: enough to hold any opening
@@ -23,22 +24,9 @@ from .template_probe import profile_template
 FALLBACK_TAIL_CHARS = 256
 
 
-# Variables the renderer sets itself (and transformers' own arguments): a request's
-# ``chat_template_kwargs`` may not override them.
-RENDERER_KEYS = frozenset(
-    {"messages", "conversation", "tools", "documents", "add_generation_prompt"}
-    | {"continue_final_message", "tokenize", "return_dict", "return_tensors", "padding"}
-    | {"truncation", "max_length", "tokenizer_kwargs", "return_assistant_tokens_mask"}
-    | {"sanitize_control_tokens", "raise_exception", "strftime_now", "namespace", "dict"}
-    | {"range", "cycler", "joiner", "lipsum"}
-)
 _TAIL_PROBE = "vmx tail probe"
 # Longest template a request may bring (models' own are tens of kilobytes at most).
 MAX_REQUEST_TEMPLATE_CHARS = 256 * 1024
-
-
-class ChatTemplateError(ValueError):
-    """The messages cannot be rendered (no template, or the template rejected them)."""
 
 
 class TemplateLimitError(ChatTemplateError):
@@ -55,15 +43,6 @@ class RenderedPrompt:
     tail: str
     # A vision model's images as it reads them (engine/vision.VisionInput), else None
     vision: Any = None
-
-
-def check_template_kwargs(kwargs: dict[str, Any]) -> None:
-    """ChatTemplateError for a variable the renderer sets itself."""
-    owned = sorted(key for key in kwargs if key in RENDERER_KEYS)
-    if owned:
-        raise ChatTemplateError(
-            f"chat_template_kwargs.{owned[0]} is set by the server and cannot be given"
-        )
 
 
 def render_chat(

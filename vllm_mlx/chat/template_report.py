@@ -19,13 +19,8 @@ from vllm_mlx.families.formats import ReasoningFormat, ToolCallFormat
 from ..protocols import Tokenizer
 from .jinja_sandbox import render_bounded
 from .stream import parse_output
-from .template import (
-    ChatTemplateError,
-    choose_template,
-    render_chat,
-    special_tokens,
-    template_variables,
-)
+from .template import choose_template, render_chat, special_tokens, template_variables
+from .template_kwargs import ChatTemplateError
 from .template_probe import TemplateProfile, profile_template
 from .thinking_switch import BUDGET_KEY, EFFORT_KEY, SLASH_SWITCH, decide_thinking, thinking_key
 

@@ -17,7 +17,8 @@ from vllm_mlx.engine.vision import VisionInput, image_key
 
 from ..protocols import Tokenizer
 from .images import DecodedImage, ImageError, ImageLimits
-from .template import ChatTemplateError, encode_prompt, render_chat
+from .template import encode_prompt, render_chat
+from .template_kwargs import ChatTemplateError
 
 _PROBE = "\x1fprobe\x1f"
 

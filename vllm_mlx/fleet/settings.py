@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..chat.template import check_template_kwargs
+from ..chat.template_kwargs import check_template_kwargs
 from ..reasoning import ReasoningParserManager
 from ..tool_parsers import ToolParserManager
 

@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from ..chat.template import ChatTemplateError
+from ..chat.template_kwargs import ChatTemplateError
 from ..engine.engine import QueueFullError
 from ..engine.types import EngineUnavailableError, GenerationError
 from ..fleet.pool import (

@@ -1,12 +1,16 @@
 """The flags of `vllm-mlx serve`: one per option field of ``options.ServeOptions``, under
 the field's name (``tests/test_options.py`` checks the two correspond), and the callbacks
-that turn a flag's text into its field's value. Imports stay lazy: ``--help`` loads no MLX."""
+that turn a flag's text into its field's value. Nothing here imports MLX: ``--help`` loads none."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import TypeVar
 
 import click
+
+from ..chat.template_kwargs import ChatTemplateError, check_template_kwargs
 
 F = TypeVar("F")
 
@@ -400,8 +404,6 @@ def listed(values: tuple[str, ...]) -> tuple[str, ...]:
 
 def template_text(value: str | None) -> str | None:
     """``--chat-template``: a file's text, or the value itself when it is a template."""
-    from pathlib import Path
-
     if value is None:
         return None
     path = Path(value).expanduser()
@@ -414,10 +416,6 @@ def template_text(value: str | None) -> str | None:
 
 def template_kwargs(value: str | None) -> dict:
     """``--chat-template-kwargs``: a JSON object of variables the renderer does not own."""
-    import json
-
-    from ..chat.template import ChatTemplateError, check_template_kwargs
-
     if value is None:
         return {}
     try:

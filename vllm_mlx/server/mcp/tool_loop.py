@@ -20,7 +20,7 @@ from contextlib import aclosing
 from dataclasses import replace
 from typing import Any
 
-from ...chat.template import ChatTemplateError
+from ...chat.template_kwargs import ChatTemplateError
 from ...engine.types import TokenLogprob
 from ...families.message import MessageDelta, ParsedMessage, ToolCall, ToolCallDelta
 from ...mcp.loop import CallFinished, CallStarted, LoopResult, ToolRunner, executes, run_tool_loop

@@ -12,7 +12,7 @@ import asyncio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...chat.template import ChatTemplateError
+from ...chat.template_kwargs import ChatTemplateError
 from ...request import ContextLengthError, RequestError
 from ..errors import APIError, parse_body
 from ..ops.keepalive import OPENAI_KEEPALIVE
