@@ -30,7 +30,8 @@ from PIL import Image
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-FAMILIES = ("qwen2_5_vl", "idefics3")
+FAMILIES = ("qwen2_5_vl", "qwen3_vl", "idefics3")
+_QWEN = ("qwen2_5_vl", "qwen3_vl")
 
 _CORPUS = (
     "The picture shows a red square on a white background. What is in this image?",
@@ -81,18 +82,21 @@ _IDEFICS_TEMPLATE = (
     "{%- if add_generation_prompt -%}Assistant:{%- endif -%}"
 )
 
+_QWEN_SPECIALS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<tool_call>",
+    "</tool_call>",
+]
+
 _SPECIALS = {
-    "qwen2_5_vl": [
-        "<|endoftext|>",
-        "<|im_start|>",
-        "<|im_end|>",
-        "<|vision_start|>",
-        "<|vision_end|>",
-        "<|image_pad|>",
-        "<|video_pad|>",
-        "<tool_call>",
-        "</tool_call>",
-    ],
+    "qwen2_5_vl": _QWEN_SPECIALS,
+    "qwen3_vl": _QWEN_SPECIALS,
     "idefics3": [
         "<|endoftext|>",
         "<|im_start|>",
@@ -117,12 +121,12 @@ def _tokenizer(family: str) -> PreTrainedTokenizerFast:
         show_progress=False,
     )
     bpe.train_from_iterator(list(_CORPUS) * 4, trainer=trainer)
-    eos = "<|im_end|>" if family == "qwen2_5_vl" else "<end_of_utterance>"
+    eos = "<|im_end|>" if family in _QWEN else "<end_of_utterance>"
     return PreTrainedTokenizerFast(
         tokenizer_object=bpe,
         eos_token=eos,
         pad_token="<|endoftext|>",
-        chat_template=_QWEN_TEMPLATE if family == "qwen2_5_vl" else _IDEFICS_TEMPLATE,
+        chat_template=_QWEN_TEMPLATE if family in _QWEN else _IDEFICS_TEMPLATE,
     )
 
 
@@ -165,6 +169,51 @@ def _qwen_config(tok: PreTrainedTokenizerFast) -> dict:
     }
 
 
+def _qwen3_config(tok: PreTrainedTokenizerFast) -> dict:
+    """Qwen3-VL: M-RoPE text model in ``text_config``, a vision tower whose ``deepstack``
+    layers add image features to the first decoder layers' hidden states."""
+    ids = tok.convert_tokens_to_ids
+    return {
+        "model_type": "qwen3_vl",
+        "architectures": ["Qwen3VLForConditionalGeneration"],
+        "image_token_id": ids("<|image_pad|>"),
+        "video_token_id": ids("<|video_pad|>"),
+        "vision_start_token_id": ids("<|vision_start|>"),
+        "vision_end_token_id": ids("<|vision_end|>"),
+        "eos_token_id": [ids("<|im_end|>")],
+        "tie_word_embeddings": True,
+        "text_config": {
+            "model_type": "qwen3_vl",
+            "hidden_size": 64,
+            "num_hidden_layers": 2,
+            "intermediate_size": 128,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+            "rms_norm_eps": 1e-6,
+            "vocab_size": len(tok),
+            "max_position_embeddings": 4096,
+            "rope_theta": 10000.0,
+            "rope_scaling": {"rope_type": "default", "mrope_section": [2, 3, 3]},
+            "tie_word_embeddings": True,
+        },
+        "vision_config": {
+            "model_type": "qwen3_vl",
+            "depth": 2,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "out_hidden_size": 64,
+            "num_heads": 2,
+            "patch_size": 16,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "num_position_embeddings": 64,
+            "deepstack_visual_indexes": [0],
+            "in_channels": 3,
+        },
+    }
+
+
 def _idefics_config(tok: PreTrainedTokenizerFast) -> dict:
     ids = tok.convert_tokens_to_ids
     return {
@@ -202,6 +251,19 @@ def _idefics_config(tok: PreTrainedTokenizerFast) -> dict:
 
 def _processor_files(family: str) -> tuple[dict, dict]:
     """(preprocessor_config.json, processor_config.json) for the family's real processor."""
+    if family == "qwen3_vl":
+        pre = {
+            "image_processor_type": "Qwen3VLImageProcessor",
+            "processor_class": "Qwen3VLProcessor",
+            "patch_size": 16,
+            "temporal_patch_size": 2,
+            "merge_size": 2,
+            "min_pixels": 64 * 64,
+            "max_pixels": 128 * 128,
+            "image_mean": [0.5, 0.5, 0.5],
+            "image_std": [0.5, 0.5, 0.5],
+        }
+        return pre, {"processor_class": "Qwen3VLProcessor"}
     if family == "qwen2_5_vl":
         pre = {
             "image_processor_type": "Qwen2VLImageProcessor",
@@ -252,7 +314,9 @@ def write_tiny_vlm(folder: Path, family: str, seed: int = 0, sizes: dict | None 
     folder.mkdir(parents=True, exist_ok=True)
     tok = _tokenizer(family)
     tok.save_pretrained(str(folder))
-    config = _qwen_config(tok) if family == "qwen2_5_vl" else _idefics_config(tok)
+    config = {"qwen2_5_vl": _qwen_config, "qwen3_vl": _qwen3_config, "idefics3": _idefics_config}[
+        family
+    ](tok)
     pre, proc = _processor_files(family)
     sizes = dict(sizes or {})
     config["vision_config"].update(sizes.pop("vision", {}))
@@ -262,6 +326,8 @@ def write_tiny_vlm(folder: Path, family: str, seed: int = 0, sizes: dict | None 
     (folder / "config.json").write_text(json.dumps(config, indent=1))
     (folder / "preprocessor_config.json").write_text(json.dumps(pre, indent=1))
     (folder / "processor_config.json").write_text(json.dumps(proc, indent=1))
+    if family == "qwen3_vl":  # its video processor's own file (else it asks the hub)
+        (folder / "video_preprocessor_config.json").write_text(json.dumps(pre, indent=1))
     (folder / "chat_template.json").write_text(json.dumps({"chat_template": tok.chat_template}))
     mx.random.seed(seed)
     model = _model(config)

@@ -64,10 +64,12 @@ def runtime(request):
     runtime.close()
 
 
+@pytest.mark.parametrize("step", [256, 5])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_image_prefill_and_decode_match_mlx_vlm(family):
-    """Two images: the logits after the split prefill (images from merged embeddings, then
-    text through the batch path) and after one decoded token equal mlx-vlm's full forward."""
+def test_image_prefill_and_decode_match_mlx_vlm(family, step):
+    """Two images: the logits after the split prefill (images from merged embeddings, in
+    one chunk or chunks of 5 rows, then text through the batch path) and after one decoded
+    token equal mlx-vlm's full forward."""
     loaded = load_model(str(tiny_vlm(family)), progress=False)
     prompter = VisionPrompter.for_model(loaded.processor, loaded.tokenizer)
     limits = ImageLimits()
@@ -89,7 +91,7 @@ def test_image_prefill_and_decode_match_mlx_vlm(family):
         return getattr(out, "logits", out)[0, -1]
 
     cache = make_prompt_cache(loaded.model)
-    start = loaded.model.prefill_images(ids, vision, cache, 0)
+    start = loaded.model.prefill_images(ids, vision, cache, 0, step)
     ours = loaded.model(mx.array([ids[start:]]), cache=cache)[0, -1]
     assert mx.allclose(ours, reference(ids), atol=1e-4)
     token = int(ours.argmax().item())

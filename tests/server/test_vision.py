@@ -22,7 +22,8 @@ from tiny_vision import FAMILIES, bomb_png, encoded, png_data_url, tiny_vlm
 QUESTION = "What is in this image?"
 QUESTION_PART = {"type": "text", "text": QUESTION}
 RED, BLUE = (220, 30, 30), (20, 40, 230)
-IMAGE_TEXT = {"qwen2_5_vl": "<|vision_start|><|image_pad|><|vision_end|>", "idefics3": "<image>"}
+QWEN_IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"
+IMAGE_TEXT = {"qwen2_5_vl": QWEN_IMAGE, "qwen3_vl": QWEN_IMAGE, "idefics3": "<image>"}
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -30,8 +31,9 @@ def family_server(request, tmp_path_factory):
     folder = tiny_vlm(request.param)
     log = tmp_path_factory.mktemp("vision") / "server.log"
     # three large images pass --max-images but not --max-image-tokens (9 tokens each for the
-    # tiny Qwen2.5-VL's 84x84 cap, 20 for the tiny Idefics3's five tiles)
-    tokens = {"qwen2_5_vl": "20", "idefics3": "50"}[request.param]
+    # tiny Qwen2.5-VL's 84x84 cap, 16 for the tiny Qwen3-VL's 128x128, 20 for the tiny
+    # Idefics3's five tiles)
+    tokens = {"qwen2_5_vl": "20", "qwen3_vl": "40", "idefics3": "50"}[request.param]
     args = ("--max-images", "3", "--max-image-bytes", "60000", "--max-image-tokens", tokens)
     with cli_server(str(folder), *args, log_path=log) as base:
         yield request.param, base
@@ -67,14 +69,14 @@ def prompt_tokens(base: str, content) -> int:
 def test_images_add_the_family_image_tokens(family_server):
     family, base = family_server
     per_image = expansion(family)
-    if family == "qwen2_5_vl":  # the 2x2-merged patch grid, between vision_start/end
+    if family in ("qwen2_5_vl", "qwen3_vl"):  # the 2x2-merged grid, between vision_start/end
         assert per_image == 4 + 2
     one = prompt_tokens(base, [image_part(), {"type": "text", "text": QUESTION}])
     two = prompt_tokens(base, [image_part(), image_part(BLUE), {"type": "text", "text": QUESTION}])
     assert two - one == per_image
     # without any image the template's layout may differ (Idefics3's "User: " / "User:<image>")
     text = prompt_tokens(base, [QUESTION_PART])
-    assert one - text - per_image in ((0,) if family == "qwen2_5_vl" else (0, 1))
+    assert one - text - per_image in ((0, 1) if family == "idefics3" else (0,))
 
 
 def test_anthropic_image_in_a_tool_result_is_counted_and_read(family_server):

@@ -17,6 +17,7 @@ Each cache row carries that difference (``shift``) so a batch of rows with diffe
 from __future__ import annotations
 
 import hashlib
+import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,9 +92,21 @@ class VisionInput:
     key: list[int]
     image_tokens: int = 0
     digests: list[str] = field(default_factory=list)
-    # the merged embeddings (and M-RoPE positions, text shift), when encoded ahead of
-    # admission in the request's preparing thread (``LanguageModel.encode``); evaluated
-    encoded: tuple[mx.array, mx.array | None, int] | None = None
+    # the merged embeddings and what goes with them, when encoded ahead of admission in
+    # the request's preparing thread (``LanguageModel.encode``); evaluated
+    encoded: Encoded | None = None
+
+
+@dataclass
+class Encoded:
+    """A prompt's images read by the tower and merged: the prompt's embeddings, its M-RoPE
+    positions and text shift (None, 0 without M-RoPE), and the family's other features
+    for the image span (keyword arguments of its language model)."""
+
+    embeds: mx.array
+    positions: mx.array | None
+    shift: int
+    extras: dict[str, Any]
 
 
 def image_key(
@@ -119,22 +132,49 @@ def _negative_id(digest: str) -> int:
     return -1 - (int(digest[:8], 16) & 0x7FFFFFFE)
 
 
+def accepts(fn: Any, name: str) -> bool:
+    """Whether ``fn`` takes a keyword ``name`` (by name or through ``**kwargs``)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+# What mlx-vlm's ``get_input_embeddings`` returns besides the embeddings that the engine
+# handles itself: positions (sliced per chunk, M-RoPE) and the text shift after images.
+_OWN_FEATURES = ("inputs_embeds", "position_ids", "rope_deltas")
+
+
 class LanguageModel(nn.Module):
-    """An mlx-vlm model's language model in mlx-lm's calling convention."""
+    """An mlx-vlm model's language model in mlx-lm's calling convention.
+
+    Generic over mlx-vlm's families: the language model's own cache layout
+    (``make_cache``: sliding-window layers stay rotating), M-RoPE positions for the
+    families that have them (``get_rope_index``), and whatever else a family's
+    ``get_input_embeddings`` returns for the image span (Qwen3-VL's deepstack features and
+    their mask) handed to the language model as mlx-vlm's own generation does: the whole
+    prompt's, each chunk placed by the cache's offset."""
 
     def __init__(self, vlm: Any):
         super().__init__()
         self.vlm = vlm
         language = vlm.language_model
         self.args = language.args if hasattr(language, "args") else language.config
-        # M-RoPE (Qwen2-VL, Qwen2.5-VL): three rotary components; text runs on the diagonal
+        # M-RoPE (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): three rotary components; text runs on
+        # the diagonal, after an image from the grid's largest position
         self.mrope = hasattr(language, "get_rope_index")
+        if self.mrope and not accepts(language.__call__, "position_ids"):
+            raise ValueError("its language model takes no explicit M-RoPE positions")
 
     @property
     def layers(self):
         return self.vlm.language_model.layers
 
     def make_cache(self) -> list[Any]:
+        language = self.vlm.language_model
+        if not self.mrope and hasattr(language, "make_cache"):
+            return language.make_cache()
         return [ShiftedKVCache() for _ in self.layers]
 
     def __call__(self, inputs: mx.array, cache=None, input_embeddings: mx.array | None = None):
@@ -163,9 +203,23 @@ class LanguageModel(nn.Module):
         weights are evaluated at load, the pixels are this thread's."""
         with mx.stream(generation_stream):  # mlx-lm's stream (one per thread)
             features = self.vlm.get_input_embeddings(mx.array([prompt]), **vision.features)
+            embeds = features.inputs_embeds
+            if embeds.shape[1] != len(prompt):
+                raise ValueError(
+                    f"{type(self.vlm).__module__}: the model expands images itself "
+                    f"({embeds.shape[1]} embedding rows for {len(prompt)} tokens); "
+                    "only processor-expanded image tokens are served"
+                )
+            extras = {
+                k: v
+                for k, v in features.to_dict().items()
+                if v is not None
+                and k not in _OWN_FEATURES
+                and accepts(self.vlm.language_model.__call__, k)
+            }
             positions, shift = self._positions(prompt, vision, features)
-            mx.eval(features.inputs_embeds, *([positions] if positions is not None else []))
-        vision.encoded = (features.inputs_embeds, positions, shift)
+            mx.eval(embeds, extras, *([positions] if positions is not None else []))
+        vision.encoded = Encoded(embeds, positions, shift, extras)
 
     def _positions(self, prompt: list[int], vision: VisionInput, features: Any):
         """(M-RoPE positions of the whole prompt, the text shift after its images), or
@@ -192,15 +246,17 @@ class LanguageModel(nn.Module):
             return start
         if vision.encoded is None:
             self.encode(prompt, vision)
-        assert vision.encoded is not None
-        embeds, positions, shift = vision.encoded
-        set_shift(cache, shift)
+        encoded = vision.encoded
+        assert encoded is not None
+        set_shift(cache, encoded.shift)
         ids = mx.array([prompt])
         language = self.vlm.language_model
         for a in range(start, vision.image_end, step):
             b = min(a + step, vision.image_end)
-            extra = {"position_ids": positions[..., a:b]} if positions is not None else {}
-            language(ids[:, a:b], inputs_embeds=embeds[:, a:b], cache=cache, **extra)
+            extra = dict(encoded.extras)  # the whole prompt's; the cache offset places them
+            if encoded.positions is not None:
+                extra["position_ids"] = encoded.positions[..., a:b]
+            language(ids[:, a:b], inputs_embeds=encoded.embeds[:, a:b], cache=cache, **extra)
             mx.eval([c.state for c in cache])
         vision.encoded = None  # the cache holds it now
         return vision.image_end

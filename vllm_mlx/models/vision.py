@@ -61,18 +61,12 @@ def load_vision(path: Path) -> tuple[LanguageModel, Any, Any, dict[str, Any]]:
         raise ModelLoadError(f"could not load vision model from {path}: {error}") from error
     if getattr(tokenizer, "chat_template", None) is None:
         tokenizer._tokenizer.chat_template = getattr(processor, "chat_template", None)
-    model = LanguageModel(vlm)
-    if model.mrope and not _mrope_supported(vlm):
-        raise ModelLoadError(
-            f"{config.get('model_type')}: its rotary layout is not supported for serving yet"
-        )
+    try:
+        model = LanguageModel(vlm)
+    except ValueError as error:
+        raise ModelLoadError(f"{config.get('model_type')}: {error}") from error
     if mx.default_device().type == mx.DeviceType.cpu:
         vlm.set_dtype(mx.float32)
     mx.eval(vlm.parameters())
     log.info("vision model %s: %s", config.get("model_type"), type(processor).__name__)
     return model, tokenizer, processor, config
-
-
-def _mrope_supported(vlm: Any) -> bool:
-    """Families whose language model takes explicit ``position_ids`` (Qwen2-VL, Qwen2.5-VL)."""
-    return type(vlm).__module__.split(".")[-2] in {"qwen2_vl", "qwen2_5_vl"}
