@@ -38,7 +38,7 @@ ENTRY_POINTS = {
     "bench.py",
     "__main__.py",
     "server/launch.py",
-    "server/cli.py",  # the `serve` command
+    "server/serve_command.py",  # the `serve` command
     "server/cli_ranks.py",  # `serve --distributed`
     "chat/parse_cli.py",
 }

@@ -16,7 +16,7 @@ from vllm_mlx.options import (
     ServingOptions,
     option_names,
 )
-from vllm_mlx.server.cli import serve
+from vllm_mlx.server.serve_command import serve
 
 
 def flag_names(command: click.Command) -> list[str]:

@@ -10,7 +10,10 @@ import click
 
 # subcommand name -> ("module:attribute" of a click command, imported on first use, help line)
 _SUBCOMMANDS = {
-    "serve": ("vllm_mlx.server.cli:serve", "Serve a model over the OpenAI and Anthropic APIs."),
+    "serve": (
+        "vllm_mlx.server.serve_command:serve",
+        "Serve a model over the OpenAI and Anthropic APIs.",
+    ),
     "parse": ("vllm_mlx.chat.parse_cli:parse", "Run the real parsers on a recorded output."),
     "bench": ("vllm_mlx.bench:bench", "Measure a server's throughput and latency under load."),
     "template": (

@@ -11,7 +11,7 @@ import pytest
 
 from vllm_mlx.models.loader import CPU_WEIGHTS_ENV, choose_weights
 from vllm_mlx.native import available as native_available
-from vllm_mlx.server.cli import serve
+from vllm_mlx.server.serve_command import serve
 
 MAC_LANE = (
     os.environ.get(CPU_WEIGHTS_ENV) == "quantized" and os.environ.get("VLLM_MLX_NATIVE") == "0"

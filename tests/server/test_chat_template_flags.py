@@ -17,7 +17,7 @@ from servers import cli_server
 
 from vllm_mlx.fleet.settings import ModelSettings
 from vllm_mlx.options import ServeOptions
-from vllm_mlx.server.cli import serve
+from vllm_mlx.server.serve_command import serve
 
 THINK_TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "think_enable_thinking.jinja"
 QUESTION = [{"role": "user", "content": "Why is the sky blue?"}]

@@ -11,7 +11,7 @@ import vllm_mlx.server
 
 SERVER = Path(vllm_mlx.server.__file__).parent
 SURFACES = ("openai", "anthropic", "responses", "ollama", "llamacpp")
-ENTRY_POINTS = {"cli.py", "cli_ranks.py", "launch.py"}
+ENTRY_POINTS = {"serve_command.py", "cli_ranks.py", "launch.py"}
 
 
 def imported(path: Path) -> list[tuple[str, bool]]:

@@ -1,7 +1,7 @@
 """`serve --distributed`: joining the rank group, the followers' loop and rank 0's runtime.
 
-An entry-point module like `server/cli.py` (its imports wait until sharded serving is asked
-for, so `--help` and single-process serving never load mlx.distributed's helpers).
+An entry-point module like `server/serve_command.py` (its imports wait until sharded serving
+is asked for, so `--help` and single-process serving never load mlx.distributed's helpers).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""`vllm-mlx serve`."""
+"""`vllm-mlx serve`: the options from its flags (serve_flags.py), then the runtime or model
+pool, the app and uvicorn. Imports wait inside the command so `--help` loads no MLX."""
 
 from __future__ import annotations
 
