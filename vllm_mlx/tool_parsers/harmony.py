@@ -17,7 +17,7 @@ from enum import Enum
 
 from vllm_mlx.families.call_ids import new_id
 from vllm_mlx.families.dialects import Status
-from vllm_mlx.families.dialects.json import JsonArguments
+from vllm_mlx.families.dialects.json_arguments import JsonArguments
 from vllm_mlx.families.formats import Channels
 from vllm_mlx.families.literal import partial_suffix
 from vllm_mlx.families.message import CONTENT, REASONING, Quick

@@ -10,7 +10,7 @@ from __future__ import annotations
 from .base import ArgumentReader, Dialect, Layout, Status
 from .dsml import Dsml
 from .gemma import GEMMA, GemmaDialect
-from .json import JSON, JsonDialect
+from .json_arguments import JSON, JsonDialect
 from .json_named import JSON_NAMED, JsonNamed
 from .keyed import JsonKeyed
 from .nested_xml import NestedXml
@@ -18,7 +18,7 @@ from .python import PYTHON, PythonDialect
 from .python_forced import FORCED_PYTHON, ForcedPythonDialect
 from .recipient import RECIPIENT, RecipientDialect
 from .spaced import SpacedNameXml
-from .xml import QWEN_XML, Xml
+from .xml_arguments import QWEN_XML, Xml
 
 # Every dialect, by name, in the order error messages list them.
 DIALECTS: dict[str, type[Dialect]] = {

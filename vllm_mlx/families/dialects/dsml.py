@@ -19,8 +19,8 @@ from ..lark import LarkRules
 from ..literal import skip_space
 from ..value_types import declared_types, typed_value
 from .base import ArgumentReader, Layout, Status, Step
-from .json import JsonArguments
-from .xml import Xml, XmlArguments, xml_value_text
+from .json_arguments import JsonArguments
+from .xml_arguments import Xml, XmlArguments, xml_value_text
 
 _ATTRIBUTE = re.compile(r'\s*(?:string\s*=\s*"(true|false)"\s*)?>')
 _MAX_ATTRIBUTE = 24  # characters between the key's quote and the tag's ``>``

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from ..lark import LarkRules, hoisted, json_value, without_defs
 from ..literal import MAX_NAME, Match, match_literal, skip_space
 from .base import ArgumentReader, Layout, Status, Step, expect_object
-from .json import JsonArguments
+from .json_arguments import JsonArguments
 from .json_named import JsonNamed
 
 _JSON_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"', re.DOTALL)

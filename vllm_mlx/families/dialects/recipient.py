@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from ..literal import Match, match_literal, match_name, partial_suffix, skip_space
 from .base import ArgumentReader, Layout, Status, Step, expect_object
-from .json import JsonArguments, JsonDialect
+from .json_arguments import JsonArguments, JsonDialect
 
 RAW_CODE_RECIPIENTS = ("python",)
 _NEXT = ">>>"  # the next message's recipient marker ends raw code

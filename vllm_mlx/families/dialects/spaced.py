@@ -11,7 +11,7 @@ from typing import ClassVar
 
 from ..literal import MAX_NAME, Match, match_literal
 from .base import Layout
-from .xml import Xml
+from .xml_arguments import Xml
 
 _NAME = re.compile(r"[ \t]*([\w.\-:/]+(?: [\w.\-:/]+)*)[ \t]*")
 
