@@ -168,6 +168,39 @@ def test_kimi_k2_keeps_dotted_hyphenated_names_and_raw_ids():
     assert msg.tool_calls[0].id == "functions.mcp.git-status:3"
 
 
+KIMI_SECTION = "<|tool_calls_section_begin|>{}<|tool_calls_section_end|>"
+KIMI_CALL = "<|tool_call_begin|>functions.{}:{} <|tool_call_argument_begin|>{}<|tool_call_end|>"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        '{"city": "Beijing"',  # cut off before its end marker
+        '{"city": Beijing}',  # not JSON
+        '{"city": "Beijing", }',  # a trailing comma
+    ],
+)
+def test_kimi_k2_malformed_call_is_never_streamed_and_hides_no_sibling(bad):
+    text = "Help. " + KIMI_SECTION.format(
+        KIMI_CALL.format("bad", 0, bad) + KIMI_CALL.format("good", 1, '{"city": "Shanghai"}')
+    )
+    msg = assert_same_in_every_mode(text, "kimi_k2")
+    assert calls_of(msg) == [("good", {"city": "Shanghai"})]
+    assert msg.content == "Help."
+    for sizes in ([1], [3], [7]):
+        _, _, deltas = stream(text, sizes, "kimi_k2")
+        streamed = [c for d in deltas for c in d.tool_calls]
+        assert {c.name for c in streamed if c.name} == {"good"}, sizes
+        # a call appears whole: its name and all its arguments in the same delta
+        assert len(streamed) == 1 and streamed[0].arguments == '{"city": "Shanghai"}'
+
+
+def test_kimi_k2_cut_off_call_is_kept_closed():
+    text = KIMI_SECTION.format(KIMI_CALL.format("f", 0, '{"a": "b"'))
+    text = text[: text.index("<|tool_call_end|>")]
+    assert calls_of(assert_same_in_every_mode(text, "kimi_k2")) == [("f", {"a": "b"})]
+
+
 def test_mistral_both_syntaxes_are_inferred_from_the_text():
     old = '[TOOL_CALLS] [{"name": "noop", "arguments": {}}]'
     new = '[TOOL_CALLS]noop[ARGS]{}[TOOL_CALLS]get_weather[ARGS]{"days": 1}'

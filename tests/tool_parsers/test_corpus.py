@@ -24,12 +24,6 @@ CHUNKS = (None, 1, 3, 7)
 
 # Cases we could not fix, with the reason. Strict: a case that starts passing must leave.
 KNOWN_FAILURES: dict[str, str] = {
-    # A malformed call before a good one in the same section: a call not yet reported is
-    # dropped through its end marker and its siblings read (DeepSeek V3/V3.1); one already
-    # streamed (Kimi's JSON streams as it comes) cannot be taken back.
-    "kimi_k2-vllm-invalid-json-sibling": "malformed sibling: the bad call is ended validly "
-    "(its streamed part kept) instead of dropped, the good one is lost",
-    "kimi_k2-vllm-invalid-id": "an id without the functions. prefix is not rejected",
     # Gemma 4's literal dialect: a cut-off string value
     "gemma4-vllm-incomplete": "gemma4 dialect: a cut-off string value loses the call",
     # Peers disagree: SMG infers types for schema-less XML values; we keep undeclared values
@@ -38,11 +32,6 @@ KNOWN_FAILURES: dict[str, str] = {
     "minimax_m2-smg-no-schema": "choice: undeclared XML values stay strings",
     # JSON reader: a lone `{` before the cut is not yet a value, so nothing is reported
     "granite-vllm-truncated": "a call cut off right after `{` is not reported",
-    # Kimi: calls without the functions. prefix / section markers, ids that are bare counters
-    "kimi_k2-smg-whitespace": "kimi: whitespace inside the id (`functions.test :0`)",
-    "kimi_k2-vllm-bare-counter": "kimi: bare counter id `0` (name from the tools)",
-    "kimi_k2-vllm-bare-counter-infer": "kimi: bare counter id `0` (name from the tools)",
-    "kimi_k2-vllm-bare-counter-ambiguous": "kimi: bare counter id `0` is taken as the name",
     # Llama 3 JSON: a bare object at the start followed by prose is a call here (SMG: text)
     "llama3_json-smg-trailing-text": "bare JSON then prose: we report the call",
     # Mistral: the marker before prose is kept (dropping it needs the rest held back); Nemo's

@@ -27,6 +27,9 @@ Tool calls (`ToolCallFormat`). One call is written as::
 * ``prompt_opens``: the opening of the first call that the generation prompt itself writes
   (Functionary's ``>>>``): the output continues it (`tool_parsers.continued`).
 * ``id_style``: the shape of call ids its templates expect (`families.call_ids`).
+* ``whole_calls``: a call is reported only once its arguments are complete and valid, so a
+  malformed call inside a calls section is dropped through its end marker (its siblings
+  still read) in every chunking, and never half-streamed (Kimi K2).
 
 Whitespace: a newline written in any literal above means "optional whitespace" when parsing,
 and exactly that newline when generating. ``render_call`` writes one canonical call, which is
@@ -123,6 +126,7 @@ class ToolCallFormat:
     prompt_opens: str = ""
     # The shape of call ids the family's templates expect (`families.call_ids`).
     id_style: IdStyle = "openai"
+    whole_calls: bool = False
 
     def render_call(self, name: str, arguments: dict, *, index: int = 0) -> str:
         """One call written exactly as this family writes it (without section markers)."""

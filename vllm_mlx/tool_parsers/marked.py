@@ -13,6 +13,7 @@ held markup are merged rather than re-matched (`_may_decide`); see `docs/parsers
 
 from __future__ import annotations
 
+import json
 import re
 from enum import Enum
 
@@ -93,6 +94,7 @@ class MarkedToolParser(ToolParser):
         self._call: tuple[str, str] | None = None  # (id, name) not yet reported
         self._closing = ""  # the literal text after the current call's arguments
         self._call_raw: list[str] = []  # raw text of a call not yet reported
+        self._held: list[str] = []  # its argument text read so far (`whole_calls`)
         self._skipped = ""  # a malformed call's text before `_buf` (given back if it never ends)
         self._skip_from = 0  # where in `_buf` its end marker is looked for next
 
@@ -122,9 +124,15 @@ class MarkedToolParser(ToolParser):
         if state is _State.ARGS and not self._buf:
             assert self._args is not None
             piece = self._args.quick(text)
-            if piece is not None:
-                if self._call is not None:  # not reported yet: keep the raw call text
+            if piece is not None and self._call is not None:  # not reported yet
+                if self._active.whole_calls:  # held until the arguments are complete
                     self._call_raw.append(text)
+                    self._held.append(piece)
+                    return CONTENT, ""
+                if piece:
+                    return None  # the first released text reports the call: `_arguments`
+                self._call_raw.append(text)
+            if piece is not None:
                 return self._index, piece
         if len(self._buf) + len(text) < self._recheck_at and not self._may_decide(text):
             self._buf += text
@@ -179,6 +187,9 @@ class MarkedToolParser(ToolParser):
 
     def finish(self, out: DeltaBuilder) -> None:
         self._run(out, final=True)
+        if self._state is _State.ARGS and self._call is not None and any(self._held):
+            if self._named_by_tools():
+                self._report(out)  # a whole call cut off: kept like a streamed one
         if self._state in (_State.HEADER, _State.ARGS) and self._call_raw:
             self._release("".join(self._call_raw) + self._buf, out)
         elif self._state is _State.ARGS and self._args is not None:
@@ -293,12 +304,37 @@ class MarkedToolParser(ToolParser):
         self._call_raw = [self._buf[:end]]
         self._consume(end)
         self._state = _State.ARGS
-        if self._args.streams:
-            out.call_start(self._index, call_id, name)
-            self._call_raw = []
-            self._hold_gap()
-        else:
-            self._call = (call_id, name)
+        self._call, self._held = (call_id, name), []
+        if self._args.streams and not variant.whole_calls:
+            self._report(out)
+
+    def _named_by_tools(self) -> bool:
+        """Kimi's bare counter id (``0``) names no function: the call is the only tool's,
+        or the one tool whose parameters hold every argument; False when none or several."""
+        assert self._call is not None and self._args is not None
+        call_id, name = self._call
+        if not name.isdigit() or not self._named:
+            return True
+        fits = list(self._properties)
+        if len(fits) > 1:
+            try:
+                keys = set(json.loads("".join(self._held) + self._args.close()))
+            except ValueError:
+                return False
+            fits = [tool for tool in fits if keys <= set(self._properties[tool])]
+        if len(fits) != 1:
+            return False
+        self._call = (call_id, fits[0])
+        return True
+
+    def _report(self, out: DeltaBuilder) -> None:
+        """The call being read is real: report it, with any argument text held for it."""
+        assert self._call is not None and self._args is not None
+        call_id, name = self._call
+        out.call_start(self._index, call_id, name if self._named else self._args.name)
+        out.arguments(self._index, "".join(self._held))
+        self._call, self._call_raw, self._held = None, [], []
+        self._hold_gap()
 
     def _arguments(self, out: DeltaBuilder, final: bool) -> None:
         assert self._args is not None
@@ -307,13 +343,16 @@ class MarkedToolParser(ToolParser):
         self._consume(used)
         if self._call is not None:
             self._call_raw.append(consumed)
-            if text:  # the reader's first output: the call is real
-                call_id, name = self._call
-                if not self._named:
-                    name = self._args.name
-                out.call_start(self._index, call_id, name)
-                self._call, self._call_raw = None, []
-                self._hold_gap()
+            if self._active.whole_calls:
+                self._held.append(text)
+                if status is Status.DONE:
+                    if self._named_by_tools():
+                        self._report(out)
+                    else:  # a bare counter no tool answers to: dropped like a bad call
+                        status = Status.FAIL
+                text = ""
+            elif text:  # the reader's first output: the call is real
+                self._report(out)
         out.arguments(self._index, text)
         if status is Status.DONE:
             self._call, self._call_raw, self._state = None, [], _State.AFTER
@@ -322,9 +361,9 @@ class MarkedToolParser(ToolParser):
                 # inside a calls section: the malformed call is dropped up to its end
                 # marker and its siblings are still read
                 self._call, self._skipped, self._skip_from = None, "".join(self._call_raw), 0
-                self._state = _State.SKIP
+                self._held, self._state = [], _State.SKIP
             elif self._call is not None:
-                self._call = None
+                self._call, self._held = None, []
                 self._release("".join(self._call_raw) + self._buf, out)
             else:  # already reported: end its JSON validly, the rest is content
                 out.arguments(self._index, self._args.close())

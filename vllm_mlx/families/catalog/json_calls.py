@@ -122,6 +122,7 @@ JSON_CALLS: tuple[ToolCallFormat, ...] = (
         call_end="<|tool_call_end|>",
         aliases=("kimi", "kimi-k2", "kimik2", "moonshot"),
         id_style="kimi",
+        whole_calls=True,
         variants=(
             # calls written without the section markers (seen in real Kimi K2 outputs)
             ToolCallFormat(
@@ -131,6 +132,7 @@ JSON_CALLS: tuple[ToolCallFormat, ...] = (
                 name_prefix="functions.",
                 name_end="<|tool_call_argument_begin|>",
                 call_end="<|tool_call_end|>",
+                whole_calls=True,
             ),
         ),
     ),

@@ -17,6 +17,7 @@ inside its arguments (``json_named``) overrides the header parts as well.
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 from typing import Any, ClassVar, Protocol
 
@@ -25,6 +26,7 @@ from ..literal import Match, match_literal, match_name, skip_space
 
 # kimi_k2 numbers its calls (functions.NAME:0); the grammar allows this many digits.
 MAX_CALL_INDEX_DIGITS = 3
+_INDEXED_NAME = re.compile(r".*[^:]:\d+|\d+")
 
 
 class Status(Enum):
@@ -118,10 +120,14 @@ class Dialect:
     ) -> tuple[Match, int, str | None]:
         """Match the name and what precedes the arguments at ``text[pos:]``: (state, where
         the arguments begin, name; None when the arguments come first and name the call)."""
+        if layout.name_prefix:  # kimi_k2: `functions.NAME:N`, maybe after a space
+            pos = skip_space(text, pos)
         state, end = match_name(text, pos, final)
         if state is not Match.MATCH:
             return state, end, ""
         name = text[pos:end]
+        if layout.name_prefix and not _INDEXED_NAME.fullmatch(name):
+            return Match.FAIL, end, ""  # neither `NAME:N` nor a bare `N`: malformed
         if layout.call_id_marker:  # NAME [CALL_ID] ID name_end
             state, at = match_literal(text, end, layout.call_id_marker, final)
             if state is Match.PARTIAL:
