@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..chat.template_kwargs import check_template_kwargs
+from ..engine.sampling_bounds import MinP, RepetitionPenalty, Temperature, TopK, TopP
 from ..reasoning import ReasoningParserManager
 from ..tool_parsers import ToolParserManager
 
@@ -34,11 +35,11 @@ class ModelSettings(BaseModel):
     chat_template_kwargs: dict[str, Any] | None = None
     max_tokens: int | None = Field(default=None, ge=1)
     max_tokens_cap: int | None = Field(default=None, ge=1)
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    top_p: float | None = Field(default=None, ge=0, le=1)
-    top_k: int | None = Field(default=None, ge=0)
-    min_p: float | None = Field(default=None, ge=0, le=1)
-    repetition_penalty: float | None = Field(default=None, gt=0)
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    top_k: TopK | None = None
+    min_p: MinP | None = None
+    repetition_penalty: RepetitionPenalty | None = None
     max_model_len: int | None = Field(default=None, ge=1)
     kv_bits: Literal[4, 8] | None = None
     draft_model: str | None = Field(default=None, min_length=1)  # a catalog name or a model path

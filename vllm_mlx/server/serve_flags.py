@@ -6,13 +6,25 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import click
+from annotated_types import Interval
 
 from ..chat.template_kwargs import ChatTemplateError, check_template_kwargs
+from ..engine.sampling_bounds import MIN_P, REPETITION_PENALTY, TEMPERATURE, TOP_K, TOP_P
 
 F = TypeVar("F")
+
+
+def within(bounds: Interval, kind: type = float) -> click.ParamType:
+    """A click range from the bounds a request's field has (`engine.sampling_bounds`)."""
+    # the bounds declared there are numbers; annotated_types types them as comparables
+    low = cast("float | None", bounds.ge if bounds.gt is None else bounds.gt)
+    high = cast("float | None", bounds.le)
+    if kind is int:
+        return click.IntRange(cast("int | None", low), cast("int | None", high))
+    return click.FloatRange(low, high, min_open=bounds.gt is not None)
 
 
 def serve_flags(command: F) -> F:
@@ -38,16 +50,14 @@ def serve_flags(command: F) -> F:
 )
 @click.option(
     "--temperature",
-    type=click.FloatRange(0, 2),
+    type=within(TEMPERATURE),
     help="Override the model's default (generation_config.json, else its family's).",
 )
-@click.option("--top-p", type=click.FloatRange(0, 1), help="Override the model's default.")
-@click.option("--top-k", type=click.IntRange(min=0), help="Override the model's default.")
-@click.option("--min-p", type=click.FloatRange(0, 1), help="Override the model's default.")
+@click.option("--top-p", type=within(TOP_P), help="Override the model's default.")
+@click.option("--top-k", type=within(TOP_K, int), help="Override the model's default.")
+@click.option("--min-p", type=within(MIN_P), help="Override the model's default.")
 @click.option(
-    "--repetition-penalty",
-    type=click.FloatRange(min=0, min_open=True),
-    help="Override the model's default.",
+    "--repetition-penalty", type=within(REPETITION_PENALTY), help="Override the model's default."
 )
 @click.option(
     "--unsupported-media",

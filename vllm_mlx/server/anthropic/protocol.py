@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ...engine.sampling_bounds import INT32_MAX, MAX_STOPS, TopP
+
 
 class _Lenient(BaseModel):
     model_config = ConfigDict(extra="allow")
@@ -75,9 +77,10 @@ class PromptFields(_Lenient):
 
 class MessagesRequest(PromptFields):
     max_tokens: int = Field(gt=0)
-    stop_sequences: list[str] | None = Field(default=None, max_length=16)
+    stop_sequences: list[str] | None = Field(default=None, max_length=MAX_STOPS)
+    # Anthropic's own ranges: temperature up to 1, top_k from 0
     temperature: float | None = Field(default=None, ge=0, le=1)
-    top_p: float | None = Field(default=None, gt=0, le=1)
-    top_k: int | None = Field(default=None, ge=0)
+    top_p: TopP | None = None
+    top_k: int | None = Field(default=None, ge=0, le=INT32_MAX)
     stream: bool = False
     metadata: dict[str, Any] | None = None

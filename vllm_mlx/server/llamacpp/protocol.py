@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ...engine.sampling_bounds import INT32_MAX, MAX_STOPS, RepetitionPenalty
 from ...request import Sampling
-
-INT32_MAX = 2**31 - 1
+from ..sampling_fields import SamplerFields
 
 
 class _Lenient(BaseModel):
@@ -21,7 +21,7 @@ class ExtraFile(_Lenient):
     text: str = ""
 
 
-class InfillRequest(_Lenient):
+class InfillRequest(SamplerFields):
     model: str | None = None
     input_prefix: str = ""
     input_suffix: str = ""
@@ -29,26 +29,15 @@ class InfillRequest(_Lenient):
     prompt: str = ""  # continues the prefix right before the gap
     n_predict: int | None = Field(default=None, ge=-1, le=INT32_MAX)  # -1: no limit
     max_tokens: int | None = Field(default=None, gt=0, le=INT32_MAX)
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    top_k: int | None = Field(default=None, ge=0, le=INT32_MAX)
-    top_p: float | None = Field(default=None, gt=0, le=1)
-    min_p: float | None = Field(default=None, ge=0, le=1)
-    repeat_penalty: float | None = Field(default=None, gt=0, le=10)
-    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
-    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    repeat_penalty: RepetitionPenalty | None = None
     seed: int | None = Field(default=None, ge=-1, le=2**64 - 1)  # -1: random
-    stop: list[str] | None = Field(default=None, max_length=16)
+    stop: list[str] | None = Field(default=None, max_length=MAX_STOPS)
     stream: bool = False
 
     def sampling(self) -> Sampling:
         return Sampling(
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k,
-            min_p=self.min_p,
+            **self.sampler_kwargs(),
             repetition_penalty=self.repeat_penalty,
-            presence_penalty=self.presence_penalty,
-            frequency_penalty=self.frequency_penalty,
             seed=self.seed if self.seed is not None and self.seed >= 0 else None,
             stop=list(self.stop or []),
         )

@@ -88,13 +88,8 @@ def sampling_of(body: GenerationFields) -> Sampling:
     options = body.options or Options()
     seed = options.seed if options.seed is not None and options.seed >= 0 else None
     return Sampling(
-        temperature=options.temperature,
-        top_p=options.top_p,
-        top_k=options.top_k,
-        min_p=options.min_p,
+        **options.sampler_kwargs(),
         repetition_penalty=options.repeat_penalty,
-        presence_penalty=options.presence_penalty,
-        frequency_penalty=options.frequency_penalty,
         seed=seed,
         stop=list(options.stop or []),
         logprobs=body.logprobs,

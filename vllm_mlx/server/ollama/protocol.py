@@ -12,7 +12,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-INT32_MAX = 2**31 - 1
+from ...engine.sampling_bounds import INT32_MAX, MAX_STOPS, RepetitionPenalty
+from ..sampling_fields import SamplerFields
+
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
@@ -20,21 +22,15 @@ class _Lenient(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-class Options(_Lenient):
+class Options(SamplerFields):
     """``options``: Ollama's runtime parameters (a Modelfile's PARAMETER lines)."""
 
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    top_p: float | None = Field(default=None, gt=0, le=1)
-    top_k: int | None = Field(default=None, ge=-1, le=INT32_MAX)
-    min_p: float | None = Field(default=None, ge=0, le=1)
     # -1: no limit (until the context is full), -2: fill the context; 0 as Ollama: no limit
     num_predict: int | None = Field(default=None, ge=-2, le=INT32_MAX)
     num_ctx: int | None = Field(default=None, gt=0, le=INT32_MAX)
     seed: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)  # negative: random
-    stop: list[str] | None = Field(default=None, max_length=16)
-    repeat_penalty: float | None = Field(default=None, gt=0, le=10)
-    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
-    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    stop: list[str] | None = Field(default=None, max_length=MAX_STOPS)
+    repeat_penalty: RepetitionPenalty | None = None
     # accepted as Ollama accepts them; they change nothing here (MLX loads the model once,
     # with its own context, batch and threads)
     num_keep: int | None = None

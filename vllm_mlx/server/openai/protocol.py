@@ -7,7 +7,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ...engine.sampling_bounds import MAX_STOPS, RepetitionPenalty
 from ...request import Sampling
+from ..sampling_fields import SamplerFields
 
 
 class _Lenient(BaseModel):
@@ -79,23 +81,17 @@ class Tool(_Lenient):
         return self
 
 
-class SamplingFields(_Lenient):
+class SamplingFields(SamplerFields):
     """Fields shared by chat and text completions."""
 
     model: str | None = None
     max_tokens: int | None = Field(default=None, gt=0)
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    top_p: float | None = Field(default=None, gt=0, le=1)
-    top_k: int | None = Field(default=None, ge=-1)
-    min_p: float | None = Field(default=None, ge=0, le=1)
     n: int = Field(default=1, ge=1)
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
-    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
-    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
-    repetition_penalty: float | None = Field(default=None, gt=0)
+    repetition_penalty: RepetitionPenalty | None = None
     logit_bias: dict[str, float] | None = None
     seed: int | None = None
     # Output constraints (one per request; translated by structured.py): OpenAI, vLLM
@@ -115,8 +111,8 @@ class SamplingFields(_Lenient):
     @classmethod
     def _stop_list(cls, v: str | list[str] | None) -> list[str]:
         stops = [v] if isinstance(v, str) else list(v or [])
-        if len(stops) > 16:
-            raise ValueError("at most 16 stop sequences are supported")
+        if len(stops) > MAX_STOPS:
+            raise ValueError(f"at most {MAX_STOPS} stop sequences are supported")
         return stops
 
     @field_validator("logit_bias")
@@ -132,13 +128,8 @@ class SamplingFields(_Lenient):
     def sampling(self) -> Sampling:
         """The sampling fields this request set (the pipeline fills in the defaults)."""
         return Sampling(
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k,
-            min_p=self.min_p,
+            **self.sampler_kwargs(),
             repetition_penalty=self.repetition_penalty,
-            presence_penalty=self.presence_penalty,
-            frequency_penalty=self.frequency_penalty,
             logit_bias={int(k): v for k, v in (self.logit_bias or {}).items()},
             seed=self.seed,
             stop=list(self.stop or []),

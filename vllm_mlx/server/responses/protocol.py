@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ...engine.sampling_bounds import Temperature, TopP
 from ..errors import APIError, validation_error
 
 METADATA_MAX_KEYS, METADATA_MAX_KEY_CHARS, METADATA_MAX_VALUE_CHARS = 16, 64, 512
@@ -40,8 +41,8 @@ class ResponsesRequest(_Lenient):
     reasoning: ReasoningConfig | None = None
     max_output_tokens: int | None = Field(default=None, gt=0)
     max_tool_calls: int | None = Field(default=None, ge=1)  # MCP calls, capped by config
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    top_p: float | None = Field(default=None, gt=0, le=1)
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
     store: bool = True
     previous_response_id: str | None = None
     stream: bool = False
