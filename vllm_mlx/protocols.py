@@ -1,6 +1,6 @@
-"""The protocol types every layer shares (a logits processor, tokenizers), defined once:
-the bottom layer, beside ``families``, importing nothing of vllm_mlx (not ``types.py``,
-a name ``engine/`` has)."""
+"""The protocol types every layer shares (a logits processor, tokenizers, a layer's cache),
+defined once: the bottom layer, beside ``families``, importing nothing of vllm_mlx (not
+``types.py``, a name ``engine/`` has)."""
 
 from __future__ import annotations
 
@@ -44,3 +44,19 @@ class SizedTokenizer(Tokenizer, Protocol):
     """A Hugging Face tokenizer, whose length counts its ids (added tokens included)."""
 
     def __len__(self) -> int: ...
+
+
+class LayerCache(Protocol):
+    """One layer's cache, as mlx-lm's cache classes (``mlx_lm.models.cache``: plain,
+    quantized, rotating, arrays) keep it: what the prefix cache copies, measures, saves and
+    rebuilds. A prompt cache is a ``list[LayerCache]``, one a layer."""
+
+    @property
+    def state(self) -> Any:
+        """The layer's arrays (a tree of them): setting it makes the same cache over others."""
+
+    @state.setter
+    def state(self, value: Any) -> None: ...
+
+    @property
+    def nbytes(self) -> int: ...

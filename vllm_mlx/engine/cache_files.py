@@ -31,7 +31,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 from mlx_lm.models.cache import ArraysCache, KVCache
 from safetensors.numpy import load_file, save
 
-from ..protocols import Tokenizer
+from ..protocols import LayerCache, Tokenizer
 from .kv_quant import QuantizedKV
 
 log = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ class DiskCache:
 
     # -- loading ---------------------------------------------------------------------------
 
-    def load(self, entry: DiskEntry) -> list[Any] | None:
+    def load(self, entry: DiskEntry) -> list[LayerCache] | None:
         """The entry's cache, or None (and the file deleted) when any check fails."""
         try:
             cache = _load(entry.path, self.namespace, entry.tokens)
@@ -127,7 +127,7 @@ class DiskCache:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def save(self, tokens: list[int], cache: list[Any], trimmable: bool) -> None:
+    def save(self, tokens: list[int], cache: list[LayerCache], trimmable: bool) -> None:
         """Persist an evaluated entry (host copies now, the file on the writer thread)."""
         if len(tokens) < self.min_tokens or self._writes.qsize() >= _MAX_PENDING:
             return
@@ -226,7 +226,7 @@ def _read_meta(path: Path) -> dict | None:
         return None
 
 
-def _load(path: Path, namespace: str, tokens: np.ndarray) -> list[Any]:
+def _load(path: Path, namespace: str, tokens: np.ndarray) -> list[LayerCache]:
     meta = _read_meta(path)
     if meta is None or meta["namespace"] != namespace:
         raise ValueError("foreign or unreadable header")

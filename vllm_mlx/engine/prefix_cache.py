@@ -32,14 +32,14 @@ import numpy as np
 from mlx.utils import tree_map
 from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
-from ..protocols import Tokenizer
+from ..protocols import LayerCache, Tokenizer
 from .cache_files import DiskCache, cache_namespace
 
 
 @dataclass
 class _Entry:
     tokens: np.ndarray
-    cache: list[Any]
+    cache: list[LayerCache]
     nbytes: int
     trimmable: bool
     used: int = 0
@@ -60,7 +60,7 @@ def usable(tokens: np.ndarray, trimmable: bool, prompt: np.ndarray) -> int:
     return len(tokens) if shared == len(tokens) < len(prompt) else 0
 
 
-def shared_copy(cache: list[Any]) -> list[Any]:
+def shared_copy(cache: list[LayerCache]) -> list[LayerCache]:
     """Per layer, a new cache object whose arrays are views of the given ones (no data is
     copied; see the module docstring for why writes cannot reach the original)."""
     shared = []
@@ -94,7 +94,9 @@ class PrefixCache:
             self._lane_disks[lane] = self._lane_disk(lane)
         return self._lane_disks[lane]
 
-    def fetch(self, prompt: list[int], lane: str | None = None) -> tuple[list[Any] | None, int]:
+    def fetch(
+        self, prompt: list[int], lane: str | None = None
+    ) -> tuple[list[LayerCache] | None, int]:
         """(a private copy of the best entry's cache trimmed to what it serves, that length)."""
         if not prompt:
             return None, 0
@@ -147,7 +149,7 @@ class PrefixCache:
                 return (loaded, n) if loaded is not None else (best, served)
         return best, served
 
-    def store(self, tokens: list[int], cache: list[Any], lane: str | None = None) -> None:
+    def store(self, tokens: list[int], cache: list[LayerCache], lane: str | None = None) -> None:
         if not tokens or not cache:
             return
         # A row extracted from a batch is a lazy slice of the whole batch's KV buffers:
@@ -158,7 +160,9 @@ class PrefixCache:
         if entry is not None and disk is not None:
             disk.save(list(tokens), cache, entry.trimmable)
 
-    def _insert(self, tokens: np.ndarray, cache: list[Any], lane: str | None) -> _Entry | None:
+    def _insert(
+        self, tokens: np.ndarray, cache: list[LayerCache], lane: str | None
+    ) -> _Entry | None:
         nbytes = sum(c.nbytes for c in cache)
         if nbytes > self.max_bytes:
             return None
