@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -16,7 +17,38 @@ namespace {
 
 // Keys and values are float or uint16_t (half bits, converted 8 at a time by F16C's
 // vcvtph2ps): the bodies are templates on that type T, so the float32 path is the same
-// code as before.
+// code as before. They read key and value rows through a source: the cache itself
+// (CacheRows) or, when many query rows share a key block, the block converted to float
+// once (FloatBlock): the same float values either way, so the same bits.
+template <typename T>
+struct CacheRows {
+  using Element = T;
+  const SdpaArgs& a;
+  int64_t b, hkv;
+  const T* key(int64_t l) const {
+    return sdpa_key<T>(a, b, hkv, l);
+  }
+  const T* value(int64_t l) const {
+    return sdpa_value<T>(a, b, hkv, l);
+  }
+};
+
+struct FloatBlock {
+  using Element = float;
+  const float* k; // rows l0 .. l0 + n of D floats each
+  const float* v;
+  int64_t l0, D;
+  const float* key(int64_t l) const {
+    return k + (l - l0) * D;
+  }
+  const float* value(int64_t l) const {
+    return v + (l - l0) * D;
+  }
+};
+
+// Query rows of a task past which its half keys and values are converted to float once:
+// each key row is otherwise converted again for every three of them.
+constexpr int64_t CONVERT_ROWS = 12;
 
 // acc[0:D] += p * v[0:D]
 template <typename T>
@@ -92,11 +124,9 @@ inline void dots_tile(int rows, const float* const* q, const T* const* k, float 
 // rows with one key range: each value row loaded (and, if half, converted) once for all
 // R rows, 4 vectors at a time so the 4R sums stay in registers. Each sum runs over the
 // keys in order, one FMA per key, so every row gets the bits a row on its own gets.
-template <int V, int R, typename T>
+template <int V, int R, typename Src>
 void weighted_sums(
-    const SdpaArgs& a,
-    int64_t b,
-    int64_t hkv,
+    const Src& src,
     int64_t l0,
     int64_t l1,
     const float* const* p,
@@ -110,7 +140,7 @@ void weighted_sums(
       }
     }
     for (int64_t l = l0; l < l1; ++l) {
-      const T* v = sdpa_value<T>(a, b, hkv, l) + 8 * h;
+      const auto* v = src.value(l) + 8 * h;
       __m256 vv[W];
       for (int i = 0; i < W; ++i) {
         vv[i] = load8(v + 8 * i);
@@ -130,28 +160,23 @@ void weighted_sums(
   }
 }
 
-template <int V, typename T>
-void weighted_tile(
-    int rows,
-    const SdpaArgs& a,
-    int64_t b,
-    int64_t hkv,
-    int64_t l0,
-    int64_t l1,
-    const float* const* p,
-    float* const* out) {
+template <int V, typename Src>
+void weighted_tile(int rows, const Src& src, int64_t l0, int64_t l1, const float* const* p, float* const* out) {
   switch (rows) {
-    case 1: weighted_sums<V, 1, T>(a, b, hkv, l0, l1, p, out); break;
-    case 2: weighted_sums<V, 2, T>(a, b, hkv, l0, l1, p, out); break;
-    default: weighted_sums<V, 3, T>(a, b, hkv, l0, l1, p, out); break;
+    case 1: weighted_sums<V, 1>(src, l0, l1, p, out); break;
+    case 2: weighted_sums<V, 2>(src, l0, l1, p, out); break;
+    default: weighted_sums<V, 3>(src, l0, l1, p, out); break;
   }
 }
 
-template <typename T>
-void sdpa_task_as(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part) {
+// Rows row0 .. row1 of the task's group * Lq query rows (row = head in group * Lq + i),
+// part [row1 - row0, D + 2]: every row's numbers are its own, whatever rows share the task.
+template <typename Src>
+void sdpa_task_as(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part, int64_t row0, int64_t row1, const Src& src) {
+  using T = typename Src::Element;
   const int64_t group = a.Hq / a.Hkv;
   const int64_t D = a.D;
-  const int64_t rows = group * a.Lq;
+  const int64_t rows = row1 - row0;
   const int64_t span = std::max<int64_t>(1, l1 - l0);
   thread_local std::vector<float> scores;
   scores.resize(rows * span);
@@ -161,9 +186,12 @@ void sdpa_task_as(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t
   thread_local std::vector<int64_t> head;
   query.resize(rows);
   head.resize(rows);
+  thread_local std::vector<int64_t> position;
+  position.resize(rows);
   for (int64_t row = 0; row < rows; ++row) {
-    head[row] = hkv * group + row / a.Lq;
-    query[row] = a.q + b * a.q_strides[0] + head[row] * a.q_strides[1] + (row % a.Lq) * a.q_strides[2];
+    head[row] = hkv * group + (row0 + row) / a.Lq;
+    position[row] = (row0 + row) % a.Lq;
+    query[row] = a.q + b * a.q_strides[0] + head[row] * a.q_strides[1] + position[row] * a.q_strides[2];
   }
   // Each row's keys end at its causal limit, or after the last key its mask allows (a
   // batch's causal mask): the vector sums below then group a row's terms by its own key
@@ -171,7 +199,7 @@ void sdpa_task_as(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t
   thread_local std::vector<int64_t> limit;
   limit.resize(rows);
   for (int64_t row = 0; row < rows; ++row) {
-    const int64_t i = row % a.Lq;
+    const int64_t i = position[row];
     int64_t end = a.causal ? std::min(l1, a.Lk - a.Lq + i + 1) : l1;
     while (a.mask != nullptr && end > l0 && !sdpa_allowed(a, b, head[row], i, end - 1)) {
       --end;
@@ -181,18 +209,35 @@ void sdpa_task_as(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t
   const bool unmasked = a.mask == nullptr && a.key_start == nullptr;
   // a left-padded batch's first key: the ones before it score -inf (weight 0)
   const int64_t first = a.key_start != nullptr ? a.key_start[b] : 0;
+  // Rows whose mask allows every key from `first` to their limit (a batch's padding and
+  // causal mask: most rows of a prompt block) need not read it again for every key below.
+  thread_local std::vector<char> dense;
+  dense.resize(rows);
+  for (int64_t row = 0; row < rows; ++row) {
+    const int64_t from = std::max(l0, first);
+    bool all = true;
+    if (a.mask != nullptr && limit[row] > from) {
+      if (a.mask_strides[3] == 1) {
+        const bool* m = a.mask + b * a.mask_strides[0] + head[row] * a.mask_strides[1] + position[row] * a.mask_strides[2];
+        all = std::memchr(m + from, 0, limit[row] - from) == nullptr;
+      } else {
+        for (int64_t l = from; l < limit[row] && all; ++l) {
+          all = sdpa_allowed(a, b, head[row], position[row], l);
+        }
+      }
+    }
+    dense[row] = all;
+  }
   // whether row `row` sees key l: the causal limit, key_start and the mask
   auto seen = [&](int64_t row, int64_t l) {
-    return l >= first && l < limit[row] && (a.mask == nullptr || sdpa_allowed(a, b, head[row], row % a.Lq, l));
+    return l >= first && l < limit[row] && (dense[row] || sdpa_allowed(a, b, head[row], position[row], l));
   };
   // Every dot is one key's and one row's, whatever the tiling: a row's scores are the
   // same bits in any batch and any block of query rows.
   if (D == 64 || D == 128) { // key rows in fours, query rows in threes
     int64_t l = l0;
     for (; l + 4 <= l1; l += 4) {
-      const T* k[4] = {
-          sdpa_key<T>(a, b, hkv, l), sdpa_key<T>(a, b, hkv, l + 1), sdpa_key<T>(a, b, hkv, l + 2),
-          sdpa_key<T>(a, b, hkv, l + 3)};
+      const T* k[4] = {src.key(l), src.key(l + 1), src.key(l + 2), src.key(l + 3)};
       for (int64_t row = 0; row < rows; row += 3) {
         const int n = static_cast<int>(std::min<int64_t>(3, rows - row));
         float dots[3][4];
@@ -210,7 +255,7 @@ void sdpa_task_as(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t
       }
     }
     for (; l < l1; ++l) {
-      const T* k = sdpa_key<T>(a, b, hkv, l);
+      const T* k = src.key(l);
       for (int64_t row = 0; row < rows; row += 4) {
         const int n = static_cast<int>(std::min<int64_t>(4, rows - row));
         float dots[4];
@@ -227,9 +272,9 @@ void sdpa_task_as(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t
     }
   } else {
   for (int64_t l = l0; l < l1; ++l) {
-    const T* k = sdpa_key<T>(a, b, hkv, l);
+    const T* k = src.key(l);
     for (int64_t row = 0; row < rows; ++row) {
-      scores[row * span + (l - l0)] = l < limit[row] && (unmasked || sdpa_allowed(a, b, head[row], row % a.Lq, l))
+      scores[row * span + (l - l0)] = l < limit[row] && (unmasked || sdpa_allowed(a, b, head[row], position[row], l))
           ? dot(k, query[row], D) * a.scale
           : -std::numeric_limits<float>::infinity();
     }
@@ -275,16 +320,16 @@ void sdpa_task_as(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t
         out[r] = part + (row + r) * (D + 2) + 2;
       }
       if (D == 64) {
-        weighted_tile<8, T>(n, a, b, hkv, l0, limit[row], p, out);
+        weighted_tile<8>(n, src, l0, limit[row], p, out);
       } else {
-        weighted_tile<16, T>(n, a, b, hkv, l0, limit[row], p, out);
+        weighted_tile<16>(n, src, l0, limit[row], p, out);
       }
       row += n;
     }
     return;
   }
   for (int64_t l = l0; l < l1; ++l) {
-    const T* v = sdpa_value<T>(a, b, hkv, l);
+    const T* v = src.value(l);
     for (int64_t row = 0; row < rows; ++row) {
       if (l < limit[row]) {
         axpy(part + row * (D + 2) + 2, scores[row * span + (l - l0)], v, D);
@@ -293,14 +338,39 @@ void sdpa_task_as(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t
   }
 }
 
+// rows * D half keys or values of the block as floats (vcvtph2ps, as load8 converts them)
+void to_floats(const CacheRows<uint16_t>& src, bool keys, int64_t l0, int64_t l1, int64_t D, float* out) {
+  for (int64_t l = l0; l < l1; ++l) {
+    const uint16_t* row = keys ? src.key(l) : src.value(l);
+    float* o = out + (l - l0) * D;
+    int64_t d = 0;
+    for (; d + 8 <= D; d += 8) {
+      _mm256_storeu_ps(o + d, load8(row + d));
+    }
+    for (; d < D; ++d) {
+      o[d] = scalar(row[d]);
+    }
+  }
+}
+
 } // namespace
 
-void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part) {
-  if (a.k_f16 != nullptr) {
-    sdpa_task_as<uint16_t>(a, b, hkv, l0, l1, part);
-  } else {
-    sdpa_task_as<float>(a, b, hkv, l0, l1, part);
+void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part, int64_t row0, int64_t row1) {
+  if (a.k_f16 == nullptr) {
+    sdpa_task_as(a, b, hkv, l0, l1, part, row0, row1, CacheRows<float>{a, b, hkv});
+    return;
   }
+  const CacheRows<uint16_t> cache{a, b, hkv};
+  if (row1 - row0 < CONVERT_ROWS) {
+    sdpa_task_as(a, b, hkv, l0, l1, part, row0, row1, cache);
+    return;
+  }
+  thread_local std::vector<float> keys, values;
+  keys.resize(std::max<int64_t>(1, l1 - l0) * a.D);
+  values.resize(keys.size());
+  to_floats(cache, true, l0, l1, a.D, keys.data());
+  to_floats(cache, false, l0, l1, a.D, values.data());
+  sdpa_task_as(a, b, hkv, l0, l1, part, row0, row1, FloatBlock{keys.data(), values.data(), l0, a.D});
 }
 
 } // namespace vmlx::avx2

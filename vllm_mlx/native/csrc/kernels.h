@@ -185,7 +185,9 @@ bool avx2_enabled(); // isa() == "avx2", without the string
 namespace generic {
 void qmm_rows(const QmmArgs& a, const float* xsum, int64_t n0, int64_t n1);
 void dequantize_rows(const QmmArgs& a, int64_t n0, int64_t n1);
-void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part);
+// Query rows row0 .. row1 of kv head hkv's group * Lq (row = head in group * Lq + i)
+// over keys l0 .. l1: part [row1 - row0, D + 2] holds each row's max, sum and weighted values.
+void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part, int64_t row0, int64_t row1);
 } // namespace generic
 
 namespace avx2 {
@@ -198,7 +200,9 @@ void qmm_rows(
     int64_t n0,
     int64_t n1);
 void dequantize_rows(const QmmArgs& a, int64_t n0, int64_t n1);
-void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part);
+// Query rows row0 .. row1 of kv head hkv's group * Lq (row = head in group * Lq + i)
+// over keys l0 .. l1: part [row1 - row0, D + 2] holds each row's max, sum and weighted values.
+void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part, int64_t row0, int64_t row1);
 
 // One row of x in int16 (qmm_int16_avx2.cpp): q [K] in each weight layout's element
 // order, and per group its scale sx and float sum, each repeated INT16_ROWS times (the

@@ -1,0 +1,159 @@
+"""Prefill at agent lengths and a cached turn, through the real engine on the default model,
+optionally side by side with another checkout's kernels (``--against /work/main``): each
+round runs both trees in turn, each in a fresh process, so a shared machine's load drift
+hits both alike.
+
+    LD_PRELOAD=/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0 \\
+        python benchmarks/bench_long_prefill.py [--lengths 512,2048,4096,8192] [--rounds 2] \\
+        [--against /work/main]
+
+Reports, per tree and length: prefill tok/s (wall, and per CPU-second of this process: all
+threads, which the machine's other work distorts far less), each as a ratio to its 2k value
+(the target: 8k >= 0.7 of 2k), the resident-memory high-water mark during that prefill, and
+the TTFT of 8 new tokens on a cached 2k prefix (wall and CPU), with the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent.parent
+
+
+def _reset_peak_rss() -> None:
+    """Start a new resident-memory high-water mark (Linux: clear_refs 5)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
+def _peak_rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def worker(lengths: list[int], prefix_tokens: int, suffix: int) -> dict[str, Any]:
+    """One round in this process: each length cold, then the cached turn."""
+    from vllm_mlx.engine.engine import Engine
+    from vllm_mlx.engine.prefix_cache import PrefixCache
+    from vllm_mlx.engine.sampling import SamplingParams
+    from vllm_mlx.engine.sources import ModelBatchSource
+    from vllm_mlx.engine.types import GenerationRequest
+    from vllm_mlx.models.loader import load_model
+
+    rng = random.Random(0)
+    loaded = load_model(None, progress=False)
+    engine = Engine(
+        ModelBatchSource(loaded.model, prefix_cache=PrefixCache(4 << 30)), loaded.tokenizer
+    )
+
+    def first_token(prompt: list[int]) -> tuple[float, float]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        request = GenerationRequest(prompt, SamplingParams(max_tokens=1, temperature=0))
+        list(engine.generate_sync(request))
+        return time.perf_counter() - wall, time.process_time() - cpu
+
+    def tokens(n: int) -> list[int]:
+        return [rng.randrange(100, 49_000) for _ in range(n)]
+
+    result: dict[str, Any] = {"kernels": loaded.kernels, "prefill": {}}
+    try:
+        first_token(tokens(64))  # warm-up
+        for n in lengths:
+            _reset_peak_rss()
+            wall, cpu = first_token(tokens(n))
+            result["prefill"][n] = {
+                "tok_s": n / wall,
+                "tok_cpu_s": n / cpu,
+                "peak_rss_mb": _peak_rss_mb(),
+                "load": os.getloadavg()[0],
+            }
+        prefix = tokens(prefix_tokens)
+        first_token(prefix)
+        turns = [first_token(prefix + tokens(suffix)) for _ in range(3)]
+        result["cached_turn"] = {
+            "wall_s": statistics.median(t[0] for t in turns),
+            "cpu_s": statistics.median(t[1] for t in turns),
+            "load": os.getloadavg()[0],
+        }
+    finally:
+        engine.close()
+    return result
+
+
+def run_tree(tree: Path, lengths: list[int], prefix_tokens: int, suffix: int) -> dict[str, Any]:
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    args = [sys.executable, str(Path(__file__).resolve()), "--worker"]
+    args += ["--lengths", ",".join(map(str, lengths)), "--prefix-tokens", str(prefix_tokens)]
+    args += ["--suffix-tokens", str(suffix)]
+    out = subprocess.run(args, env=env, cwd=tree, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def summary(rounds: list[dict[str, Any]], lengths: list[int]) -> dict[str, Any]:
+    """Medians over rounds, and each length's tok/s as a ratio to its 2k value."""
+    table: dict[str, Any] = {}
+    for n in lengths:
+        cells = [r["prefill"][str(n)] for r in rounds]
+        table[n] = {k: round(statistics.median(c[k] for c in cells), 1) for k in cells[0]}
+    base = table.get(2048)
+    if base:
+        for row in table.values():
+            row["tok_s_vs_2k"] = round(row["tok_s"] / base["tok_s"], 2)
+            row["tok_cpu_s_vs_2k"] = round(row["tok_cpu_s"] / base["tok_cpu_s"], 2)
+    turns = [r["cached_turn"] for r in rounds]
+    cached = {k: round(statistics.median(t[k] for t in turns), 3) for k in turns[0]}
+    return {"kernels": rounds[0]["kernels"], "prefill": table, "cached_turn": cached}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--lengths", default="512,2048,4096,8192")
+    parser.add_argument("--prefix-tokens", type=int, default=2048)
+    parser.add_argument("--suffix-tokens", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--against", type=Path, help="another checkout to run side by side")
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    lengths = [int(n) for n in args.lengths.split(",")]
+    if args.worker:
+        print(json.dumps(worker(lengths, args.prefix_tokens, args.suffix_tokens)))
+        return
+    trees = {"this": HERE} | ({"against": args.against.resolve()} if args.against else {})
+    rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
+    for _ in range(args.rounds):
+        for name, tree in trees.items():
+            rounds[name].append(run_tree(tree, lengths, args.prefix_tokens, args.suffix_tokens))
+            print(name, json.dumps(rounds[name][-1]), file=sys.stderr, flush=True)
+    report: dict[str, Any] = {name: summary(r, lengths) for name, r in rounds.items()}
+    if args.against:
+        ours, theirs = report["this"], report["against"]
+        report["this_over_against"] = {
+            "prefill_tok_cpu_s": {
+                n: round(ours["prefill"][n]["tok_cpu_s"] / theirs["prefill"][n]["tok_cpu_s"], 2)
+                for n in lengths
+            },
+            "cached_turn_cpu_s": round(
+                ours["cached_turn"]["cpu_s"] / theirs["cached_turn"]["cpu_s"], 2
+            ),
+        }
+    print(json.dumps(report, indent=1))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
