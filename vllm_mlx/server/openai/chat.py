@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 from dataclasses import replace
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...pipeline import ChatEvent, Prepared, Usage
+from ...pipeline import ChatEvent, Prepared
 from ...request import ContextLengthError
 from ..errors import APIError, parse_body
 from ..mcp.tool_loop import ToolLoopRun, call_budget
@@ -17,8 +17,16 @@ from ..ops.keepalive import OPENAI_KEEPALIVE
 from ..serving import Lease, answer_with
 from ..sse import sse_data, sse_response
 from ..state import server_state
-from ..streaming import event_frames, generation_failed, unless_disconnected
-from .choices import admitted, all_choices, check_n, interleaved, seeded, usage_of, with_index
+from ..streaming import generation_failed, unless_disconnected
+from .choices import (
+    PieceOf,
+    admitted,
+    all_choices,
+    check_n,
+    seeded,
+    streamed_choices,
+    usage_of,
+)
 from .convert import (
     CustomCalls,
     completion_body,
@@ -29,7 +37,7 @@ from .convert import (
 )
 from .mcp import mcp_calls, mcp_options, with_mcp_tools
 from .protocol import ChatCompletionRequest
-from .stream import DONE, chat_logprobs, error_frames, new_id, now, openai_frames, usage_body
+from .stream import chat_logprobs, error_frames, new_id, now, openai_frames, usage_body
 
 
 async def chat_completions(request: Request) -> Response:
@@ -119,32 +127,18 @@ async def _answer(request: Request, body: ChatCompletionRequest, lease: Lease) -
 
     if body.stream and body.n > 1:
         pairs = await admitted(lease.pipeline, prepared, prepare, body.n)
-        usages: dict[int, Usage] = {}
 
-        def choice_frames(index: int, events: AsyncGenerator[ChatEvent, None]):
-            calls = CustomCalls(custom.names)
+        def piece_of(index: int) -> PieceOf:
+            calls = CustomCalls(custom.names)  # each choice's own
+            return lambda event: event_chunk(event, calls)
 
-            def on_event(event: ChatEvent) -> list[str]:
-                piece = event_chunk(event, calls)
-                return [sse_data(with_index(piece, index))] if piece is not None else []
-
-            def on_finish(event: ChatEvent) -> list[str]:
-                usages[index] = event.usage or Usage()
-                return []
-
-            return event_frames(events, OPENAI_KEEPALIVE, on_event, on_finish)
-
-        async def n_frames() -> AsyncIterator[str]:
-            for index in range(body.n):
-                yield sse_data(with_index(chunk({"role": "assistant", "content": ""}), index))
-            choices = [choice_frames(i, events) for i, (_, events) in enumerate(pairs)]
-            async for frame in interleaved(choices):
-                yield frame
-            if body.include_usage:
-                yield sse_data(usage_chunk(usage_of([usages[i] for i in sorted(usages)])))
-            yield DONE
-
-        return sse_response(n_frames(), on_error)
+        n_frames = streamed_choices(
+            pairs,
+            piece_of,
+            usage_chunk if body.include_usage else None,
+            opening=chunk({"role": "assistant", "content": ""}),
+        )
+        return sse_response(n_frames, on_error)
 
     if body.stream:
         # admitted now: a full queue is a 429

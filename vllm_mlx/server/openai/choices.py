@@ -11,13 +11,21 @@ once and the completions of every choice. Streamed, each choice's chunks carry i
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import replace
+from typing import Any
 
 from ...pipeline import ChatEvent, ChatResult, Pipeline, Prepared, Usage
 from ...request import SEED_LIMIT, Sampling
 from ..errors import APIError
-from ..streaming import generation_failed
+from ..ops.keepalive import OPENAI_KEEPALIVE
+from ..sse import sse_data
+from ..streaming import event_frames, generation_failed
+from .stream import DONE
+
+# one choice's chunk for an event (None: nothing to send)
+PieceOf = Callable[[ChatEvent], "dict[str, Any] | None"]
 
 MAX_CHOICES = 16
 
@@ -83,6 +91,41 @@ async def interleaved(choices: list[AsyncIterator[str]]) -> AsyncIterator[str]:
     finally:
         for task in tasks:
             task.cancel()
+
+
+async def streamed_choices(
+    pairs: list[tuple[Prepared, AsyncGenerator[ChatEvent, None]]],
+    piece_of: Callable[[int], PieceOf],
+    usage_chunk: Callable[[Usage], dict] | None,
+    opening: dict | None = None,
+) -> AsyncIterator[str]:
+    """The n choices' frames: ``opening`` (a chunk) for each, then each choice's chunks
+    (``piece_of(index)`` makes one choice's, so it may keep state of its own) tagged with
+    its index as they come, the usage summed (``usage_chunk``, when asked for) and [DONE]."""
+    usages: dict[int, Usage] = {}
+
+    def choice_frames(index: int, events: AsyncGenerator[ChatEvent, None]) -> AsyncIterator[str]:
+        piece = piece_of(index)
+
+        def on_event(event: ChatEvent) -> list[str]:
+            out = piece(event)
+            return [sse_data(with_index(out, index))] if out is not None else []
+
+        def on_finish(event: ChatEvent) -> list[str]:
+            usages[index] = event.usage or Usage()
+            return []
+
+        return event_frames(events, OPENAI_KEEPALIVE, on_event, on_finish)
+
+    if opening is not None:
+        for index in range(len(pairs)):
+            yield sse_data(with_index(copy.deepcopy(opening), index))
+    choices = [choice_frames(i, events) for i, (_, events) in enumerate(pairs)]
+    async for frame in interleaved(choices):
+        yield frame
+    if usage_chunk is not None:
+        yield sse_data(usage_chunk(usage_of([usages[i] for i in sorted(usages)])))
+    yield DONE
 
 
 def with_index(chunk: dict, index: int) -> dict:

@@ -3,24 +3,30 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator
 from typing import cast
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ...engine.types import TokenLogprob
-from ...pipeline import ChatEvent, Prepared, Usage
+from ...pipeline import ChatEvent, Prepared
 from ...request import ContextLengthError, Infill
 from ..errors import APIError, parse_body
 from ..ops.keepalive import OPENAI_KEEPALIVE
 from ..serving import Lease, answer_with
-from ..sse import sse_data, sse_response
-from ..streaming import event_frames, generation_failed, unless_disconnected
-from .choices import admitted, all_choices, check_n, interleaved, seeded, usage_of, with_index
+from ..sse import sse_response
+from ..streaming import generation_failed, unless_disconnected
+from .choices import (
+    admitted,
+    all_choices,
+    check_n,
+    seeded,
+    streamed_choices,
+    usage_of,
+)
 from .convert import context_error
 from .protocol import CompletionRequest
-from .stream import DONE, error_frames, new_id, now, openai_frames, usage_body
+from .stream import error_frames, new_id, now, openai_frames, usage_body
 from .structured import constraint_of
 
 
@@ -104,28 +110,10 @@ async def _answer(request: Request, body: CompletionRequest, lease: Lease) -> Re
 
         if body.n > 1:
             pairs = await admitted(lease.pipeline, prepared, prepare, body.n)
-            usages: dict[int, Usage] = {}
-
-            def choice_frames(index: int, events: AsyncGenerator[ChatEvent, None]):
-                def on_event(event: ChatEvent) -> list[str]:
-                    piece = event_chunk(event)
-                    return [sse_data(with_index(piece, index))] if piece is not None else []
-
-                def on_finish(event: ChatEvent) -> list[str]:
-                    usages[index] = event.usage or Usage()
-                    return []
-
-                return event_frames(events, OPENAI_KEEPALIVE, on_event, on_finish)
-
-            async def n_frames() -> AsyncIterator[str]:
-                choices = [choice_frames(i, events) for i, (_, events) in enumerate(pairs)]
-                async for frame in interleaved(choices):
-                    yield frame
-                if body.include_usage:
-                    yield sse_data(usage_chunk(usage_of([usages[i] for i in sorted(usages)])))
-                yield DONE
-
-            return sse_response(n_frames(), on_error)
+            n_frames = streamed_choices(
+                pairs, lambda index: event_chunk, usage_chunk if body.include_usage else None
+            )
+            return sse_response(n_frames, on_error)
 
         frames = openai_frames(
             lease.pipeline.stream(prepared),
