@@ -20,7 +20,7 @@ from .errors import ConstraintError
 from .json_guard import JsonLexicalGuard
 from .llguidance_backend import LLGuidanceConstraint, llguidance_tokenizer
 from .lmfe_backend import LMFEConstraint
-from .schema_check import ANY_JSON_OBJECT, check_schema
+from .schema_check import ANY_JSON_OBJECT, check_schema, json_object
 from .spec import Constraint
 
 # vLLM's structural_tag: {"type": "structural_tag", "structures": [...], "triggers": [...]}
@@ -115,13 +115,7 @@ def choice_lark(choices: Any) -> str:
 def structural_tag_grammar(spec: Any) -> str:
     """vLLM's structural tag as llguidance lazy tags: free text, and after a trigger the
     structure that begins with it (begin, JSON per schema, end)."""
-    if isinstance(spec, str):
-        try:
-            spec = json.loads(spec)
-        except json.JSONDecodeError as exc:
-            raise ConstraintError(f"structural_tag is not valid JSON: {exc}") from None
-    if not isinstance(spec, dict):
-        raise ConstraintError("structural_tag must be an object")
+    spec = json_object(spec, "structural_tag")
     unknown = set(spec) - _TAG_KEYS
     if unknown:
         raise ConstraintError(f"unknown structural_tag key {sorted(unknown)[0]!r}")

@@ -79,15 +79,22 @@ ANY_JSON_OBJECT: dict[str, Any] = {"type": "object"}
 MAX_SCHEMA_DEPTH = 64
 
 
+def json_object(value: Any, what: str) -> dict[str, Any]:
+    """``value`` as an object, parsed when it is JSON text (a request may send either);
+    a ConstraintError naming ``what`` when it is neither."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ConstraintError(f"{what} is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ConstraintError(f"{what} must be an object")
+    return value
+
+
 def check_schema(schema: Any) -> dict[str, Any]:
     """Validate ``schema`` against its metaschema; raise ConstraintError with the error."""
-    if isinstance(schema, str):
-        try:
-            schema = json.loads(schema)
-        except json.JSONDecodeError as exc:
-            raise ConstraintError(f"JSON schema is not valid JSON: {exc}") from exc
-    if not isinstance(schema, dict):
-        raise ConstraintError("JSON schema must be an object")
+    schema = json_object(schema, "JSON schema")
     check_enforceable(schema)
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
