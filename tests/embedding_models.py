@@ -29,15 +29,21 @@ _WORDS = (
 ).split()
 
 
-def bert_tokenizer() -> PreTrainedTokenizerFast:
-    """A WordPiece tokenizer with BERT's specials and its [CLS] A [SEP] B [SEP] template."""
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+def _wordpiece(specials: list[str], unk: str) -> tuple[Tokenizer, dict[str, int]]:
+    """A lower-casing WordPiece tokenizer over the words and their letters, ``specials``
+    first (ids 0, 1, ...), and its vocabulary."""
     letters = sorted({c for w in _WORDS for c in w} | set("0123456789.,?!'"))
     tokens = dict.fromkeys([*specials, *_WORDS, *letters, *(f"##{c}" for c in letters)])
     vocab = {t: i for i, t in enumerate(tokens)}
-    wordpiece = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    wordpiece = Tokenizer(models.WordPiece(vocab, unk_token=unk))
     wordpiece.normalizer = normalizers.BertNormalizer(lowercase=True)
     wordpiece.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    return wordpiece, vocab
+
+
+def bert_tokenizer() -> PreTrainedTokenizerFast:
+    """A WordPiece tokenizer with BERT's specials and its [CLS] A [SEP] B [SEP] template."""
+    wordpiece, vocab = _wordpiece(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], "[UNK]")
     cls, sep = vocab["[CLS]"], vocab["[SEP]"]
     wordpiece.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]",
@@ -58,13 +64,7 @@ def bert_tokenizer() -> PreTrainedTokenizerFast:
 def xlmr_tokenizer() -> PreTrainedTokenizerFast:
     """The same words with RoBERTa's specials (<s> 0, <pad> 1) and its pair template
     (<s> A </s></s> B </s>, no token types, as XLM-RoBERTa's tokenizer)."""
-    specials = ["<s>", "<pad>", "</s>", "<unk>"]
-    letters = sorted({c for w in _WORDS for c in w} | set("0123456789.,?!'"))
-    tokens = dict.fromkeys([*specials, *_WORDS, *letters, *(f"##{c}" for c in letters)])
-    vocab = {t: i for i, t in enumerate(tokens)}
-    wordpiece = Tokenizer(models.WordPiece(vocab, unk_token="<unk>"))
-    wordpiece.normalizer = normalizers.BertNormalizer(lowercase=True)
-    wordpiece.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    wordpiece, _ = _wordpiece(["<s>", "<pad>", "</s>", "<unk>"], "<unk>")
     wordpiece.post_processor = processors.TemplateProcessing(
         single="<s> $A </s>",
         pair="<s> $A </s> </s> $B </s>",
@@ -103,9 +103,7 @@ def write_xlmr_embedder(folder: Path, *, seed: int = 6) -> Path:
     mx.random.seed(seed)
     model = xlm_roberta.Model(xlm_roberta.ModelArgs.from_dict(settings))
     _save(folder, dict(tree_flatten(model.parameters())), settings, tokenizer)
-    (folder / "1_Pooling").mkdir()
-    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_cls_token": True}))
-    return folder
+    return _pooling(folder, pooling_mode_cls_token=True)
 
 
 def write_xlmr_cross_encoder(folder: Path, *, seed: int = 7) -> Path:
@@ -124,10 +122,8 @@ def write_xlmr_cross_encoder(folder: Path, *, seed: int = 7) -> Path:
     return _save(folder, weights, settings, tokenizer)
 
 
-def write_modernbert_embedder(folder: Path, *, seed: int = 8) -> Path:
-    """A ModernBERT embedder (nomic-ai/modernbert-embed's layout), mean pooling."""
-    tokenizer = bert_tokenizer()
-    settings = {
+def _modernbert_config(vocab_size: int, **extra: object) -> dict:
+    return {
         "model_type": "modernbert",
         "architectures": ["ModernBertModel"],
         "hidden_size": BERT_HIDDEN,
@@ -136,38 +132,33 @@ def write_modernbert_embedder(folder: Path, *, seed: int = 8) -> Path:
         "intermediate_size": BERT_HIDDEN * 2,
         "max_position_embeddings": BERT_MAX_POSITIONS,
         "local_attention": 16,
-        "vocab_size": len(tokenizer),
+        "vocab_size": vocab_size,
         "pad_token_id": 0,
+        **extra,
     }
+
+
+def write_modernbert_embedder(folder: Path, *, seed: int = 8) -> Path:
+    """A ModernBERT embedder (nomic-ai/modernbert-embed's layout), mean pooling."""
+    tokenizer = bert_tokenizer()
+    settings = _modernbert_config(len(tokenizer))
     mx.random.seed(seed)
     model = modernbert.Model(modernbert.ModelArgs.from_dict(settings))
     _save(folder, dict(tree_flatten(model.parameters())), settings, tokenizer)
-    (folder / "1_Pooling").mkdir()
-    (folder / "1_Pooling" / "config.json").write_text(
-        json.dumps({"pooling_mode_mean_tokens": True})
-    )
-    return folder
+    return _pooling(folder, pooling_mode_mean_tokens=True)
 
 
 def write_modernbert_cross_encoder(folder: Path, *, seed: int = 9) -> Path:
     """A ModernBertForSequenceClassification with one label (gte-reranker-modernbert's
     layout), in mlx-embeddings' own class and weight names."""
     tokenizer = bert_tokenizer()
-    settings = {
-        "model_type": "modernbert",
-        "architectures": ["ModernBertForSequenceClassification"],
-        "hidden_size": BERT_HIDDEN,
-        "num_hidden_layers": 3,
-        "num_attention_heads": 2,
-        "intermediate_size": BERT_HIDDEN * 2,
-        "max_position_embeddings": BERT_MAX_POSITIONS,
-        "local_attention": 16,
-        "vocab_size": len(tokenizer),
-        "pad_token_id": 0,
-        "classifier_pooling": "cls",
-        "num_labels": 1,
-        "id2label": {"0": "LABEL_0"},
-    }
+    settings = _modernbert_config(
+        len(tokenizer),
+        architectures=["ModernBertForSequenceClassification"],
+        classifier_pooling="cls",
+        num_labels=1,
+        id2label={"0": "LABEL_0"},
+    )
     mx.random.seed(seed)
     model = modernbert.Model(modernbert.ModelArgs.from_dict(settings))
     return _save(folder, dict(tree_flatten(model.parameters())), settings, tokenizer)
@@ -189,6 +180,13 @@ def _bert_config(vocab_size: int, **extra: object) -> dict:
     }
 
 
+def _pooling(folder: Path, **config: object) -> Path:
+    """sentence-transformers' pooling module (``1_Pooling/config.json``) in ``folder``."""
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(config))
+    return folder
+
+
 def _save(folder: Path, weights: dict, config: dict, tokenizer: PreTrainedTokenizerFast) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     mx.save_safetensors(str(folder / "model.safetensors"), weights)
@@ -207,11 +205,7 @@ def write_bert_embedder(folder: Path, *, seed: int = 0, pooling: str = "mean", *
     weights = dict(tree_flatten(model.parameters()))
     _save(folder, weights, settings, tokenizer)
     key = {"mean": "pooling_mode_mean_tokens", "cls": "pooling_mode_cls_token"}[pooling]
-    (folder / "1_Pooling").mkdir()
-    (folder / "1_Pooling" / "config.json").write_text(
-        json.dumps({"word_embedding_dimension": BERT_HIDDEN, key: True})
-    )
-    return folder
+    return _pooling(folder, word_embedding_dimension=BERT_HIDDEN, **{key: True})
 
 
 def write_bert_cross_encoder(folder: Path, *, seed: int = 1) -> Path:
@@ -238,11 +232,7 @@ def write_qwen3_embedder(folder: Path, *, seed: int = 2, **config) -> Path:
     (folder / "modules.json").write_text(
         json.dumps([{"idx": 0, "name": "0", "path": "", "type": "Transformer"}])
     )
-    (folder / "1_Pooling").mkdir()
-    (folder / "1_Pooling" / "config.json").write_text(
-        json.dumps({"word_embedding_dimension": 32, "pooling_mode_lasttoken": True})
-    )
-    return folder
+    return _pooling(folder, word_embedding_dimension=32, pooling_mode_lasttoken=True)
 
 
 def write_yes_no_reranker(folder: Path, *, seed: int = 3) -> Path:
