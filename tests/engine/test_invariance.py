@@ -24,7 +24,8 @@ pytestmark = [
     pytest.mark.skipif(not native.available(), reason="vllm_mlx.native is not built"),
 ]
 SAMPLING = {"greedy": {"temperature": 0}, "seeded": {"temperature": 0.9, "seed": 1234}}
-Run = tuple[list[np.ndarray], list[int], int]  # each step's logits, the tokens, cached tokens
+# each step's logits, the tokens, cached tokens, each token's log-probabilities
+Run = tuple[list[np.ndarray], list[int], int, list[np.ndarray]]
 
 
 @pytest.fixture(scope="module")
@@ -66,13 +67,14 @@ def run(source: ModelBatchSource, prompts: list[list[int]], sampling: dict, n: i
             processors=[record],
             max_tokens=n,
         )
-        runs[uid] = (logits, [], cached)
+        runs[uid] = (logits, [], cached, [])
     order = list(runs)
     finished: set[int] = set()
     while len(finished) < len(order):
         steps, ended = source.step()
         for step in steps:
             runs[step.uid][1].append(step.token)
+            runs[step.uid][3].append(np.array(step.logprobs))
             finished.update([step.uid] if step.at_limit else [])
         finished.update(ended)
     return [runs[uid] for uid in order]
@@ -80,11 +82,13 @@ def run(source: ModelBatchSource, prompts: list[list[int]], sampling: dict, n: i
 
 def assert_same(got: Run, want: Run, what: str) -> None:
     """The same tokens, and the same logits at each token's position (speculative decoding
-    may also score a position past the last token it emits)."""
+    may also score a position past the last token it emits), and the same log-probabilities
+    reported for each token."""
     assert got[1] == want[1], what
     n = len(got[1])
     assert len(got[0]) >= n and len(want[0]) >= n, what
     assert all(np.array_equal(a, b) for a, b in zip(got[0][:n], want[0][:n], strict=True)), what
+    assert all(np.array_equal(a, b) for a, b in zip(got[3], want[3], strict=True)), what
 
 
 @pytest.fixture(params=["default", "kv_bits_8", "draft"])
@@ -135,13 +139,15 @@ def test_the_next_turn_over_the_cached_earlier_turn_gives_the_cold_numbers(
 
 
 @pytest.mark.parametrize("sampling", SAMPLING.values(), ids=SAMPLING.keys())
-def test_a_draft_model_gives_the_tokens_decoding_without_one_gives(
+def test_a_draft_model_gives_the_numbers_decoding_without_one_gives(
     loaded, prompts, sampling: dict
 ) -> None:
+    """Tokens, logits and log-probabilities: the verify pass normalizes each row on the
+    kernel plain decoding's step uses."""
     model, prompt = loaded.model, prompts["prompt"]
     plain = run(ModelBatchSource(model), [prompt], sampling, n=10)[0]
     drafted = run(ModelBatchSource(model, draft_model=model), [prompt], sampling, n=10)[0]
-    assert drafted[1] == plain[1]
+    assert_same(drafted, plain, "with a draft model")
 
 
 @pytest.mark.parametrize("sampling", SAMPLING.values(), ids=SAMPLING.keys())

@@ -5,6 +5,7 @@ else shares the batch; the base weights are never changed."""
 from __future__ import annotations
 
 import mlx.core as mx
+import numpy as np
 import pytest
 from mlx.utils import tree_flatten
 from tiny_adapters import MAX_TOKENS, PROMPT, greedy, make_fleet
@@ -96,3 +97,37 @@ def test_only_the_blocks_an_adapter_targets_leave_the_fused_kernels(quantized):
     rows.set_rows([0, 0])
     assert not rows.active and not rows.touches(second)
     rows.set_rows(None)
+
+
+def step_logits(loaded, adapters, names, prompt, steps=5):
+    """Each sequence's logits at every step, one sequence per name, inserted together."""
+    source = ModelBatchSource(loaded.model, adapter_rows=adapters.rows)
+    rows = []
+    for name in names:
+        seen: list[np.ndarray] = []
+
+        def record(tokens, row, seen=seen):
+            seen.append(np.array(row))
+            return row
+
+        extra = {"adapter": adapters.get(name).choice} if name else {}
+        source.insert(prompt, sampler=greedy, processors=[record], max_tokens=steps, **extra)
+        rows.append(seen)
+    for _ in range(steps):
+        source.step()
+    return rows
+
+
+@pytest.mark.parametrize("prompt", [PROMPT, PROMPT * 3], ids=["short", "long"])
+def test_a_row_s_logits_do_not_depend_on_its_neighbours_adapters(quantized, prompt):
+    """The base rows keep the fused kernels' bits next to adapter rows (an adapter on the
+    attention or on the MLP: a block's MLP half stays fused for every row whose adapter
+    leaves it alone), and an adapter row has its solo bits next to the base or others."""
+    _, loaded, adapters = quantized
+    for who in (None, "lora", "dora"):
+        alone = step_logits(loaded, adapters, [who], prompt)[0]
+        for other in (None, "lora", "dora", "last"):
+            batched = step_logits(loaded, adapters, [other, who], prompt)[1]
+            assert len(batched) == len(alone)
+            same = all(np.array_equal(a, b) for a, b in zip(alone, batched, strict=True))
+            assert same, f"{who or 'base'} next to {other or 'base'}"

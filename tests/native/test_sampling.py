@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vllm_mlx import native
+from vllm_mlx.engine.sampling import MLX_OPS, Numerics, computing_with
 from vllm_mlx.native.sampling import logsumexp, route_logsumexp
 
 generate = importlib.import_module("mlx_lm.generate")  # the module, not mlx_lm.generate()
@@ -66,7 +67,9 @@ def test_logsumexp_treats_nan_and_infinities_as_mlx_does(isa, row) -> None:
 )
 def test_the_routed_logsumexp_keeps_mlx_shapes(shape, axis, keepdims) -> None:
     x = mx.random.normal(shape, key=mx.random.key(0))
-    got, want = logsumexp(x, axis=axis, keepdims=keepdims), mx.logsumexp(x, axis, keepdims)
+    with computing_with(Numerics(logsumexp=native.logsumexp)):  # a native model's step
+        got = logsumexp(x, axis=axis, keepdims=keepdims)
+    want = mx.logsumexp(x, axis, keepdims)
     assert got.shape == want.shape and got.dtype == want.dtype
     assert np.allclose(np.array(got), np.array(want), atol=1e-4)
     half = x.astype(mx.float16)  # other dtypes: MLX's op
@@ -79,3 +82,12 @@ def test_mlx_lm_generate_sees_mlx_with_the_native_logsumexp() -> None:
     assert generate.mx.logsumexp is logsumexp
     assert generate.mx.array is mx.array and generate.mx.eval is mx.eval
     assert generate.mx.softmax is mx.softmax and generate.mx.__name__ == "mlx.core"
+
+
+def test_the_routed_logsumexp_is_mlx_s_outside_a_native_model_s_step() -> None:
+    """A model the native load did not patch keeps MLX's bits, whatever else was loaded."""
+    x = mx.random.normal((4, 5000), key=mx.random.key(1)) * 5
+    want = mx.logsumexp(x, axis=-1, keepdims=True)
+    assert mx.array_equal(logsumexp(x, axis=-1, keepdims=True), want).item()
+    with computing_with(MLX_OPS):
+        assert mx.array_equal(logsumexp(x, axis=-1, keepdims=True), want).item()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import mlx.core as mx
+import mlx.nn as nn
 import numpy as np
 import pytest
 
@@ -173,17 +174,18 @@ def test_seeds_reproduce_and_rows_are_independent(isa) -> None:
     assert batched.tolist() == single
 
 
-def test_model_load_routes_samplers_to_the_kernel(monkeypatch) -> None:
+def test_model_load_routes_the_models_samplers_to_the_kernel(monkeypatch) -> None:
     from vllm_mlx.engine import sampling as engine_sampling
     from vllm_mlx.native.sampling import route_sampling
 
-    monkeypatch.setattr(engine_sampling, "_draw", None)
-    route_sampling()
-    assert engine_sampling._draw is draw
-    monkeypatch.setattr(engine_sampling, "_draw", None)
+    model, older, other = nn.Linear(2, 2), nn.Linear(2, 2), nn.Linear(2, 2)
+    route_sampling(model)
+    assert engine_sampling.numerics_of(model).draw is draw
+    assert engine_sampling.numerics_of(model).logsumexp is native.logsumexp
+    assert engine_sampling.numerics_of(other) is engine_sampling.MLX_OPS  # not loaded natively
     monkeypatch.setattr(native, "provides", lambda kernel: False)  # an older build
-    route_sampling()
-    assert engine_sampling._draw is None
+    route_sampling(older)
+    assert engine_sampling.numerics_of(older).draw is None
 
 
 def test_a_temperature_near_zero_draws_the_top_token(isa) -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import mlx.core as mx
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, make_logits_processors
@@ -25,14 +28,50 @@ class Filters:
 # (log-probabilities [B, V] float32, uint32 random words [B, 2], filters, 1 / temperature)
 # -> uint32 tokens [B], the distribution of ``RequestSampler.logits``; None: MLX's ops.
 Draw = Callable[[mx.array, mx.array, Filters, float], mx.array]
-_draw: Draw | None = None
 FLOAT32_MAX = 3.4028234663852886e38
 
 
-def use_draw(draw: Draw | None) -> None:
-    """Sample with ``draw`` (the native CPU kernel's) instead of MLX's ops, process-wide."""
-    global _draw
-    _draw = draw
+@dataclass(frozen=True)
+class Numerics:
+    """The kernels a model's next-token rows are normalized (``logsumexp`` over the last
+    axis, keeping it: [..., V] float32 -> [..., 1]) and drawn with; None: MLX's ops.
+
+    A property of the model, not of the process: the native load gives a patched model its
+    kernels (`give_numerics`) and a source steps under its model's (`computing_with`), so a
+    seeded request's answer does not depend on what else the process loaded before.
+    """
+
+    draw: Draw | None = None
+    logsumexp: Callable[[mx.array], mx.array] | None = None
+
+
+MLX_OPS = Numerics()
+_NUMERICS = "_vllm_mlx_numerics"
+_stepping = threading.local()  # the numerics of the model the current thread steps
+
+
+def give_numerics(model: Any, numerics: Numerics) -> None:
+    """``model``'s rows are normalized and drawn with ``numerics`` (set at load)."""
+    object.__setattr__(model, _NUMERICS, numerics)
+
+
+def numerics_of(model: Any) -> Numerics:
+    return getattr(model, _NUMERICS, MLX_OPS)
+
+
+@contextmanager
+def computing_with(numerics: Numerics) -> Iterator[None]:
+    """Build this thread's graphs (mlx-lm's step, the samplers) with ``numerics``."""
+    previous = current_numerics()
+    _stepping.numerics = numerics
+    try:
+        yield
+    finally:
+        _stepping.numerics = previous
+
+
+def current_numerics() -> Numerics:
+    return getattr(_stepping, "numerics", MLX_OPS)
 
 
 @dataclass
@@ -53,6 +92,15 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     logprobs: bool = False
     top_logprobs: int = 0
+
+
+def log_normalize(logits: mx.array) -> mx.array:
+    """``logits - logsumexp(logits)`` over the last axis, on the kernel mlx-lm's step uses
+    for the model being stepped (so a verify pass's log-probabilities are decoding's bits)."""
+    kernel = current_numerics().logsumexp
+    if kernel is not None and logits.dtype == mx.float32 and logits.shape[-1] > 0:
+        return logits - kernel(logits)
+    return logits - mx.logsumexp(logits, axis=-1, keepdims=True)
 
 
 class RequestSampler:
@@ -108,7 +156,7 @@ class RequestSampler:
     def __call__(self, logprobs: mx.array) -> mx.array:
         if self.greedy:
             return mx.argmax(logprobs, axis=-1)
-        draw = self._draw or _draw
+        draw = self._draw or current_numerics().draw
         if draw is not None and logprobs.ndim == 2:
             rows = logprobs.astype(mx.float32)
             # a temperature near 0 (1e-40 passes the APIs' bounds) overflows float32's 1/T:

@@ -22,7 +22,7 @@ from ..protocols import LogitsProcessor
 from .adapter_rows import RowRoutedModel, RowTarget
 from .kv_quant import quantized_prompt_cache
 from .prefix_cache import PrefixCache, common_prefix
-from .sampling import Sampler
+from .sampling import Sampler, computing_with, numerics_of
 from .speculative import SoloSpeculator
 from .types import AdapterChoice
 from .vision import LanguageModel, VisionInput, set_shift
@@ -107,6 +107,7 @@ class ModelBatchSource:
         adapter_rows: RowTarget | None = None,
     ):
         self.model = model
+        self.numerics = numerics_of(model)
         # Adapters: the generator's model first tells the layers each row's adapter slot.
         self.adapter_rows = adapter_rows
         self._slot_of: dict[int, int] = {}  # generator uid -> adapter slot (adapter rows only)
@@ -401,6 +402,10 @@ class ModelBatchSource:
                     self.prefix_cache.store(tokens, cache, self._lane_of.get(r.uid))
 
     def step(self) -> tuple[list[Step], list[int]]:
+        with computing_with(self.numerics):  # the model's kernels, whatever else is loaded
+            return self._step()
+
+    def _step(self) -> tuple[list[Step], list[int]]:
         if self._solo is not None:
             return self._solo_step(), []
         shared = len(self._in_batch) > 1

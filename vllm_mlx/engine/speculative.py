@@ -34,7 +34,7 @@ import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
 from ..protocols import LogitsProcessor
-from .sampling import RequestSampler
+from .sampling import RequestSampler, log_normalize
 
 
 def resample(sampler: RequestSampler, logprobs: mx.array, proposal: int) -> tuple[int, bool]:
@@ -104,7 +104,7 @@ class SoloSpeculator:
             row = logits[j : j + 1]
             for processor in self.processors:
                 row = processor(mx.array(context), row)
-            logprobs = (row - mx.logsumexp(row, axis=-1, keepdims=True))[0]
+            logprobs = log_normalize(row)[0]
             proposal = proposals[j] if j < k else -1
             token, kept = resample(self.sampler, logprobs, proposal)
             decided.append(Decided(token, logprobs))

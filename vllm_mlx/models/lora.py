@@ -33,6 +33,7 @@ class AdapterRows:
     def __init__(self) -> None:
         self.plan: list[tuple[int, mx.array]] = []  # (slot, row indices) for this call
         self._slots: frozenset[int] = frozenset()  # the slots of this call's rows
+        self._row_slots: list[int] = []  # each row's slot, in row order
 
     @property
     def active(self) -> bool:
@@ -44,12 +45,27 @@ class AdapterRows:
         targeted = block.__dict__.get("adapter_slots")
         return bool(self.plan) and targeted is not None and not self._slots.isdisjoint(targeted)
 
+    def rows_updating(self, layers: Sequence[Any], batch: int) -> mx.array | None:
+        """A bool ``[batch]`` marking the rows whose adapter updates one of ``layers`` (the
+        rest keep the base layers' fused kernels); None when no row's does."""
+        updated = {slot for slot in self._slots if any(slot in _slots_of(x) for x in layers)}
+        marked = [slot in updated for slot in self._row_slots]
+        assert len(marked) == batch, "the rows set for this call are another call's"
+        return mx.array(marked) if any(marked) else None
+
     def set_rows(self, slots: Sequence[int] | None) -> None:
         self.plan = []
-        self._slots = frozenset(slots or ()) - {0}
+        self._row_slots = list(slots or ())
+        self._slots = frozenset(self._row_slots) - {0}
         for slot in sorted(self._slots):
             rows = [i for i, s in enumerate(slots or ()) if s == slot]
             self.plan.append((slot, mx.array(rows, dtype=mx.int32)))
+
+
+def _slots_of(layer: Any) -> dict[int, Any]:
+    """The slots whose low-rank updates a layer adds (none for a layer no adapter targets)."""
+    updates = layer.__dict__.get("adapter_updates")
+    return updates.by_slot if updates is not None else {}
 
 
 class _Updates:

@@ -188,7 +188,7 @@ class NativeLlamaBlock(llama.TransformerBlock):
         if long_block and blas_prefill():
             return super().__call__(x, mask, cache)
         if self.adapter_rows is not None and self.adapter_rows.touches(self):
-            return super().__call__(x, mask, cache)
+            return self._adapted(x, mask, cache)
         shape = self.shape
         offset = _cache_offset(cache)
         if (
@@ -200,6 +200,10 @@ class NativeLlamaBlock(llama.TransformerBlock):
             h = x + self._attention(x, mask, cache, offset)
         else:
             h = x + self["self_attn"](self["input_layernorm"](x), mask, cache)
+        return self._mlp_block(h)
+
+    def _mlp_block(self, h: mx.array) -> mx.array:
+        """``h + mlp(post_attention_layernorm(h))`` as one native node."""
         mlp, norm = self["mlp"], self["post_attention_layernorm"]
         return native.mlp_block(
             h,
@@ -208,8 +212,24 @@ class NativeLlamaBlock(llama.TransformerBlock):
             _triple(mlp["gate_proj"]),
             _triple(mlp["up_proj"]),
             _triple(mlp["down_proj"]),
-            *shape.mlp_quant,
+            *self.shape.mlp_quant,
         )
+
+    def _adapted(self, x: mx.array, mask: Any, cache: Any) -> mx.array:
+        """A call in which some rows' adapters update this block: mlx-lm's attention half
+        (its native layers give the fused half's bits), and the fused MLP half for every
+        row whose adapter leaves the MLP alone, so a row's numbers never depend on what
+        its neighbours run under."""
+        h = x + self["self_attn"](self["input_layernorm"](x), mask, cache)
+        fused = self._mlp_block(h)
+        mlp = self["mlp"]
+        rows = self.adapter_rows.rows_updating(
+            [mlp["gate_proj"], mlp["up_proj"], mlp["down_proj"]], h.shape[0]
+        )
+        if rows is None:
+            return fused
+        adapted = h + mlp(self["post_attention_layernorm"](h))
+        return mx.where(rows.reshape(-1, *[1] * (h.ndim - 1)), adapted, fused)
 
     def _attention(self, x: mx.array, mask: Any, cache: Any, offset: int) -> mx.array:
         """``self_attn(input_layernorm(x), mask, cache)`` of mlx-lm's Llama ``Attention``."""

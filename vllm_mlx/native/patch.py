@@ -342,6 +342,6 @@ def enable(model: nn.Module) -> Patched:
         sorted(name for name in attention_modules if _route_attention(name))
     )
     route_logsumexp()
-    route_sampling()
+    route_sampling(model)
     native.record_routed(patched.describe())
     return patched

@@ -4,7 +4,8 @@ Every decode step of ``generate_step`` and ``BatchGenerator`` normalizes the log
 ``mx.logsumexp`` over the vocabulary; MLX's CPU op runs its exp one lane at a time, ~1 ms a
 token over SmolLM2's 49k entries (5-7% of a step), where the native one takes ~0.03 ms.
 ``route_logsumexp`` gives ``mlx_lm.generate`` a view of ``mlx.core`` whose ``logsumexp``
-takes float32 last-axis reductions to the kernel and everything else to MLX unchanged.
+takes float32 last-axis reductions to the kernel, while the thread steps a model the native
+load gave it (`engine.sampling.Numerics`), and everything else to MLX unchanged.
 """
 
 from __future__ import annotations
@@ -40,9 +41,9 @@ def logsumexp(a: Any, axis: Any = None, keepdims: bool = False, **kwargs: Any) -
         and a.ndim >= 1
         and a.shape[-1] > 0
         and _last_axis(a, axis)
-        and native.available()
+        and (kernel := engine_sampling.current_numerics().logsumexp) is not None
     ):
-        out = native.logsumexp(a)  # [..., 1]
+        out = kernel(a)  # [..., 1]
         if axis is None:
             return out.reshape([1] * a.ndim if keepdims else [])
         return out if keepdims else out.squeeze(-1)
@@ -70,8 +71,12 @@ def draw(logprobs: mx.array, words: mx.array, filters: engine_sampling.Filters, 
     return native.sample(logprobs, words, filters.top_p, filters.min_p, filters.top_k, inv_temp)
 
 
-def route_sampling() -> None:
-    """Requests' samplers draw on the native kernel (process-wide, at model load), when
-    the built library has it."""
-    if native.provides("sample"):
-        engine_sampling.use_draw(draw)
+def route_sampling(model: Any) -> None:
+    """``model``'s rows are normalized on the native logsumexp and its requests draw on the
+    native kernel (when the built library has it); other models keep MLX's ops."""
+    engine_sampling.give_numerics(
+        model,
+        engine_sampling.Numerics(
+            draw=draw if native.provides("sample") else None, logsumexp=native.logsumexp
+        ),
+    )
