@@ -198,17 +198,25 @@ def echo_server(**options):
 
 
 @contextmanager
+def pipeline_server(pipeline: Pipeline, name: str):
+    """The real app in a thread serving ``pipeline`` as model ``name``; yields the base
+    URL, and closes the pipeline's engine when done."""
+    try:
+        with thread_server(create_app(ServerState(pipeline, name))) as base:
+            yield base
+    finally:
+        pipeline.engine.close()
+
+
+@contextmanager
 def tiny_echo_server():
     """The real app in a thread whose every answer is the prompt the tiny tokenizer's
     Qwen3-style template rendered (it writes tool calls and results); yields the base URL."""
     tokenizer = build_tiny_tokenizer()
     engine = Engine(EchoSource(set(tokenizer.eos_token_ids)), tokenizer)
     pipeline = Pipeline(engine, context_length=4096, options=RuntimeOptions.of(max_tokens=4096))
-    try:
-        with thread_server(create_app(ServerState(pipeline, "echo"))) as base:
-            yield base
-    finally:
-        engine.close()
+    with pipeline_server(pipeline, "echo") as base:
+        yield base
 
 
 @contextmanager
@@ -230,11 +238,8 @@ def tiny_model_server(
         else None,
         tool_format=ToolParserManager.format(tool_parser) if tool_parser else None,
     )
-    try:
-        with thread_server(create_app(ServerState(pipeline, "tiny"))) as base:
-            yield base, tokenizer
-    finally:
-        engine.close()
+    with pipeline_server(pipeline, "tiny") as base:
+        yield base, tokenizer
 
 
 class PacedSource:

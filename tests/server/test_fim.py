@@ -13,15 +13,13 @@ import httpx
 import ollama
 import openai
 import pytest
-from servers import EchoSource, thread_server
+from servers import EchoSource, pipeline_server
 from tiny_models import build_tiny_model, build_tiny_tokenizer
 
 from vllm_mlx.engine.engine import Engine
 from vllm_mlx.engine.sources import ModelBatchSource
 from vllm_mlx.options import RuntimeOptions
 from vllm_mlx.pipeline import Pipeline
-from vllm_mlx.server.app import create_app
-from vllm_mlx.server.state import ServerState
 
 QWEN_FIM = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|fim_pad|>", "<|file_sep|>")
 PREFIX, SUFFIX = "def add(a, b):\n    return ", "\n\nprint(add(1, 2))"
@@ -36,11 +34,8 @@ def fim_server(echo: bool, extra_special: tuple[str, ...] = QWEN_FIM):
         source = ModelBatchSource(build_tiny_model(tokenizer))
     engine = Engine(source, tokenizer)
     pipeline = Pipeline(engine, context_length=2048, options=RuntimeOptions.of(max_tokens=256))
-    try:
-        with thread_server(create_app(ServerState(pipeline, "coder"))) as base:
-            yield base
-    finally:
-        engine.close()
+    with pipeline_server(pipeline, "coder") as base:
+        yield base
 
 
 @pytest.fixture(scope="module")

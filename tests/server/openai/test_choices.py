@@ -9,7 +9,7 @@ import asyncio
 import httpx
 import openai
 import pytest
-from servers import replay_server, thread_server
+from servers import pipeline_server, replay_server
 from tiny_models import build_tiny_model, build_tiny_tokenizer
 
 from vllm_mlx.engine.engine import Engine
@@ -18,9 +18,7 @@ from vllm_mlx.engine.sources import ModelBatchSource
 from vllm_mlx.options import RuntimeOptions
 from vllm_mlx.pipeline import Pipeline
 from vllm_mlx.request import Sampling
-from vllm_mlx.server.app import create_app
 from vllm_mlx.server.openai.choices import all_choices, seeded
-from vllm_mlx.server.state import ServerState
 
 LONG = "The capital of France is Paris. " * 60  # past the shared-prefill minimum
 
@@ -32,11 +30,8 @@ def base():
     source = ModelBatchSource(build_tiny_model(tokenizer), prefix_cache=PrefixCache(2**28))
     engine = Engine(source, tokenizer)
     pipeline = Pipeline(engine, context_length=2048, options=RuntimeOptions.of(max_tokens=64))
-    try:
-        with thread_server(create_app(ServerState(pipeline, "tiny"))) as url:
-            yield url
-    finally:
-        engine.close()
+    with pipeline_server(pipeline, "tiny") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
