@@ -18,11 +18,6 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
 async def manager() -> AsyncIterator[MCPManager]:
     config = parse_config({"mcpServers": {"box": toolbox_stdio(), "time": time_server_stdio()}})
     async with MCPManager(config) as running:

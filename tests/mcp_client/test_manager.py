@@ -27,11 +27,6 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
 def http_port() -> Iterator[int]:
     with toolbox_http("--http") as port:
         yield port

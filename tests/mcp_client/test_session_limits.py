@@ -23,11 +23,6 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
 async def manager() -> AsyncIterator[MCPManager]:
     config = parse_config(
         {"mcpServers": {"box": toolbox_stdio(timeout=60)}, "max_output_bytes": 4096}
