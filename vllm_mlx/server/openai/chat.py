@@ -18,15 +18,7 @@ from ..serving import Lease, answer_with
 from ..sse import sse_data, sse_response
 from ..state import server_state
 from ..streaming import generation_failed, unless_disconnected
-from .choices import (
-    PieceOf,
-    admitted,
-    all_choices,
-    check_n,
-    seeded,
-    streamed_choices,
-    usage_of,
-)
+from .choices import PieceOf, admitted, all_choices, check_n, seeded, streamed_choices, usage_of
 from .convert import (
     CustomCalls,
     completion_body,

@@ -16,14 +16,7 @@ from ..ops.keepalive import OPENAI_KEEPALIVE
 from ..serving import Lease, answer_with
 from ..sse import sse_response
 from ..streaming import generation_failed, unless_disconnected
-from .choices import (
-    admitted,
-    all_choices,
-    check_n,
-    seeded,
-    streamed_choices,
-    usage_of,
-)
+from .choices import admitted, all_choices, check_n, seeded, streamed_choices, usage_of
 from .convert import context_error
 from .protocol import CompletionRequest
 from .stream import error_frames, new_id, now, openai_frames, usage_body
