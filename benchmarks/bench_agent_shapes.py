@@ -22,9 +22,9 @@ import mlx.core as mx
 
 from vllm_mlx.engine import sampling
 from vllm_mlx.engine.engine import Engine
+from vllm_mlx.engine.generation import GenerationRequest
 from vllm_mlx.engine.sampling import RequestSampler, SamplingParams, make_penalty_processors
 from vllm_mlx.engine.sources import ModelBatchSource
-from vllm_mlx.engine.types import GenerationRequest
 from vllm_mlx.models.loader import load_model
 
 PROMPT = "Write a short Python function that returns the sum of a list, then explain it."

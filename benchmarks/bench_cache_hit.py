@@ -22,10 +22,10 @@ from pathlib import Path
 
 from vllm_mlx.engine import prefix_cache as prefix_cache_module
 from vllm_mlx.engine.engine import Engine
+from vllm_mlx.engine.generation import GenerationRequest
 from vllm_mlx.engine.prefix_cache import PrefixCache
 from vllm_mlx.engine.sampling import SamplingParams
 from vllm_mlx.engine.sources import ModelBatchSource
-from vllm_mlx.engine.types import GenerationRequest
 from vllm_mlx.models.loader import load_model
 
 SHARED = prefix_cache_module.shared_copy

@@ -47,10 +47,10 @@ def _peak_rss_mb() -> float:
 def worker(lengths: list[int], prefix_tokens: int, suffix: int) -> dict[str, Any]:
     """One round in this process: each length cold, then the cached turn."""
     from vllm_mlx.engine.engine import Engine
+    from vllm_mlx.engine.generation import GenerationRequest
     from vllm_mlx.engine.prefix_cache import PrefixCache
     from vllm_mlx.engine.sampling import SamplingParams
     from vllm_mlx.engine.sources import ModelBatchSource
-    from vllm_mlx.engine.types import GenerationRequest
     from vllm_mlx.models.loader import load_model
 
     rng = random.Random(0)

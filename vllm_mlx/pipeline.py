@@ -37,14 +37,14 @@ from .constrained.custom_tools import CustomTool, check_grammars, forced_raw, in
 from .constrained.tokenizer_cache import token_count
 from .engine.boundaries import history_end
 from .engine.engine import Engine
-from .engine.sampling import SamplingParams
-from .engine.types import (
+from .engine.generation import (
     AdapterChoice,
     GenerationChunk,
     GenerationError,
     GenerationRequest,
     TokenLogprob,
 )
+from .engine.sampling import SamplingParams
 from .families.fim import FimFormat
 from .families.formats import ReasoningFormat, ToolCallFormat
 from .families.message import MessageDelta, ParsedMessage

@@ -1,6 +1,5 @@
 """The protocol types every layer shares (a logits processor, tokenizers, a layer's cache),
-defined once: the bottom layer, beside ``families``, importing nothing of vllm_mlx (not
-``types.py``, a name ``engine/`` has)."""
+defined once: the bottom layer, beside ``families``, importing nothing of vllm_mlx."""
 
 from __future__ import annotations
 

@@ -11,10 +11,10 @@ import pytest
 from tiny_models import build_tiny_model
 
 from vllm_mlx.engine.engine import Engine
+from vllm_mlx.engine.generation import GenerationRequest
 from vllm_mlx.engine.prefix_cache import PrefixCache
 from vllm_mlx.engine.sampling import RequestSampler, SamplingParams
 from vllm_mlx.engine.sources import SHARED_PREFILL_MIN, ModelBatchSource
-from vllm_mlx.engine.types import GenerationRequest
 
 
 @pytest.fixture(scope="module")

@@ -12,10 +12,10 @@ from tiny_models import build_tiny_model
 
 from vllm_mlx.constrained import build_logits_processors, from_response_format
 from vllm_mlx.engine.engine import Engine, QueueFullError
+from vllm_mlx.engine.generation import GenerationChunk, GenerationError, GenerationRequest
 from vllm_mlx.engine.prefix_cache import PrefixCache
 from vllm_mlx.engine.sampling import SamplingParams
 from vllm_mlx.engine.sources import ModelBatchSource
-from vllm_mlx.engine.types import GenerationChunk, GenerationError, GenerationRequest
 from vllm_mlx.families.catalog import REASONING_FORMATS
 
 SCHEMA = {

@@ -12,11 +12,11 @@ from mlx_lm.models.cache import KVCache
 from tiny_models import build_tiny_model
 
 from vllm_mlx.engine.engine import Engine
+from vllm_mlx.engine.generation import GenerationRequest
 from vllm_mlx.engine.kv_quant import QuantizedKV, quantized_prompt_cache
 from vllm_mlx.engine.prefix_cache import PrefixCache
 from vllm_mlx.engine.sampling import SamplingParams
 from vllm_mlx.engine.sources import ModelBatchSource
-from vllm_mlx.engine.types import GenerationRequest
 
 # Max |log-prob difference| to the full cache over every position of a 120-token prompt.
 # Random weights give near-uniform logits, the worst case for argmax flips; measured maxima

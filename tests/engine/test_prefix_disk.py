@@ -9,10 +9,10 @@ from tiny_models import build_tiny_model
 
 from vllm_mlx.engine.cache_files import DiskCache, cache_namespace
 from vllm_mlx.engine.engine import Engine
+from vllm_mlx.engine.generation import GenerationRequest
 from vllm_mlx.engine.prefix_cache import PrefixCache
 from vllm_mlx.engine.sampling import SamplingParams
 from vllm_mlx.engine.sources import ModelBatchSource
-from vllm_mlx.engine.types import GenerationRequest
 
 
 @pytest.fixture(scope="module")

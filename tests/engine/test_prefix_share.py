@@ -14,11 +14,11 @@ from test_prefix_agents import build_hybrid
 from tiny_models import build_tiny_model
 
 from vllm_mlx.engine.engine import Engine
+from vllm_mlx.engine.generation import GenerationRequest
 from vllm_mlx.engine.kv_quant import quantized_prompt_cache
 from vllm_mlx.engine.prefix_cache import PrefixCache
 from vllm_mlx.engine.sampling import SamplingParams
 from vllm_mlx.engine.sources import ModelBatchSource
-from vllm_mlx.engine.types import GenerationRequest
 
 
 def snapshot(cache):

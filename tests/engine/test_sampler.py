@@ -13,9 +13,9 @@ import pytest
 from tiny_models import build_tiny_model
 
 from vllm_mlx.engine.engine import Engine
+from vllm_mlx.engine.generation import GenerationRequest
 from vllm_mlx.engine.sampling import SamplingParams, make_penalty_processors, make_sampler
 from vllm_mlx.engine.sources import ModelBatchSource, ReplayBatchSource
-from vllm_mlx.engine.types import GenerationRequest
 
 PROBS = [0.5, 0.3, 0.15, 0.05]  # token 3 is under min_p = 0.2 of the top (0.1)
 

@@ -14,11 +14,11 @@ from tiny_models import build_tiny_model
 
 from vllm_mlx.constrained import Constraint, build_logits_processors
 from vllm_mlx.engine.engine import Engine
+from vllm_mlx.engine.generation import GenerationRequest
 from vllm_mlx.engine.prefix_cache import PrefixCache
 from vllm_mlx.engine.sampling import RequestSampler, SamplingParams
 from vllm_mlx.engine.sources import ModelBatchSource
 from vllm_mlx.engine.speculative import resample
-from vllm_mlx.engine.types import GenerationRequest
 from vllm_mlx.families.catalog import REASONING_FORMATS
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}

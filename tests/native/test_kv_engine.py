@@ -15,10 +15,10 @@ from tiny_models import build_tiny_tokenizer
 
 from vllm_mlx import native
 from vllm_mlx.engine.engine import Engine
+from vllm_mlx.engine.generation import GenerationRequest
 from vllm_mlx.engine.prefix_cache import PrefixCache
 from vllm_mlx.engine.sampling import SamplingParams
 from vllm_mlx.engine.sources import ModelBatchSource
-from vllm_mlx.engine.types import GenerationRequest
 from vllm_mlx.native import patch
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="vllm_mlx.native is not built")

@@ -10,7 +10,7 @@ from starlette.testclient import TestClient
 
 from vllm_mlx.chat.template_kwargs import ChatTemplateError
 from vllm_mlx.engine.engine import QueueFullError
-from vllm_mlx.engine.types import EngineUnavailableError, GenerationError
+from vllm_mlx.engine.generation import EngineUnavailableError, GenerationError
 from vllm_mlx.families.message import MessageDelta
 from vllm_mlx.fleet.pool import (
     AdapterRefused,

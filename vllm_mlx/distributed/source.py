@@ -21,9 +21,9 @@ from typing import Any
 
 import mlx.core as mx
 
+from ..engine.generation import AdapterChoice
 from ..engine.sampling import Sampler
 from ..engine.sources import ModelBatchSource, Step
-from ..engine.types import AdapterChoice
 from ..protocols import LogitsProcessor
 from .channel import Channel, Op, broadcast_tokens
 from .group import GroupFailed, GroupHealth

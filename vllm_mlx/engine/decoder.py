@@ -11,8 +11,14 @@ from typing import Any
 import mlx.core as mx
 
 from ..protocols import DecodingTokenizer
+from .generation import (
+    GenerationChunk,
+    GenerationError,
+    GenerationRequest,
+    TokenLogprob,
+    TopLogprob,
+)
 from .stops import StopMatcher
-from .types import GenerationChunk, GenerationError, GenerationRequest, TokenLogprob, TopLogprob
 
 
 class RequestDecoder:

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 from ..protocols import DecodingTokenizer
 from .decoder import RequestDecoder
+from .generation import EngineUnavailableError, GenerationChunk, GenerationError, GenerationRequest
 from .sampling import make_penalty_processors, make_sampler
 from .sources import TokenSource
-from .types import EngineUnavailableError, GenerationChunk, GenerationError, GenerationRequest
 
 log = logging.getLogger(__name__)
 

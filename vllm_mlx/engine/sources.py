@@ -20,11 +20,11 @@ from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
 
 from ..protocols import LogitsProcessor
 from .adapter_rows import RowRoutedModel, RowTarget
+from .generation import AdapterChoice
 from .kv_quant import quantized_prompt_cache
 from .prefix_cache import PrefixCache, common_prefix
 from .sampling import Sampler, computing_with, numerics_of
 from .speculative import SoloSpeculator
-from .types import AdapterChoice
 from .vision import LanguageModel, VisionInput, set_shift
 
 # Prompt tokens a new request must share with one still prefilling to wait for it (its

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import mlx.nn as nn
 
-from vllm_mlx.engine.types import AdapterChoice
+from vllm_mlx.engine.generation import AdapterChoice
 from vllm_mlx.models.adapters import AdapterError, AdapterWeights, read_adapter
 from vllm_mlx.models.lora import model_adapters
 

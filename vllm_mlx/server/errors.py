@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse
 
 from ..chat.template_kwargs import ChatTemplateError
 from ..engine.engine import QueueFullError
-from ..engine.types import EngineUnavailableError, GenerationError
+from ..engine.generation import EngineUnavailableError, GenerationError
 from ..fleet.pool import (
     AdapterRefused,
     ModelBusy,

@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from starlette.requests import Request
 
-from ..engine.types import GenerationError
+from ..engine.generation import GenerationError
 from ..mcp.loop import CallFinished, CallStarted
 from ..pipeline import ChatEvent, ChatResult
 from .errors import APIError, api_error

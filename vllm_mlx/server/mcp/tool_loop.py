@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from ...chat.template_kwargs import ChatTemplateError
-from ...engine.types import TokenLogprob
+from ...engine.generation import TokenLogprob
 from ...families.message import MessageDelta, ParsedMessage, ToolCall, ToolCallDelta
 from ...mcp.loop import CallFinished, CallStarted, LoopResult, ToolRunner, executes, run_tool_loop
 from ...pipeline import ChatEvent, ChatResult, Pipeline, Prepared, Usage

@@ -18,7 +18,7 @@ from typing import Literal
 
 from starlette.responses import StreamingResponse
 
-from ...engine.types import TokenLogprob
+from ...engine.generation import TokenLogprob
 from ...families.message import MessageDelta
 from ...pipeline import ChatEvent, Usage
 from ..errors import api_error

@@ -8,7 +8,7 @@ from typing import cast
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...engine.types import TokenLogprob
+from ...engine.generation import TokenLogprob
 from ...pipeline import ChatEvent, Prepared
 from ...request import ContextLengthError, Infill
 from ..errors import APIError, parse_body

@@ -7,7 +7,7 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
-from ...engine.types import TokenLogprob
+from ...engine.generation import TokenLogprob
 from ...pipeline import ChatEvent, Usage
 from ..errors import api_error
 from ..ops.keepalive import OPENAI_KEEPALIVE
