@@ -21,6 +21,7 @@ from .decoder import RequestDecoder
 from .generation import EngineUnavailableError, GenerationChunk, GenerationError, GenerationRequest
 from .sampling import make_penalty_processors, make_sampler
 from .sources import TokenSource
+from .threads import release_mlx_streams
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +158,12 @@ class Engine:
     # -- the worker ------------------------------------------------------------------------
 
     def _work(self) -> None:
+        try:
+            self._serve()
+        finally:
+            release_mlx_streams()  # else a process exiting right after close() may abort
+
+    def _serve(self) -> None:
         while self._admit():
             self._drop_cancelled()
             if not self._running:
