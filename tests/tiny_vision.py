@@ -7,7 +7,7 @@ family's real template does, and the processor files (``preprocessor_config.json
 ``processor_config.json``) that make mlx-vlm build its real processor without a hub.
 
 Public API:
-    write_tiny_vlm(folder, family) -> Path   (family: "qwen2_5_vl" | "idefics3")
+    write_tiny_vlm(folder, family) -> Path   (family: one of FAMILIES)
     tiny_vlm(family) -> Path                 (written once per process)
     png_data_url(color, size), encoded(color, size, format), bomb_png(width, height)
     FAMILIES
@@ -30,7 +30,7 @@ from PIL import Image
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-FAMILIES = ("qwen2_5_vl", "qwen3_vl", "idefics3")
+FAMILIES = ("qwen2_5_vl", "qwen3_vl", "idefics3", "gemma3")
 _QWEN = ("qwen2_5_vl", "qwen3_vl")
 
 _CORPUS = (
@@ -94,6 +94,36 @@ _QWEN_SPECIALS = [
     "</tool_call>",
 ]
 
+# Gemma 3: "<start_of_turn>user\n…<end_of_turn>\n", an image part as <start_of_image> (the
+# processor writes the image's soft tokens between it and <end_of_image>); the assistant is
+# "model"; tool results are read as user turns here (Gemma 3's template has no tool role).
+_GEMMA_TEMPLATE = (
+    "{{ bos_token }}"
+    "{%- for message in messages -%}"
+    "{%- set role = 'model' if message.role == 'assistant' else 'user' -%}"
+    "<start_of_turn>{{ role }}{{ '\\n' }}"
+    "{%- if message.content is string -%}{{ message.content }}"
+    "{%- else -%}{%- for part in message.content -%}"
+    "{%- if part.type == 'image' -%}<start_of_image>"
+    "{%- elif part.type == 'text' -%}{{ part.text }}{%- endif -%}"
+    "{%- endfor -%}{%- endif -%}<end_of_turn>{{ '\\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<start_of_turn>model{{ '\\n' }}{%- endif -%}"
+)
+
+_TEMPLATES = {
+    "qwen2_5_vl": _QWEN_TEMPLATE,
+    "qwen3_vl": _QWEN_TEMPLATE,
+    "idefics3": _IDEFICS_TEMPLATE,
+    "gemma3": _GEMMA_TEMPLATE,
+}
+_EOS = {
+    "qwen2_5_vl": "<|im_end|>",
+    "qwen3_vl": "<|im_end|>",
+    "idefics3": "<end_of_utterance>",
+    "gemma3": "<end_of_turn>",
+}
+
 _SPECIALS = {
     "qwen2_5_vl": _QWEN_SPECIALS,
     "qwen3_vl": _QWEN_SPECIALS,
@@ -105,6 +135,16 @@ _SPECIALS = {
         "<image>",
         "<global-img>",
         *[f"<row_{r}_col_{c}>" for r in range(1, 4) for c in range(1, 4)],
+    ],
+    "gemma3": [
+        "<pad>",
+        "<eos>",
+        "<bos>",
+        "<start_of_turn>",
+        "<end_of_turn>",
+        "<start_of_image>",
+        "<end_of_image>",
+        "<image_soft_token>",
     ],
 }
 
@@ -121,12 +161,19 @@ def _tokenizer(family: str) -> PreTrainedTokenizerFast:
         show_progress=False,
     )
     bpe.train_from_iterator(list(_CORPUS) * 4, trainer=trainer)
-    eos = "<|im_end|>" if family in _QWEN else "<end_of_utterance>"
+    extra: dict = {"pad_token": "<|endoftext|>"}
+    if family == "gemma3":  # the processor reads its image tokens off the tokenizer
+        extra = {
+            "pad_token": "<pad>",
+            "bos_token": "<bos>",
+            "extra_special_tokens": {
+                "boi_token": "<start_of_image>",
+                "eoi_token": "<end_of_image>",
+                "image_token": "<image_soft_token>",
+            },
+        }
     return PreTrainedTokenizerFast(
-        tokenizer_object=bpe,
-        eos_token=eos,
-        pad_token="<|endoftext|>",
-        chat_template=_QWEN_TEMPLATE if family in _QWEN else _IDEFICS_TEMPLATE,
+        tokenizer_object=bpe, eos_token=_EOS[family], chat_template=_TEMPLATES[family], **extra
     )
 
 
@@ -214,6 +261,45 @@ def _qwen3_config(tok: PreTrainedTokenizerFast) -> dict:
     }
 
 
+def _gemma3_config(tok: PreTrainedTokenizerFast) -> dict:
+    """Gemma 3: a SigLIP tower pooled to ``mm_tokens_per_image`` soft tokens, a text model
+    whose local layers keep a sliding window (rotating caches) between global ones."""
+    ids = tok.convert_tokens_to_ids
+    return {
+        "model_type": "gemma3",
+        "architectures": ["Gemma3ForConditionalGeneration"],
+        "image_token_index": ids("<image_soft_token>"),
+        "hidden_size": 64,
+        "pad_token_id": ids("<pad>"),
+        "eos_token_id": [ids("<end_of_turn>")],
+        "text_config": {
+            "model_type": "gemma3_text",
+            "hidden_size": 64,
+            "num_hidden_layers": 2,
+            "intermediate_size": 128,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+            "query_pre_attn_scalar": 16,
+            "rms_norm_eps": 1e-6,
+            "vocab_size": len(tok),
+            "sliding_window": 512,
+            "sliding_window_pattern": 2,
+            "mm_tokens_per_image": 4,
+            "max_position_embeddings": 4096,
+        },
+        "vision_config": {
+            "model_type": "siglip_vision_model",
+            "num_hidden_layers": 2,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_attention_heads": 2,
+            "patch_size": 16,
+            "image_size": 64,
+        },
+    }
+
+
 def _idefics_config(tok: PreTrainedTokenizerFast) -> dict:
     ids = tok.convert_tokens_to_ids
     return {
@@ -251,6 +337,21 @@ def _idefics_config(tok: PreTrainedTokenizerFast) -> dict:
 
 def _processor_files(family: str) -> tuple[dict, dict]:
     """(preprocessor_config.json, processor_config.json) for the family's real processor."""
+    if family == "gemma3":
+        pre = {
+            "image_processor_type": "Gemma3ImageProcessor",
+            "processor_class": "Gemma3Processor",
+            "size": {"height": 64, "width": 64},
+            "do_resize": True,
+            "do_rescale": True,
+            "rescale_factor": 1 / 255,
+            "do_normalize": True,
+            "image_mean": [0.5, 0.5, 0.5],
+            "image_std": [0.5, 0.5, 0.5],
+            "do_pan_and_scan": False,
+        }
+        # (64 / 16)^2 patches pooled to 2 x 2: 4 soft tokens per image
+        return pre, {"processor_class": "Gemma3Processor", "image_seq_length": 4}
     if family == "qwen3_vl":
         pre = {
             "image_processor_type": "Qwen3VLImageProcessor",
@@ -314,9 +415,12 @@ def write_tiny_vlm(folder: Path, family: str, seed: int = 0, sizes: dict | None 
     folder.mkdir(parents=True, exist_ok=True)
     tok = _tokenizer(family)
     tok.save_pretrained(str(folder))
-    config = {"qwen2_5_vl": _qwen_config, "qwen3_vl": _qwen3_config, "idefics3": _idefics_config}[
-        family
-    ](tok)
+    config = {
+        "qwen2_5_vl": _qwen_config,
+        "qwen3_vl": _qwen3_config,
+        "idefics3": _idefics_config,
+        "gemma3": _gemma3_config,
+    }[family](tok)
     pre, proc = _processor_files(family)
     sizes = dict(sizes or {})
     config["vision_config"].update(sizes.pop("vision", {}))

@@ -333,7 +333,10 @@ class Pipeline:
             id_style=tool_format.id_style if tool_format else "openai",
         )
         if prompt.vision is not None and self.vision and self.vision.encode_ahead:
-            self.vision.encode_ahead(prompt.token_ids, prompt.vision)  # here: off the engine
+            try:  # here: off the engine
+                self.vision.encode_ahead(prompt.token_ids, prompt.vision)
+            except ValueError as exc:  # a family whose images this server cannot merge
+                raise RequestError(str(exc), "messages") from None
         generation = GenerationRequest(
             prompt.token_ids,
             params,

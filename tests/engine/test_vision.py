@@ -87,7 +87,10 @@ def test_image_prefill_and_decode_match_mlx_vlm(family, step):
         vlm.language_model.__dict__.pop("_rope_deltas", None)  # mlx-vlm's per-call state
         if hasattr(vlm.language_model, "_position_ids"):
             vlm.language_model._rope_deltas = vlm.language_model._position_ids = None
-        out = vlm(mx.array([tokens]), **vision.features)
+        ids = mx.array([tokens])
+        if family in GENERATION_REFERENCE:
+            return generation_logits(vlm, ids, vision.features)
+        out = vlm(ids, **vision.features)
         return getattr(out, "logits", out)[0, -1]
 
     cache = make_prompt_cache(loaded.model)
@@ -97,6 +100,22 @@ def test_image_prefill_and_decode_match_mlx_vlm(family, step):
     token = int(ours.argmax().item())
     ours_next = loaded.model(mx.array([[token]]), cache=cache)[0, -1]
     assert mx.allclose(ours_next, reference([*ids, token]), atol=1e-4)
+
+
+# Families whose forward pass differs from mlx-vlm's generation, which the server follows:
+# Gemma 3's applies the processor's mask as full attention over the prompt; its generation
+# (and ours) attends causally.
+GENERATION_REFERENCE = {"gemma3"}
+
+
+def generation_logits(vlm, ids: mx.array, features: dict) -> mx.array:
+    """The last logits of mlx-vlm's generation for a prompt: the merged embeddings and
+    every feature through the language model in one pass, no cache."""
+    mask = mx.ones(ids.shape, dtype=mx.int32)
+    merged = vlm.get_input_embeddings(ids, mask=mask, **features).to_dict()
+    embeds = merged.pop("inputs_embeds")
+    extras = {k: v for k, v in merged.items() if v is not None}
+    return vlm.language_model(ids, inputs_embeds=embeds, **extras).logits[0, -1]
 
 
 def test_image_tokens_are_keyed_by_pixels(runtime):
@@ -195,6 +214,51 @@ def test_second_turn_reuses_the_image_from_the_cache(runtime):
         next(t for t in prepared.generation.vision.key if t < 0)
     )
     assert runtime.pipeline.complete_sync(prepared).usage.cached_tokens <= first_image
+
+
+def test_a_turn_that_adds_an_image_reuses_the_earlier_one(runtime):
+    """Each image's tokens are keyed by its own pixels: the next turn, which adds a second
+    image, is served from the cache through the first image."""
+    first = request(user(Img(GREEN), "What is in this image?"), max_tokens=4)
+    answer = _run_alone(runtime, first)
+    turns = (
+        user(Img(GREEN), "What is in this image?"),
+        ("assistant", [answer]),
+        user(Img(RED), "And this one?"),
+    )
+    prepared = runtime.pipeline.prepare_chat(request(*turns))
+    key = prepared.generation.vision.key
+    images = [i for i, t in enumerate(key) if t < 0]
+    first_image = [i for i in images if key[i] == key[images[0]]]
+    assert 0 < len(first_image) < len(images)  # two images, each its own id
+    result = runtime.pipeline.complete_sync(prepared)
+    assert result.usage.cached_tokens > first_image[-1]
+
+
+def test_the_disk_prefix_cache_serves_an_image_turn_after_a_restart(tmp_path):
+    """A conversation's image turn persisted by one server process is read back by the
+    next: the second turn's image KV comes from disk, M-RoPE positions and all."""
+    folder = str(tiny_vlm("qwen2_5_vl"))
+    options = RuntimeOptions.of(prefix_cache_dir=str(tmp_path))
+    first = request(user(Img(GREEN), "What is in this image?"), max_tokens=4)
+    writer = build_runtime(folder, options, progress=False)
+    writer.engine.source.prefix_cache.disk.min_tokens = 1  # the tiny prompt persists too
+    try:
+        answer = _run_alone(writer, first)
+    finally:
+        writer.close()  # flushes the disk writes
+    turns = (*first_turn(answer), user("And its colour?"))
+    reader = build_runtime(folder, options, progress=False)
+    try:
+        prepared = reader.pipeline.prepare_chat(request(*turns))
+        result = reader.pipeline.complete_sync(prepared)
+    finally:
+        reader.close()
+    assert result.usage.cached_tokens >= prepared.generation.vision.image_end
+
+
+def first_turn(answer: str) -> tuple[tuple[str, list], tuple[str, list]]:
+    return user(Img(GREEN), "What is in this image?"), ("assistant", [answer])
 
 
 def test_row_shifts_survive_batch_merge_filter_and_extract():

@@ -10,7 +10,7 @@ writes for one), so any role — a tool result included — can carry an image.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_mlx.engine.vision import VisionInput, image_key
@@ -21,6 +21,7 @@ from .template import encode_prompt, render_chat
 from .template_kwargs import ChatTemplateError
 
 _PROBE = "\x1fprobe\x1f"
+_SEEN = 1024  # images whose token counts are remembered
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,8 @@ class VisionPrompter:
     # encodes a prepared prompt's images in the preparing thread (the batch source's
     # ``encode_ahead``), so the engine's thread only prefills them
     encode_ahead: Callable[[list[int], VisionInput], None] | None = None
+    # pixel hash -> the image's token count, for processors that give no patch grid
+    seen: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def for_model(
@@ -47,7 +50,11 @@ class VisionPrompter:
         token_id = getattr(processor, "image_token_id", None)
         if not isinstance(token_id, int):
             token_id = tokenizer.convert_tokens_to_ids(token)
-        return cls(processor, template_image_text(tokenizer, token), token_id, encode_ahead)
+        # what the processor expands: its image token, or the marker it replaces with the
+        # image's tokens (Gemma 3's begin-of-image token)
+        markers = [m for m in (token, getattr(processor, "boi_token", None)) if isinstance(m, str)]
+        text = template_image_text(tokenizer, markers)
+        return cls(processor, text, token_id, encode_ahead)
 
     def encode(
         self, text: str, images: list[DecodedImage], limits: ImageLimits, tokenizer: Tokenizer
@@ -75,11 +82,7 @@ class VisionPrompter:
                 "messages",
             )
         features = {k: v for k, v in out.items() if k not in ("input_ids", "attention_mask")}
-        grid = features.get("image_grid_thw")
-        counts = None
-        if grid is not None:
-            merge = getattr(getattr(self.processor, "image_processor", None), "merge_size", 1)
-            counts = [int(n) // (merge * merge) for n in grid.prod(axis=-1).tolist()]
+        counts = self._counts(images, features.get("image_grid_thw"))
         digests = [d.digest for d in images]
         vision = VisionInput(
             features=features,
@@ -90,11 +93,34 @@ class VisionPrompter:
         )
         return ids, vision
 
+    def _counts(self, images: list[DecodedImage], grid: Any) -> list[int]:
+        """Each image's tokens, in order: from the patch grid when the processor gives one
+        (Qwen-VL), else by expanding the image alone (Idefics3's tiles, Gemma 3's soft
+        tokens), remembered by pixel hash so a conversation's images are expanded once."""
+        if grid is not None:
+            merge = getattr(getattr(self.processor, "image_processor", None), "merge_size", 1)
+            return [int(n) // (merge * merge) for n in grid.prod(axis=-1).tolist()]
+        counts = []
+        for image in images:
+            count = self.seen.get(image.digest)
+            if count is None:
+                out = self.processor(
+                    text=[self.image_text], images=[image.image], add_special_tokens=False
+                )
+                ids = out["input_ids"][0].tolist()
+                count = sum(1 for t in ids if t == self.image_token_id)
+                if len(self.seen) >= _SEEN:
+                    self.seen.pop(next(iter(self.seen)))
+                self.seen[image.digest] = count
+            counts.append(count)
+        return counts
 
-def template_image_text(tokenizer: Tokenizer, image_token: str) -> str:
+
+def template_image_text(tokenizer: Tokenizer, markers: list[str]) -> str:
     """What the template writes for an image part: the difference between a message with an
-    image before its text and one without (when it contains the image token), else the
-    processor's image token alone."""
+    image before its text and one without (when it contains one of the processor's
+    ``markers``), else the first marker (the processor's image token) alone."""
+    image_token = markers[0]
     try:
         with_image = _probe(tokenizer, [{"type": "image"}, {"type": "text", "text": _PROBE}])
         without = _probe(tokenizer, [{"type": "text", "text": _PROBE}])
@@ -106,7 +132,7 @@ def template_image_text(tokenizer: Tokenizer, image_token: str) -> str:
         (i for i, (a, b) in enumerate(zip(head, plain, strict=False)) if a != b), len(plain)
     )
     middle = head[start:].strip()
-    return middle if image_token in middle else image_token
+    return middle if any(m in middle for m in markers) else image_token
 
 
 def _probe(tokenizer: Tokenizer, content: list[dict]) -> str:

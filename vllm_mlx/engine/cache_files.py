@@ -33,12 +33,14 @@ from safetensors.numpy import load_file, save
 
 from ..protocols import LayerCache, Tokenizer
 from .kv_quant import QuantizedKV
+from .vision import ShiftedKVCache
 
 log = logging.getLogger(__name__)
 
 FORMAT = 1
 _META = "vllm_mlx_prefix"
-_CLASSES = {c.__name__: c for c in (KVCache, QuantizedKV, ArraysCache)}
+# ShiftedKVCache: a vision model's rows (their rotary shift is set again at admission)
+_CLASSES = {c.__name__: c for c in (KVCache, QuantizedKV, ArraysCache, ShiftedKVCache)}
 _MAX_PENDING = 4  # writes waiting; beyond it new entries are not persisted
 
 

@@ -39,6 +39,14 @@ class ShiftedKVCache(KVCache):
     def merge(cls, caches):
         return ShiftedBatchKVCache.merge(caches)
 
+    @classmethod
+    def from_state(cls, state):
+        """A cache read back (the prefix cache on disk); admission sets its shift."""
+        cache = cls.__new__(cls)
+        cache.state = state
+        cache.shift = 0
+        return cache
+
 
 class ShiftedBatchKVCache(BatchKVCache):
     """A batch of shifted caches: one shift per row, kept through filter/extend/extract."""
@@ -202,7 +210,11 @@ class LanguageModel(nn.Module):
         from any thread when they do not depend on another thread's unevaluated ones: the
         weights are evaluated at load, the pixels are this thread's."""
         with mx.stream(generation_stream):  # mlx-lm's stream (one per thread)
-            features = self.vlm.get_input_embeddings(mx.array([prompt]), **vision.features)
+            ids = mx.array([prompt])
+            # the processor's attention mask, as mlx-vlm's generation passes it (Gemma 3
+            # builds its merge from it)
+            mask = mx.ones(ids.shape, dtype=mx.int32)
+            features = self.vlm.get_input_embeddings(ids, mask=mask, **vision.features)
             embeds = features.inputs_embeds
             if embeds.shape[1] != len(prompt):
                 raise ValueError(
