@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, fields
 
 from .constrained import from_response_format
+from .engine.sampling_bounds import out_of_bounds
 from .models.loader import CpuWeights
 from .options import RuntimeOptions
 from .pipeline import ChatEvent, ChatResult
@@ -27,7 +28,8 @@ class LLM:
     """``LLM()`` serves the embedded default model; ``LLM("path/or.gguf")`` another.
 
     Sampling keywords (``max_tokens``, ``temperature``, ``stop``, ``seed``…) are ``max_tokens``
-    and the fields of ``request.Sampling``; unknown keywords are a TypeError.
+    and the fields of ``request.Sampling``; unknown keywords are a TypeError, a value out of
+    its field's range (``engine.sampling_bounds``, as every API's) a ValueError.
     """
 
     def __init__(
@@ -153,6 +155,10 @@ def _sampling(sampling: dict) -> tuple[Sampling, int | None]:
             f"unknown sampling argument(s): {', '.join(sorted(unknown))}; "
             f"valid: {', '.join(sorted(_SAMPLING_FIELDS))}"
         )
+    for name, value in sampling.items():
+        refused = out_of_bounds(name, value) if isinstance(value, int | float) else None
+        if refused:
+            raise ValueError(refused)
     sampling = dict(sampling)
     max_tokens = sampling.pop("max_tokens", None)
     return Sampling(**sampling), max_tokens

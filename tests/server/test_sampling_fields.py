@@ -1,6 +1,6 @@
 """One range per sampling field (engine/sampling_bounds.py), whatever carries it: every
-surface's body (as each API names the field), ``serve``'s flags and a ``models.toml`` entry
-accept the same edges and refuse the same values just past them."""
+surface's body (as each API names the field), ``serve``'s flags, a ``models.toml`` entry and
+the Python API's keywords accept the same edges and refuse the same values just past them."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from vllm_mlx.engine.sampling_bounds import INT32_MAX
 from vllm_mlx.fleet.settings import ModelSettings
+from vllm_mlx.llm import _sampling as python_api_sampling
 from vllm_mlx.server.errors import APIError, decode_body
 from vllm_mlx.server.llamacpp.protocol import InfillRequest
 from vllm_mlx.server.ollama.protocol import ChatBody
@@ -60,6 +61,10 @@ def _setting(name: str, value: float) -> object:
     return ModelSettings(**{name: value})
 
 
+def _python_api(name: str, value: float) -> object:
+    return python_api_sampling({name: value})
+
+
 # carrier -> (parse one field's value, the fields it carries)
 SAMPLERS = {
     "chat": (_body(ChatCompletionRequest, {"messages": USER}), list(EDGES)),
@@ -69,8 +74,9 @@ SAMPLERS = {
     "infill": (_infill, list(EDGES)),
     "flags": (_flag, ["temperature", "top_p", "top_k", "min_p", "repetition_penalty"]),
     "models.toml": (_setting, ["temperature", "top_p", "top_k", "min_p", "repetition_penalty"]),
+    "LLM": (_python_api, list(EDGES)),
 }
-REFUSED = (APIError, click.BadParameter, ValidationError)
+REFUSED = (APIError, click.BadParameter, ValidationError, ValueError)
 CASES = [(carrier, name) for carrier, (_, names) in SAMPLERS.items() for name in names]
 
 

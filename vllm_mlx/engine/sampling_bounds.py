@@ -1,6 +1,7 @@
 """The ranges of the sampling fields, declared once: every surface's request body
-(`server/sampling_fields`), ``serve``'s flags and a ``models.toml`` entry's settings read
-these bounds, so a value one of them refuses no other lets through to the sampler.
+(`server/sampling_fields`), ``serve``'s flags, a ``models.toml`` entry's settings and the
+Python API (`out_of_bounds`) read these bounds, so a value one of them refuses no other
+lets through to the sampler.
 
 No MLX here (``serve --help`` reads it); the bounds are `annotated_types` intervals, which
 pydantic reads from an ``Annotated`` type and the flags turn into click ranges.
@@ -8,7 +9,7 @@ pydantic reads from an ``Annotated`` type and the flags turn into click ranges.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, cast
 
 from annotated_types import Interval
 
@@ -28,3 +29,33 @@ TopK = Annotated[int, TOP_K]
 MinP = Annotated[float, MIN_P]
 RepetitionPenalty = Annotated[float, REPETITION_PENALTY]
 Penalty = Annotated[float, PENALTY]
+
+# each field a client names alike, by its `request.Sampling` name
+BOUNDS: dict[str, Interval] = {
+    "temperature": TEMPERATURE,
+    "top_p": TOP_P,
+    "top_k": TOP_K,
+    "min_p": MIN_P,
+    "repetition_penalty": REPETITION_PENALTY,
+    "presence_penalty": PENALTY,
+    "frequency_penalty": PENALTY,
+}
+
+
+def limits(bounds: Interval) -> tuple[float, float, bool]:
+    """(low, high, whether low itself is excluded) of one of the intervals above."""
+    # they are all numbers with a lower and an upper end; annotated_types types them as
+    # comparables
+    low = bounds.ge if bounds.gt is None else bounds.gt
+    return cast(float, low), cast(float, bounds.le), bounds.gt is not None
+
+
+def out_of_bounds(name: str, value: float) -> str | None:
+    """Why ``value`` is not a ``name`` the sampler takes (None: it is, or ``name`` has no
+    bounds here)."""
+    if name not in BOUNDS:
+        return None
+    low, high, low_open = limits(BOUNDS[name])
+    if (value > low if low_open else value >= low) and value <= high:
+        return None
+    return f"{name} must be in {'(' if low_open else '['}{low}, {high}], not {value}"

@@ -6,25 +6,23 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import TypeVar
 
 import click
 from annotated_types import Interval
 
 from ..chat.template_kwargs import ChatTemplateError, check_template_kwargs
-from ..engine.sampling_bounds import MIN_P, REPETITION_PENALTY, TEMPERATURE, TOP_K, TOP_P
+from ..engine.sampling_bounds import MIN_P, REPETITION_PENALTY, TEMPERATURE, TOP_K, TOP_P, limits
 
 F = TypeVar("F")
 
 
 def within(bounds: Interval, kind: type = float) -> click.ParamType:
     """A click range from the bounds a request's field has (`engine.sampling_bounds`)."""
-    # the bounds declared there are numbers; annotated_types types them as comparables
-    low = cast("float | None", bounds.ge if bounds.gt is None else bounds.gt)
-    high = cast("float | None", bounds.le)
+    low, high, low_open = limits(bounds)
     if kind is int:
-        return click.IntRange(cast("int | None", low), cast("int | None", high))
-    return click.FloatRange(low, high, min_open=bounds.gt is not None)
+        return click.IntRange(int(low), int(high))
+    return click.FloatRange(low, high, min_open=low_open)
 
 
 def serve_flags(command: F) -> F:
