@@ -49,6 +49,8 @@ struct FloatBlock {
 // Query rows of a task past which its half keys and values are converted to float once:
 // each key row is otherwise converted again for every three of them.
 constexpr int64_t CONVERT_ROWS = 12;
+// Query rows whose weighted value sums share each value row's loads (2 measured slower).
+constexpr int WEIGHTED_ROWS = 3;
 
 // acc[0:D] += p * v[0:D]
 template <typename T>
@@ -169,6 +171,21 @@ void weighted_tile(int rows, const Src& src, int64_t l0, int64_t l1, const float
   }
 }
 
+struct TaskBuffers {
+  std::vector<float> scores;
+  std::vector<const float*> query;
+  std::vector<int64_t> head, position, limit;
+  std::vector<char> dense;
+  void resize(int64_t rows, int64_t span) {
+    scores.resize(rows * span);
+    query.resize(rows);
+    head.resize(rows);
+    position.resize(rows);
+    limit.resize(rows);
+    dense.resize(rows);
+  }
+};
+
 // Rows row0 .. row1 of the task's group * Lq query rows (row = head in group * Lq + i),
 // part [row1 - row0, D + 2]: every row's numbers are its own, whatever rows share the task.
 template <typename Src>
@@ -178,16 +195,17 @@ void sdpa_task_as(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t
   const int64_t D = a.D;
   const int64_t rows = row1 - row0;
   const int64_t span = std::max<int64_t>(1, l1 - l0);
-  thread_local std::vector<float> scores;
-  scores.resize(rows * span);
+  // this thread's buffers, reached once (a thread_local in a shared library is a call away)
+  thread_local TaskBuffers buffers;
+  buffers.resize(rows, span);
+  float* const scores = buffers.scores.data();
+  const float** const query = buffers.query.data();
+  int64_t* const head = buffers.head.data();
+  int64_t* const position = buffers.position.data();
+  int64_t* const limit = buffers.limit.data();
+  char* const dense = buffers.dense.data();
   // Pass 1: all scores of this key range, each key row read once for every query row.
   // each row's query and head once, not an integer division per key and row
-  thread_local std::vector<const float*> query;
-  thread_local std::vector<int64_t> head;
-  query.resize(rows);
-  head.resize(rows);
-  thread_local std::vector<int64_t> position;
-  position.resize(rows);
   for (int64_t row = 0; row < rows; ++row) {
     head[row] = hkv * group + (row0 + row) / a.Lq;
     position[row] = (row0 + row) % a.Lq;
@@ -196,8 +214,6 @@ void sdpa_task_as(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t
   // Each row's keys end at its causal limit, or after the last key its mask allows (a
   // batch's causal mask): the vector sums below then group a row's terms by its own key
   // positions, not by how many masked keys follow them in this block.
-  thread_local std::vector<int64_t> limit;
-  limit.resize(rows);
   for (int64_t row = 0; row < rows; ++row) {
     const int64_t i = position[row];
     int64_t end = a.causal ? std::min(l1, a.Lk - a.Lq + i + 1) : l1;
@@ -211,8 +227,7 @@ void sdpa_task_as(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t
   const int64_t first = a.key_start != nullptr ? a.key_start[b] : 0;
   // Rows whose mask allows every key from `first` to their limit (a batch's padding and
   // causal mask: most rows of a prompt block) need not read it again for every key below.
-  thread_local std::vector<char> dense;
-  dense.resize(rows);
+  bool all_dense = true;
   for (int64_t row = 0; row < rows; ++row) {
     const int64_t from = std::max(l0, first);
     bool all = true;
@@ -227,10 +242,12 @@ void sdpa_task_as(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t
       }
     }
     dense[row] = all;
+    all_dense = all_dense && all;
   }
   // whether row `row` sees key l: the causal limit, key_start and the mask
   auto seen = [&](int64_t row, int64_t l) {
-    return l >= first && l < limit[row] && (dense[row] || sdpa_allowed(a, b, head[row], position[row], l));
+    return l >= first && l < limit[row] &&
+        (all_dense || dense[row] || sdpa_allowed(a, b, head[row], position[row], l));
   };
   // Every dot is one key's and one row's, whatever the tiling: a row's scores are the
   // same bits in any batch and any block of query rows.
@@ -242,9 +259,9 @@ void sdpa_task_as(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t
         const int n = static_cast<int>(std::min<int64_t>(3, rows - row));
         float dots[3][4];
         if (D == 64) {
-          dots_tile<8, T>(n, query.data() + row, k, dots);
+          dots_tile<8, T>(n, query + row, k, dots);
         } else {
-          dots_tile<16, T>(n, query.data() + row, k, dots);
+          dots_tile<16, T>(n, query + row, k, dots);
         }
         for (int r = 0; r < n; ++r) {
           for (int j = 0; j < 4; ++j) {
@@ -260,9 +277,9 @@ void sdpa_task_as(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t
         const int n = static_cast<int>(std::min<int64_t>(4, rows - row));
         float dots[4];
         if (D == 64) {
-          row_dots<8, T>(query.data() + row, n, k, dots);
+          row_dots<8, T>(query + row, n, k, dots);
         } else {
-          row_dots<16, T>(query.data() + row, n, k, dots);
+          row_dots<16, T>(query + row, n, k, dots);
         }
         for (int r = 0; r < n; ++r) {
           scores[(row + r) * span + (l - l0)] =
@@ -283,7 +300,7 @@ void sdpa_task_as(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t
   // Pass 2: softmax numerators, vectorized.
   for (int64_t row = 0; row < rows; ++row) {
     float* out = part + row * (D + 2);
-    float* s = scores.data() + row * span;
+    float* s = scores + row * span;
     const int64_t n = limit[row] - l0;
     if (n <= 0) {
       out[0] = -std::numeric_limits<float>::infinity();
@@ -309,14 +326,14 @@ void sdpa_task_as(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t
   // into memory, each value row read once for every query row.
   if (D == 64 || D == 128) {
     for (int64_t row = 0; row < rows;) {
-      int n = 1; // up to 3 rows with one key range (a decode step's rows all have one)
-      while (n < 3 && row + n < rows && limit[row + n] == limit[row]) {
+      int n = 1; // up to WEIGHTED_ROWS rows with one key range (a decode step's rows all have one)
+      while (n < WEIGHTED_ROWS && row + n < rows && limit[row + n] == limit[row]) {
         ++n;
       }
       const float* p[3];
       float* out[3];
       for (int r = 0; r < n; ++r) {
-        p[r] = scores.data() + (row + r) * span;
+        p[r] = scores + (row + r) * span;
         out[r] = part + (row + r) * (D + 2) + 2;
       }
       if (D == 64) {
