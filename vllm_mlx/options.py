@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from .chat.images import ImageLimits
+from .engine.lookup import LookupMode
 from .models.loader import CpuWeights
 from .request import RequestLimits
 
@@ -42,6 +43,8 @@ class EngineOptions:
     max_queue: int = 256
     kv_bits: int | None = None  # 4 or 8: a quantized KV cache
     kv_group_size: int = 64
+    prompt_lookup: LookupMode = "auto"  # n-gram drafts from the prompt and output
+    prompt_lookup_tokens: int = 5
 
 
 @dataclass(frozen=True)

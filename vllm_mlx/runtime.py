@@ -112,6 +112,8 @@ def build_runtime(
         draft_model=load_draft(draft, loaded, cpu_weights) if draft else None,
         num_draft_tokens=options.model.num_draft_tokens,
         adapter_rows=adapters.rows if adapters is not None else None,
+        prompt_lookup=engine.prompt_lookup,
+        prompt_lookup_tokens=engine.prompt_lookup_tokens,
     )
     log.info("loaded %s (%s weights) from %s", loaded.name, loaded.weights, loaded.path)
     runtime = _assemble(loaded, source, options)

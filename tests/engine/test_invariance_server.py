@@ -1,6 +1,6 @@
 """Same request, same answer, through the real server and the official SDKs on every
 surface: with the default switches (float16 KV cache, int16 products, prefix cache on) an
-answer equals a cold server's (``--prefix-cache-mb 0``) after
+answer equals a cold server's (``--prefix-cache-mb 0 --prompt-lookup off``) after
 requests sharing its prefix, from a full hit, streamed, batched with neighbours and as the
 next turn over the cached earlier one — its text, and on the OpenAI surfaces each token's
 log-probability; greedy, and seeded where the API has a seed; and the
@@ -108,7 +108,7 @@ CASES = [
 @pytest.fixture(scope="module")
 def cold_server(tmp_path_factory):
     log = tmp_path_factory.mktemp("cold") / "server.log"
-    with cli_server("--prefix-cache-mb", "0", log_path=log) as base:
+    with cli_server("--prefix-cache-mb", "0", "--prompt-lookup", "off", log_path=log) as base:
         yield base
 
 

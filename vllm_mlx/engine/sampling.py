@@ -139,6 +139,15 @@ class RequestSampler:
         """Whether the request owns its random key (its samples are reproducible)."""
         return self._key is not None
 
+    @property
+    def key(self) -> mx.array | None:
+        """The request's random key now (None: unseeded)."""
+        return self._key
+
+    def restore_key(self, key: mx.array | None) -> None:
+        """Go back to an earlier ``key`` (speculative decisions taken back)."""
+        self._key = key
+
     def next_key(self) -> mx.array | None:
         if self._key is None:
             return None

@@ -22,6 +22,8 @@ from ..protocols import LogitsProcessor
 from .adapter_rows import RowRoutedModel, RowTarget
 from .generation import AdapterChoice
 from .kv_quant import quantized_prompt_cache
+from .lookup import LookupMode
+from .lookup_verify import LookupDecoder
 from .prefix_cache import PrefixCache, common_prefix
 from .sampling import Sampler, computing_with, numerics_of
 from .speculative import SoloSpeculator
@@ -105,6 +107,8 @@ class ModelBatchSource:
         draft_model: Any = None,
         num_draft_tokens: int = 4,
         adapter_rows: RowTarget | None = None,
+        prompt_lookup: LookupMode = "off",
+        prompt_lookup_tokens: int = 5,
     ):
         self.model = model
         self.numerics = numerics_of(model)
@@ -145,6 +149,12 @@ class ModelBatchSource:
         self._keys: dict[int, list[int]] = {}  # uid -> its prompt as the cache keys it (images)
         self._drafted = self._accepted = 0
         self.handovers = 0  # solo sequences moved into the batch
+        # Prompt lookup verifies n-gram proposals inside the batch (not under images' shifts).
+        self.lookup = (
+            LookupDecoder(prompt_lookup, prompt_lookup_tokens)
+            if prompt_lookup != "off" and not isinstance(model, LanguageModel)
+            else None
+        )
 
     def _fresh_cache(self) -> list[Any] | None:
         """A new sequence's cache: quantized with ``kv_bits``, else the generator's default."""
@@ -369,7 +379,9 @@ class ModelBatchSource:
 
     @property
     def spec_counts(self) -> tuple[int, int]:
-        return self._drafted, self._accepted
+        if self.lookup is None:
+            return self._drafted, self._accepted
+        return self._drafted + self.lookup.drafted, self._accepted + self.lookup.accepted
 
     def remove(self, uid: int) -> None:
         if self._solo is not None and uid == self._solo_uid:
@@ -382,6 +394,8 @@ class ModelBatchSource:
             uid = batch_uid
         self._alias.pop(uid, None)
         self._in_batch.discard(uid)
+        if self.lookup is not None:
+            self.lookup.forget(uid)
         self._prefilling.pop(uid, None)
         self._awaited.discard(uid)
         self._checkpoints.pop(uid, None)
@@ -412,7 +426,8 @@ class ModelBatchSource:
         self._gen.prefill_step_size = (
             self.shared_prefill_step if shared else self.prefill_step_size
         )  # read by each BatchGenerator step
-        prompt_responses, responses = self._gen.next()
+        verified = self.lookup.step(self._gen) if self.lookup is not None else None
+        prompt_responses, responses = ([], verified) if verified is not None else self._gen.next()
         if self._checkpoints:
             self._store_checkpoints(prompt_responses)
         if self._prefilling:
@@ -423,6 +438,8 @@ class ModelBatchSource:
             lane = self._lane_of.get(r.uid)
             if done:
                 self._in_batch.discard(r.uid)
+                if self.lookup is not None:
+                    self.lookup.forget(r.uid)
                 self._slot_of.pop(r.uid, None)
                 self._lane_of.pop(r.uid, None)
             if done and self.prefix_cache is not None:
@@ -433,6 +450,8 @@ class ModelBatchSource:
 
     def reset(self) -> None:
         self._solo = None
+        if self.lookup is not None:
+            self.lookup.reset()
         self._alias.clear()
         self._in_batch.clear()
         self._prefilling.clear()

@@ -180,6 +180,21 @@ def serve_flags(command: F) -> F:
     help="Tokens the draft model proposes per step.",
 )
 @click.option(
+    "--prompt-lookup",
+    type=click.Choice(["auto", "on", "off"]),
+    default="auto",
+    show_default=True,
+    help="Draft tokens from the prompt and output (n-gram lookup), verified in the batch; "
+    "auto: per request, paused while its drafts are rejected.",
+)
+@click.option(
+    "--prompt-lookup-tokens",
+    default=5,
+    show_default=True,
+    type=click.IntRange(min=1, max=16),
+    help="Tokens prompt lookup proposes per step.",
+)
+@click.option(
     "--default-thinking-token-budget",
     type=click.IntRange(min=0),
     help="Cap on reasoning tokens when a request sets none (default: no cap).",

@@ -1,0 +1,163 @@
+"""Prompt lookup (n-gram drafts, no draft model) side by side in one run, on the default
+model: an edit-shaped request (a ~1.5k-token file in the prompt, the answer rewriting it),
+the same edit as two concurrent streams in one batch, and an ordinary chat (where lookup
+must not cost), each with ``--prompt-lookup off`` and ``auto`` in alternating rounds.
+
+    LD_PRELOAD=/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0 \\
+        python benchmarks/bench_prompt_lookup.py [--tokens 200] [--rounds 2] [--json out.json]
+
+Reports decode tok/s (tokens after each stream's first, over the time from the first token
+to the last), the ratio auto / off, tokens proposed and accepted, whether each output equals
+the output without lookup, and the load average (the machine is shared). A prefix cache
+shared by the runs holds the prompts after the first round, so prefill stays out of it.
+``measure(...)`` is the entry point other benchmarks call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from vllm_mlx.engine.engine import Engine
+from vllm_mlx.engine.prefix_cache import PrefixCache
+from vllm_mlx.engine.sampling import SamplingParams
+from vllm_mlx.engine.sources import ModelBatchSource
+from vllm_mlx.engine.types import GenerationRequest
+from vllm_mlx.models.loader import load_model
+
+
+def source_file(lines: int) -> str:
+    """A Python module of ``lines`` small functions (~50 tokens a function)."""
+    out = ['"""Inventory helpers."""', "", "from dataclasses import dataclass", ""]
+    for i in range(lines):
+        out += [
+            f"def item_{i}_total(count: int, price: float) -> float:",
+            f'    """Total of item {i}: count times price plus {i} percent."""',
+            f"    return count * price * {1 + i / 100:.2f}",
+            "",
+        ]
+    return "\n".join(out)
+
+
+def prompts(tokenizer: Any, lines: int) -> dict[str, list[int]]:
+    code = source_file(lines)
+    edit = (
+        f"```python\n{code}\n```\n\n"
+        "Rename `count` to `quantity` everywhere in the file above and print the full "
+        "updated file."
+    )
+    chat = "Tell me about the history of the bicycle in a few paragraphs."
+    return {
+        name: tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True
+        )
+        for name, text in (("edit", edit), ("chat", chat))
+    }
+
+
+def run(
+    model: Any, tokenizer: Any, cache: PrefixCache, prompt: list[int], streams: int, mode: str,
+    tokens: int,
+) -> dict:  # fmt: skip
+    source = ModelBatchSource(model, prefix_cache=cache, prompt_lookup=mode)  # type: ignore[arg-type]
+    engine = Engine(source, tokenizer)
+    ban_eos = {t: -1e9 for t in tokenizer.eos_token_ids}
+    results: list[dict] = [{} for _ in range(streams)]
+
+    def one(slot: int) -> None:
+        params = SamplingParams(max_tokens=tokens, temperature=0, logit_bias=ban_eos)
+        stamps, out = [], []
+        for chunk in engine.generate_sync(GenerationRequest(prompt, params)):
+            stamps.append((time.perf_counter(), len(chunk.token_ids)))
+            out += chunk.token_ids
+        after_first = sum(n for _, n in stamps[1:])
+        results[slot] = {"tokens": out, "n": after_first, "t": stamps[-1][0] - stamps[0][0]}
+
+    try:
+        threads = [threading.Thread(target=one, args=(s,)) for s in range(streams)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        engine.close()
+    drafted, accepted = source.spec_counts
+    return {
+        "tok_s": sum(r["n"] for r in results) / max(r["t"] for r in results),
+        "outputs": [r["tokens"] for r in results],
+        "drafted": drafted,
+        "accepted": accepted,
+    }
+
+
+def measure(tokens: int = 200, rounds: int = 2, lines: int = 30) -> list[dict]:
+    """Each workload's rows: decode tok/s off and auto (medians), their ratio, lookup's
+    counts, output equality, and the load average while it ran."""
+    loaded = load_model(None, progress=False)
+    tokenizer = loaded.tokenizer
+    cache = PrefixCache(max_bytes=2 << 30)
+    texts = prompts(tokenizer, lines)
+    workloads = {"edit": ("edit", 1), "edit x2 streams": ("edit", 2), "chat": ("chat", 1)}
+    rows = []
+    for name, (prompt_name, streams) in workloads.items():
+        prompt = texts[prompt_name]
+        runs: dict[str, list[dict]] = {"off": [], "auto": []}
+        loads = []
+        run(loaded.model, tokenizer, cache, prompt, 1, "off", 2)  # the prompt into the cache
+        for _ in range(rounds):
+            for mode in runs:
+                runs[mode].append(
+                    run(loaded.model, tokenizer, cache, prompt, streams, mode, tokens)
+                )
+                loads.append(os.getloadavg()[0])
+                print(f"{name} {mode}: {runs[mode][-1]['tok_s']:.1f} tok/s (load {loads[-1]:.1f})")
+        off = statistics.median(r["tok_s"] for r in runs["off"])
+        auto = statistics.median(r["tok_s"] for r in runs["auto"])
+        rows.append(
+            {
+                "workload": name,
+                "prompt_tokens": len(prompt),
+                "streams": streams,
+                "off_tok_s": round(off, 2),
+                "auto_tok_s": round(auto, 2),
+                "ratio": round(auto / off, 3),
+                "proposed": runs["auto"][0]["drafted"],
+                "accepted": runs["auto"][0]["accepted"],
+                "same_output": all(
+                    r["outputs"] == runs["off"][0]["outputs"] for r in runs["off"] + runs["auto"]
+                ),
+                "load_avg": round(statistics.mean(loads), 2),
+            }
+        )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tokens", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--lines", type=int, default=30, help="functions in the edited file")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    rows = measure(args.tokens, args.rounds, args.lines)
+    print("| workload | prompt | off tok/s | auto tok/s | auto/off | accepted/proposed |", end="")
+    print(" same | load |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {r['workload']} | {r['prompt_tokens']} | {r['off_tok_s']} | {r['auto_tok_s']} | "
+            f"{r['ratio']} | {r['accepted']}/{r['proposed']} | {r['same_output']} | "
+            f"{r['load_avg']} |"
+        )
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""The n-gram proposer and the per-request throttle of prompt lookup."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vllm_mlx.engine.lookup import NgramIndex, RowLookup, Throttle, row_lookup
+
+
+def index_of(tokens: list[int]) -> NgramIndex:
+    index = NgramIndex(min_n=2, max_n=4)
+    index.extend(tokens)
+    return index
+
+
+def test_the_continuation_of_the_latest_earlier_occurrence_is_proposed():
+    index = index_of([1, 2, 3, 10, 11, 1, 2, 3, 20, 21, 22, 7, 1, 2, 3])
+    assert index.propose(3) == [20, 21, 22]  # the latest earlier "1 2 3", not the first
+    assert index.propose(10) == [20, 21, 22, 7, 1, 2, 3]  # up to the end of the sequence
+
+
+def test_the_longest_matching_suffix_wins():
+    # "5 2 3" occurred before "9" and "2 3" before "8": the longer match decides
+    index = index_of([5, 2, 3, 9, 0, 2, 3, 8, 0, 5, 2, 3])
+    assert index.propose(1) == [9]
+
+
+def test_no_proposal_without_an_earlier_occurrence_or_below_the_shortest_size():
+    assert index_of([1, 2, 3, 4, 5]).propose(4) == []
+    assert index_of([1, 9, 1]).propose(4) == []  # only a 1-gram repeats; the minimum is 2
+    assert index_of([1, 2, 1, 2]).propose(0) == []
+
+
+def test_sync_catches_up_and_the_pending_token_is_part_of_the_suffix():
+    row = RowLookup(NgramIndex(), throttle=None)
+    tokens = [4, 5, 6, 7, 4, 5]
+    assert row.proposal(tokens, 6, 2) == [7, 4]
+    tokens += [6, 7]  # the pending token and one more entered the cache
+    assert row.proposal(tokens, 4, 3) == [5, 6, 7]
+    assert row.index.tokens == [*tokens, 4]
+
+
+def rejected(throttle: Throttle, emitted: int, k_max: int = 5) -> None:
+    throttle.record(max(throttle.tokens(emitted, k_max), 1), 0, emitted)
+
+
+def test_the_throttle_pauses_a_request_whose_proposals_are_rejected_and_doubles_the_pause():
+    throttle = Throttle(first_pause=16, max_pause=64)
+    assert throttle.tokens(0, 5) == 2  # the prior (alpha 2/3) pays best at two tokens
+    rejected(throttle, 1)
+    assert throttle.tokens(2, 5) == 1  # alpha fell: one token still pays
+    rejected(throttle, 2)  # no k pays now: paused for 16 tokens
+    assert throttle.tokens(17, 5) == 0 and throttle.tokens(18, 5) > 0
+    rejected(throttle, 19)
+    rejected(throttle, 20)  # paused again, twice as long
+    assert throttle.tokens(51, 5) == 0 and throttle.tokens(52, 5) > 0
+    for emitted in (60, 61, 200, 201):
+        rejected(throttle, emitted)
+    assert throttle.pause == 64  # capped
+    assert throttle.tokens(264, 5) == 0 and throttle.tokens(265, 5) > 0
+
+
+def test_a_verify_that_pays_again_restores_the_first_pause():
+    throttle = Throttle(first_pause=8, max_pause=64)
+    for emitted in (1, 2, 11, 12):
+        rejected(throttle, emitted)  # paused twice: the next pause would be 32
+    assert throttle.pause == 32
+    throttle.record(2, 2, emitted=30)
+    assert throttle.pause == 0 and throttle.tokens(31, 5) > 0
+    emitted = 31
+    while throttle.resume_at <= emitted:  # rejected until paused
+        rejected(throttle, emitted)
+        emitted += 1
+    assert throttle.resume_at == emitted - 1 + 8  # the first pause again
+
+
+def test_accepted_proposals_raise_the_proposal_length_to_the_limit():
+    throttle = Throttle()
+    asked = []
+    for emitted in range(0, 60, 6):
+        k = throttle.tokens(emitted, 8)
+        asked.append(k)
+        throttle.record(k, k, emitted)
+    assert asked[0] == 2 and asked[-1] == 8 and asked == sorted(asked)
+
+
+def test_the_proposal_length_maximises_tokens_per_cost():
+    throttle = Throttle(accepted=9.0, rejections=1.0)  # alpha 0.9
+    k = throttle.tokens(0, 16)
+    alpha, c = 0.9, throttle.cost_per_token
+    gain = [sum(alpha**i for i in range(n + 1)) / (1 + c * n) for n in range(1, 17)]
+    assert k == 1 + int(np.argmax(gain))
+
+
+def test_modes():
+    assert row_lookup("auto").throttle is not None
+    assert row_lookup("on").throttle is None
