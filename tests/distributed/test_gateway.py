@@ -15,7 +15,7 @@ import httpx
 import openai
 import pytest
 
-from vllm_mlx.server.launch import free_port, launched_server
+from vllm_mlx.server.launch import free_port, launched_server, stop_process
 
 from .tiny_folder import write_tiny_folder
 
@@ -45,18 +45,10 @@ def gateway(tmp_path_factory):
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-        stack.callback(_stop, smg)
+        stack.callback(stop_process, smg, timeout=10)
         base = f"http://127.0.0.1:{port}"
         _wait_for_workers(base, smg, count=2)
         yield base, [tmp / f"replica{i}.log" for i in range(2)]
-
-
-def _stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
 
 
 def _wait_for_workers(base: str, smg: subprocess.Popen, count: int, timeout: float = 120):

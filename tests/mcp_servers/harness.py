@@ -11,6 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from vllm_mlx.server.launch import stop_process
+
 TOOLBOX = str(Path(__file__).with_name("toolbox_server.py"))
 
 
@@ -56,9 +58,4 @@ def toolbox_http(mode: str = "--http") -> Iterator[int]:
         _wait_for_port(port, process)
         yield port
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, timeout=5)

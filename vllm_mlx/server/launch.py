@@ -76,11 +76,17 @@ def launched_server(
             # the CLI may re-execute itself (OpenBLAS preload) but keeps its pid
             yield Launched(base, proc.pid)
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_process(proc, timeout=15)
+
+
+def stop_process(process: subprocess.Popen, timeout: float) -> None:
+    """Ask ``process`` to stop (SIGTERM), kill it after ``timeout`` seconds, and reap it."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _limiting_open_files(count: int):
