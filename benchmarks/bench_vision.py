@@ -13,8 +13,10 @@ Shapes, each measured in the same run:
 - vision alone: image requests one after another (each a new image: no cache help);
 - vision + text: the same image requests while ``--text-streams`` text requests decode in
   the batch; beside it, the text streams alone. Reported: image requests per second, the
-  text streams' aggregate tok/s and their longest pause between two tokens (an image's
-  prefill runs in the engine's thread, once, at admission);
+  text streams' aggregate tok/s and their longest pause between two tokens. Run twice: with
+  the image span prefilled while the request is prepared (the default: off the engine's
+  thread) and with it prefilled at admission in the engine's thread (``AHEAD_REUSE_MIN``
+  0), side by side;
 - cached second turn: a conversation's second turn with the same image, TTFT from the
   prefix cache against the first turn (the image encoded) and against the same second turn
   with the cache off.
@@ -38,6 +40,7 @@ from PIL import Image
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))  # the tests' model builder
 from tiny_vision import write_tiny_vlm  # noqa: E402
 
+from vllm_mlx.engine import sources  # noqa: E402
 from vllm_mlx.options import RuntimeOptions  # noqa: E402
 from vllm_mlx.request import (  # noqa: E402
     ChatRequest,
@@ -203,12 +206,25 @@ def main() -> None:
                 cold.pipeline, seeds, args.max_tokens, args.text_streams, args.text_tokens
             )
         )
+        seeds = list(range(seed, seed + args.images))
+        seed += args.images
+        ahead, sources.AHEAD_REUSE_MIN = sources.AHEAD_REUSE_MIN, 0  # prefill at admission
+        try:
+            admitted = asyncio.run(
+                vision_beside_text(
+                    cold.pipeline, seeds, args.max_tokens, args.text_streams, args.text_tokens
+                )
+            )
+        finally:
+            sources.AHEAD_REUSE_MIN = ahead
         add("vision + text: image req/s", mixed["extra"])
         add("text alone: tok/s", text["tok_s"])
         add("text beside vision: tok/s", mixed["tok_s"])
+        add("... image prefill at admission: tok/s", admitted["tok_s"])
         add("text alone: median gap ms", text["median_gap_ms"])
         add("text alone: max gap ms", text["max_gap_ms"])
         add("text beside vision: max gap ms", mixed["max_gap_ms"])
+        add("... image prefill at admission: max gap", admitted["max_gap_ms"])
         turn = asyncio.run(second_turn(cached, cold, seed, args.max_tokens))
         seed += 1
         add("TTFT first turn (image encoded) s", turn["first"])
@@ -222,7 +238,9 @@ def main() -> None:
         f"ratios: image req/s beside text / alone = "
         f"{mean['vision + text: image req/s'] / mean['vision alone: image req/s']:.2f}; "
         f"text tok/s beside vision / alone = "
-        f"{mean['text beside vision: tok/s'] / mean['text alone: tok/s']:.2f}; "
+        f"{mean['text beside vision: tok/s'] / mean['text alone: tok/s']:.2f} "
+        f"(prefill at admission: "
+        f"{mean['... image prefill at admission: tok/s'] / mean['text alone: tok/s']:.2f}); "
         f"cached second-turn TTFT / uncached = "
         f"{mean['TTFT second turn, cached s'] / mean['TTFT second turn, no cache s']:.3f}"
     )

@@ -80,8 +80,11 @@ def build_runtime(
     cpu_weights = _weights_for_cpu(options.model.cpu_weights)
     engine, cache = options.engine, options.cache
     loaded = load_model(model, cpu_weights=cpu_weights, progress=progress)
-    if loaded.processor is not None and (engine.kv_bits or options.model.draft_model):
-        raise ValueError("--kv-bits and --draft-model are not supported for vision models yet")
+    if loaded.processor is not None and engine.kv_bits and loaded.model.mrope:
+        raise ValueError(
+            "--kv-bits is not supported for this vision model yet: its M-RoPE rows carry a "
+            "rotary shift that quantized caches do not keep"
+        )
     adapters = None
     if fuse is not None:
         weights = read_adapter(fuse, loaded.model)

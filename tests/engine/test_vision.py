@@ -5,54 +5,22 @@ cache (and answers what it answers cold)."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
-import time
-from dataclasses import dataclass
-
 import mlx.core as mx
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
 from tiny_vision import FAMILIES, png_data_url, tiny_vlm
+from vision_chats import Img, request, run_alone, together, user
 
 from vllm_mlx.chat.images import ImageLimits, read_image
 from vllm_mlx.chat.template import render_chat
 from vllm_mlx.chat.vision_prompt import VisionPrompter
+from vllm_mlx.engine import sources
 from vllm_mlx.engine.vision import ShiftedBatchKVCache, ShiftedKVCache
 from vllm_mlx.models.loader import load_model
 from vllm_mlx.options import RuntimeOptions
-from vllm_mlx.request import ChatRequest, ImageSource, Sampling, collecting_media, media_placeholder
 from vllm_mlx.runtime import build_runtime
 
 RED, GREEN = (230, 20, 20), (10, 200, 40)
-
-
-@dataclass(frozen=True)
-class Img:
-    color: tuple[int, int, int]
-
-
-def request(*messages: tuple[str, list], max_tokens: int = 6) -> ChatRequest:
-    """A chat of (role, parts) messages whose parts are text and ``Img`` images, converted
-    as the surfaces convert them (each image a marker with its source)."""
-    out = []
-    with collecting_media() as media:
-        for i, (role, parts) in enumerate(messages):
-            text = ""
-            for k, part in enumerate(parts):
-                if isinstance(part, Img):
-                    source = ImageSource(url=png_data_url(part.color))
-                    text += media_placeholder("image", f"messages.{i}.content.{k}", source)
-                else:
-                    text += part
-            out.append({"role": role, "content": text})
-    return ChatRequest(
-        messages=out, omitted_media=media, sampling=Sampling(temperature=0.0), max_tokens=max_tokens
-    )
-
-
-def user(*parts) -> tuple[str, list]:
-    return ("user", list(parts))
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -133,10 +101,6 @@ def test_image_tokens_are_keyed_by_pixels(runtime):
     assert red.vision.key[first] != green.vision.key[first]
 
 
-def _run_alone(runtime, chat: ChatRequest) -> str:
-    return runtime.pipeline.complete_sync(runtime.pipeline.prepare_chat(chat)).message.content
-
-
 def test_batched_with_text_equals_alone(runtime):
     """A vision request decoding beside two text requests gives each the tokens it gets
     alone (greedy); the engine ran them together."""
@@ -148,38 +112,12 @@ def test_batched_with_text_equals_alone(runtime):
     source = runtime.engine.source
     kept, source.prefix_cache = source.prefix_cache, None  # every prompt computed each time
     try:
-        alone = [_run_alone(runtime, chat) for chat in chats]
-        batched, peak = _together(runtime, chats)
+        alone = [run_alone(runtime, chat) for chat in chats]
+        batched, peak = together(runtime, chats)
     finally:
         source.prefix_cache = kept
     assert batched == alone
     assert peak >= 2
-
-
-def _together(runtime, chats: list[ChatRequest]) -> tuple[list[str], int]:
-    """The answers of ``chats`` submitted at once, and the most the engine ran together."""
-    peak = 0
-    done = threading.Event()
-
-    def watch():
-        nonlocal peak
-        while not done.is_set():
-            peak = max(peak, runtime.engine.running)
-            time.sleep(0.001)
-
-    async def together():
-        prepared = [runtime.pipeline.prepare_chat(chat) for chat in chats]
-        results = await asyncio.gather(*(runtime.pipeline.complete(p) for p in prepared))
-        return [r.message.content for r in results]
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    try:
-        batched = asyncio.run(together())
-    finally:
-        done.set()
-        watcher.join()
-    return batched, peak
 
 
 def test_second_turn_reuses_the_image_from_the_cache(runtime):
@@ -189,7 +127,7 @@ def test_second_turn_reuses_the_image_from_the_cache(runtime):
     first = runtime.pipeline.prepare_chat(
         request(user(Img(GREEN), "What is in this image?"), max_tokens=6)
     )
-    assert first.generation.vision.encoded is not None  # encoded while preparing
+    assert first.generation.vision.prefilled is not None  # encoded and prefilled while preparing
     answer = runtime.pipeline.complete_sync(first).message.content
     second_turns = (
         user(Img(GREEN), "What is in this image?"),
@@ -197,7 +135,8 @@ def test_second_turn_reuses_the_image_from_the_cache(runtime):
         user("And its colour?"),
     )
     prepared = runtime.pipeline.prepare_chat(request(*second_turns))
-    assert prepared.generation.vision.encoded is None  # the cache holds it: no tower
+    vision = prepared.generation.vision
+    assert vision.encoded is None and vision.prefilled is None  # the cache holds it: no tower
     result = runtime.pipeline.complete_sync(prepared)
     image_end = prepared.generation.vision.image_end
     assert result.usage.cached_tokens >= image_end
@@ -205,7 +144,7 @@ def test_second_turn_reuses_the_image_from_the_cache(runtime):
         str(runtime.loaded.path), RuntimeOptions.of(prefix_cache_mb=0), progress=False
     )
     try:
-        assert _run_alone(cold, request(*second_turns)) == result.message.content
+        assert run_alone(cold, request(*second_turns)) == result.message.content
     finally:
         cold.close()
     swapped = (user(Img(RED), "What is in this image?"), *second_turns[1:])
@@ -216,23 +155,33 @@ def test_second_turn_reuses_the_image_from_the_cache(runtime):
     assert runtime.pipeline.complete_sync(prepared).usage.cached_tokens <= first_image
 
 
-def test_a_turn_that_adds_an_image_reuses_the_earlier_one(runtime):
+@pytest.mark.parametrize("reuse_from", [0, 10_000])
+def test_a_turn_that_adds_an_image_reuses_the_earlier_one(runtime, reuse_from, monkeypatch):
     """Each image's tokens are keyed by its own pixels: the next turn, which adds a second
-    image, is served from the cache through the first image."""
+    image, is served from the cache through the first image (with its images encoded while
+    it is prepared and the rest prefilled at admission, or, when the cached part is too
+    short to be worth a pause of the batch, everything through the last image prefilled
+    while it is prepared)."""
+    monkeypatch.setattr(sources, "AHEAD_REUSE_MIN", reuse_from)
     first = request(user(Img(GREEN), "What is in this image?"), max_tokens=4)
-    answer = _run_alone(runtime, first)
+    answer = run_alone(runtime, first)
     turns = (
         user(Img(GREEN), "What is in this image?"),
         ("assistant", [answer]),
-        user(Img(RED), "And this one?"),
+        user(Img(RED if reuse_from == 0 else (20, 20, 230)), "And this one?"),  # a new image
     )
     prepared = runtime.pipeline.prepare_chat(request(*turns))
     key = prepared.generation.vision.key
     images = [i for i, t in enumerate(key) if t < 0]
     first_image = [i for i in images if key[i] == key[images[0]]]
     assert 0 < len(first_image) < len(images)  # two images, each its own id
+    vision = prepared.generation.vision
+    if reuse_from == 0:
+        assert vision.prefilled is None and vision.encoded is not None
+    else:
+        assert vision.prefilled is not None
     result = runtime.pipeline.complete_sync(prepared)
-    assert result.usage.cached_tokens > first_image[-1]
+    assert result.usage.cached_tokens > first_image[-1] or reuse_from > 0
 
 
 def test_the_disk_prefix_cache_serves_an_image_turn_after_a_restart(tmp_path):
@@ -244,7 +193,7 @@ def test_the_disk_prefix_cache_serves_an_image_turn_after_a_restart(tmp_path):
     writer = build_runtime(folder, options, progress=False)
     writer.engine.source.prefix_cache.disk.min_tokens = 1  # the tiny prompt persists too
     try:
-        answer = _run_alone(writer, first)
+        answer = run_alone(writer, first)
     finally:
         writer.close()  # flushes the disk writes
     turns = (*first_turn(answer), user("And its colour?"))

@@ -127,6 +127,14 @@ class PrefixCache:
         """Prompt tokens memory would serve now (nothing fetched, nothing copied)."""
         return self._best(prompt, lane)[1]
 
+    def servable(self, prompt: np.ndarray, lane: str | None = None) -> int:
+        """Prompt tokens memory or the disk would serve now (nothing read, nothing copied)."""
+        served = self.served(prompt, lane)
+        disk = self._disk(lane)
+        if disk is None:
+            return served
+        return max([served, *(usable(e.tokens, e.trimmable, prompt) for e in disk.candidates())])
+
     def _from_disk(
         self,
         disk: DiskCache,

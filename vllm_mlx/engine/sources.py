@@ -32,6 +32,9 @@ from .vision import LanguageModel, VisionInput, set_shift
 # Prompt tokens a new request must share with one still prefilling to wait for it (its
 # prefix then comes from the cache) rather than compute them a second time alongside.
 SHARED_PREFILL_MIN = 256
+# A vision prompt whose cached prefix is shorter than this is prefilled through its last
+# image while it is prepared, from its start, off the engine's thread (encode_ahead).
+AHEAD_REUSE_MIN = 64
 
 
 @dataclass
@@ -209,8 +212,11 @@ class ModelBatchSource:
             raise ValueError("adapters run only on a text model's source that serves them")
         lane = adapter.lane if adapter is not None else None
         key = vision.key if vision is not None else prompt
+        ahead = vision is not None and vision.prefilled is not None  # nothing to fetch
         cache, cached = (
-            self.prefix_cache.fetch(key, lane) if self.prefix_cache is not None else (None, 0)
+            self.prefix_cache.fetch(key, lane)
+            if self.prefix_cache is not None and not ahead
+            else (None, 0)
         )
         if vision is not None:
             return self._insert_vision(
@@ -265,10 +271,14 @@ class ModelBatchSource:
             raise ValueError("this model does not read images")
         if self._solo is not None:
             self._hand_over()
-        if cache is None:
-            cache = make_prompt_cache(self.model)
-        with mx.stream(self._gen.stream):  # the batch's stream, as its own prefill uses
-            start = self.model.prefill_images(prompt, vision, cache, cached, self.prefill_step_size)
+        if vision.prefilled is not None:  # prefilled while the request was prepared
+            cache, start, vision.prefilled = vision.prefilled, vision.image_end, None
+        else:
+            if cache is None:
+                cache = self._fresh_cache() or make_prompt_cache(self.model)
+            with mx.stream(self._gen.stream):  # the batch's stream, as its own prefill uses
+                step = self.prefill_step_size
+                start = self.model.prefill_images(prompt, vision, cache, cached, step)
         (uid,) = self._gen.insert_segments(
             [[prompt[start:]]],
             max_tokens=[max_tokens],
@@ -284,14 +294,23 @@ class ModelBatchSource:
         return uid, cached
 
     def encode_ahead(self, prompt: list[int], vision: VisionInput) -> None:
-        """Encode a vision prompt's images in the calling thread (its preparation, off the
-        engine's), unless the prefix cache holds the prompt past its last image now (a
-        read-only look; if that changes before admission, admission encodes them)."""
+        """A vision prompt's work done in the calling thread (its preparation, off the
+        engine's): nothing when the prefix cache (memory or disk) holds the prompt past its
+        last image now (a read-only look; if that changes before admission, admission does
+        the work); the
+        images' encoding and their span's prefill when it holds less than
+        ``AHEAD_REUSE_MIN`` tokens of it (recomputing those beats pausing the batch);
+        else the encoding alone (admission prefills from the cached prefix)."""
         if not isinstance(self.model, LanguageModel):
             return
         cache = self.prefix_cache
         key = np.asarray(vision.key, dtype=np.int32)
-        if cache is not None and cache.served(key) >= vision.image_end:
+        served = cache.servable(key) if cache is not None else 0
+        if served >= vision.image_end:
+            return
+        if served < AHEAD_REUSE_MIN:
+            fresh = self._fresh_cache() or make_prompt_cache(self.model)
+            self.model.prefill_ahead(prompt, vision, fresh, self.prefill_step_size)
             return
         self.model.encode(prompt, vision)
 

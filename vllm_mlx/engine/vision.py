@@ -103,6 +103,9 @@ class VisionInput:
     # the merged embeddings and what goes with them, when encoded ahead of admission in
     # the request's preparing thread (``LanguageModel.encode``); evaluated
     encoded: Encoded | None = None
+    # the prompt's KV cache up to ``image_end``, when prefilled ahead of admission in the
+    # preparing thread (``LanguageModel.prefill_ahead``)
+    prefilled: list[Any] | None = None
 
 
 @dataclass
@@ -180,10 +183,14 @@ class LanguageModel(nn.Module):
         return self.vlm.language_model.layers
 
     def make_cache(self) -> list[Any]:
+        """M-RoPE rows carry their rotary shift; other families keep their language model's
+        own layout (plain, or rotating for sliding-window layers)."""
+        if self.mrope:
+            return [ShiftedKVCache() for _ in self.layers]
         language = self.vlm.language_model
-        if not self.mrope and hasattr(language, "make_cache"):
+        if hasattr(language, "make_cache"):
             return language.make_cache()
-        return [ShiftedKVCache() for _ in self.layers]
+        return [KVCache() for _ in self.layers]
 
     def __call__(self, inputs: mx.array, cache=None, input_embeddings: mx.array | None = None):
         extra: dict[str, Any] = {}
@@ -245,6 +252,15 @@ class LanguageModel(nn.Module):
                 mx.array([prompt]), vision.features.get("image_grid_thw"), None, None
             )
         return positions, int(np.array(deltas).reshape(-1)[0])
+
+    def prefill_ahead(self, prompt: list[int], vision: VisionInput, cache: list[Any], step: int):
+        """Encode the images and prefill ``prompt[:vision.image_end]`` into ``cache`` (empty)
+        now, in the calling thread (a request's preparation), so that admission only
+        inserts the request into the batch; kept on ``vision.prefilled``."""
+        self.encode(prompt, vision)
+        with mx.stream(generation_stream):
+            self.prefill_images(prompt, vision, cache, 0, step)
+        vision.prefilled = cache
 
     def prefill_images(
         self, prompt: list[int], vision: VisionInput, cache: list[Any], start: int, step: int = 256
