@@ -109,6 +109,8 @@ def build_runtime(
     source = ModelBatchSource(
         loaded.model,
         max_num_seqs=engine.max_num_seqs,
+        prefill_step_size=engine.prefill_step_tokens,
+        decode_steps_per_chunk=engine.decode_steps_per_chunk,
         prefix_cache=prefix_cache,
         kv_bits=engine.kv_bits,
         kv_group_size=engine.kv_group_size,
@@ -175,6 +177,8 @@ def _sharded_source(
     source = ModelBatchSource(
         loaded.model,
         max_num_seqs=engine.max_num_seqs,
+        prefill_step_size=engine.prefill_step_tokens,
+        decode_steps_per_chunk=engine.decode_steps_per_chunk,
         kv_bits=engine.kv_bits,
         kv_group_size=engine.kv_group_size,
     )

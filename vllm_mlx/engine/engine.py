@@ -20,7 +20,7 @@ from ..protocols import DecodingTokenizer
 from .decoder import RequestDecoder
 from .generation import EngineUnavailableError, GenerationChunk, GenerationError, GenerationRequest
 from .sampling import make_penalty_processors, make_sampler
-from .sources import TokenSource
+from .sources import ModelBatchSource, TokenSource
 from .threads import release_mlx_streams
 
 log = logging.getLogger(__name__)
@@ -78,6 +78,8 @@ class Engine:
         self._deferred: list[_Job] = []  # waiting for a shared prefix's prefill (_admit)
         self._closing = threading.Event()
         self.unavailable: str | None = None  # why the engine stopped serving (``halt``)
+        if isinstance(source, ModelBatchSource):  # a long prefill yields to a newcomer
+            source.yield_to(self._admissible)
         self._thread = threading.Thread(target=self._work, name="vllm-mlx-engine", daemon=True)
         self._thread.start()
 
@@ -244,6 +246,10 @@ class Engine:
             return
         decoder = RequestDecoder(request, self.tokenizer, self._eos, cached_tokens=cached)
         self._running[uid] = _Running(job, decoder)
+
+    def _admissible(self) -> bool:
+        """Whether a request waits that the next admission would start (engine thread)."""
+        return not self._jobs.empty() and len(self._running) < self.max_num_seqs
 
     def _drop_cancelled(self) -> None:
         for uid, running in list(self._running.items()):

@@ -9,13 +9,13 @@ through the real server with a chosen output.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import mlx.core as mx
 import numpy as np
-from mlx_lm.generate import BatchGenerator, StopSequences
+from mlx_lm.generate import StopSequences
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
 
 from ..protocols import LogitsProcessor
@@ -26,6 +26,7 @@ from .lookup import LookupMode
 from .lookup_verify import LookupDecoder
 from .prefix_cache import PrefixCache, common_prefix
 from .sampling import Sampler, computing_with, numerics_of
+from .scheduler import FairBatchGenerator, PrefillSchedule
 from .speculative import SoloSpeculator
 from .vision import LanguageModel, VisionInput, set_shift
 
@@ -103,7 +104,7 @@ class ModelBatchSource:
         *,
         max_num_seqs: int = 8,
         prefill_step_size: int = 256,
-        shared_prefill_step: int = 64,
+        decode_steps_per_chunk: int = 24,
         prefix_cache: PrefixCache | None = None,
         kv_bits: int | None = None,
         kv_group_size: int = 64,
@@ -120,11 +121,10 @@ class ModelBatchSource:
         self._slot_of: dict[int, int] = {}  # generator uid -> adapter slot (adapter rows only)
         self._lane_of: dict[int, str] = {}  # generator uid -> its adapter's prefix-cache lane
         self.max_num_seqs = max_num_seqs
+        # Prompt tokens a step prefills at most, and the decode steps between two chunks of
+        # a long prompt while other sequences decode (engine/scheduler.py).
         self.prefill_step_size = prefill_step_size
-        # Prompt tokens a step prefills while other sequences share the batch: a chunk holds
-        # up every running stream's next token and every newcomer's admission, so it is
-        # short then (a prompt alone takes prefill_step_size at a time).
-        self.shared_prefill_step = max(1, min(shared_prefill_step, prefill_step_size))
+        self.decode_steps_per_chunk = decode_steps_per_chunk
         self.prefix_cache = prefix_cache
         self.kv_bits = kv_bits
         self.kv_group_size = kv_group_size
@@ -135,6 +135,7 @@ class ModelBatchSource:
             make_prompt_cache(model)
         )
         self._checkpoints: dict[int, list[int]] = {}  # uid -> the prompt up to a checkpoint
+        self._arrivals: Callable[[], bool] = lambda: False
         self._gen = self._new_generator()
         # Speculative decoding runs a sequence alone (uids < 0) until a second one arrives;
         # it needs caches both models can trim back to the accepted tokens.
@@ -181,21 +182,34 @@ class ModelBatchSource:
         """The stream the generator computes on (a sharded server's collectives join it)."""
         return self._gen.stream
 
-    def _new_generator(self) -> BatchGenerator:
+    def _new_generator(self) -> FairBatchGenerator:
         model = self.model
         if self.adapter_rows is not None:
             model = RowRoutedModel(model, self.adapter_rows, self._batches, self._slot_of)
-        return BatchGenerator(
+        generator = FairBatchGenerator(
             model,
+            schedule=PrefillSchedule(self.prefill_step_size, self.decode_steps_per_chunk),
             stop_tokens=None,  # the engine decides stops (stop ids, strings, constraints)
             completion_batch_size=self.max_num_seqs,
-            prefill_batch_size=min(self.max_num_seqs, 8),
-            prefill_step_size=self.prefill_step_size,
         )
+        generator.interrupt = self._arrivals
+        generator.decode_with = self._lookup_step
+        return generator
+
+    def _lookup_step(self, generator: FairBatchGenerator) -> list[Any] | None:
+        """A decode step verifying prompt-lookup proposals, or None for a plain one."""
+        return self.lookup.step(generator) if self.lookup is not None else None
+
+    def yield_to(self, arrivals: Callable[[], bool]) -> None:
+        """Stop a step's prefill at its next model call while ``arrivals()`` (a request
+        waits for admission; the engine's own thread asks). Not for a sharded server's
+        ranks, whose steps must all do the same work."""
+        self._arrivals = arrivals
+        self._gen.interrupt = arrivals
 
     def _batches(self) -> list[Any]:
         """The generator's batches whose calls the adapter rows must place."""
-        return [self._gen._generation_batch, self._gen._prompt_batch]
+        return [self._gen._generation_batch, *self._gen.prompt_batches]
 
     def insert(
         self,
@@ -441,12 +455,7 @@ class ModelBatchSource:
     def _step(self) -> tuple[list[Step], list[int]]:
         if self._solo is not None:
             return self._solo_step(), []
-        shared = len(self._in_batch) > 1
-        self._gen.prefill_step_size = (
-            self.shared_prefill_step if shared else self.prefill_step_size
-        )  # read by each BatchGenerator step
-        verified = self.lookup.step(self._gen) if self.lookup is not None else None
-        prompt_responses, responses = ([], verified) if verified is not None else self._gen.next()
+        prompt_responses, responses = self._gen.next()
         if self._checkpoints:
             self._store_checkpoints(prompt_responses)
         if self._prefilling:

@@ -125,6 +125,23 @@ def serve_flags(command: F) -> F:
     help="Requests generated together in one continuous batch.",
 )
 @click.option(
+    "--prefill-step-tokens",
+    default=256,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="The most prompt tokens one scheduling step prefills; waiting prompts share them "
+    "shortest-remaining-first, so a short prompt beside a long one finishes in one step.",
+)
+@click.option(
+    "--decode-steps-per-chunk",
+    default=24,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="While requests are decoding, the decode steps between two chunks of a long "
+    "prompt's prefill: more keeps running streams' pace, fewer finishes long prompts "
+    "sooner (0: a chunk beside every decode step).",
+)
+@click.option(
     "--prefix-cache-mb",
     default=512,
     show_default=True,
