@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from vllm_mlx.engine.engine import Engine
+from vllm_mlx.engine.generation import GenerationRequest
 from vllm_mlx.engine.sampling import SamplingParams
 from vllm_mlx.engine.sources import ModelBatchSource
-from vllm_mlx.engine.types import GenerationRequest
 from vllm_mlx.models.loader import load_model
 
 FILLER = "def add(a, b):\n    return a + b\n\n"

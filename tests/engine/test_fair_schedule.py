@@ -11,9 +11,9 @@ import pytest
 
 from vllm_mlx import native
 from vllm_mlx.engine.engine import Engine
+from vllm_mlx.engine.generation import GenerationRequest
 from vllm_mlx.engine.sampling import SamplingParams
 from vllm_mlx.engine.sources import ModelBatchSource
-from vllm_mlx.engine.types import GenerationRequest
 from vllm_mlx.models import load_model
 
 pytestmark = [
