@@ -257,6 +257,16 @@ void sdpa_task_as(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t
       const T* k[4] = {src.key(l), src.key(l + 1), src.key(l + 2), src.key(l + 3)};
       for (int64_t row = 0; row < rows; row += 3) {
         const int n = static_cast<int>(std::min<int64_t>(3, rows - row));
+        bool any = false; // a row that sees one of these keys (not past every causal limit)
+        for (int r = 0; r < n; ++r) {
+          any = any || l < limit[row + r];
+        }
+        if (!any) {
+          for (int r = 0; r < n; ++r) {
+            std::fill_n(scores + (row + r) * span + (l - l0), 4, -std::numeric_limits<float>::infinity());
+          }
+          continue;
+        }
         float dots[3][4];
         if (D == 64) {
           dots_tile<8, T>(n, query + row, k, dots);
@@ -264,9 +274,13 @@ void sdpa_task_as(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t
           dots_tile<16, T>(n, query + row, k, dots);
         }
         for (int r = 0; r < n; ++r) {
+          float* out = scores + (row + r) * span + (l - l0);
+          if (all_dense && l >= first && l + 4 <= limit[row + r]) { // all four seen
+            _mm_storeu_ps(out, _mm_mul_ps(_mm_loadu_ps(dots[r]), _mm_set1_ps(a.scale)));
+            continue;
+          }
           for (int j = 0; j < 4; ++j) {
-            scores[(row + r) * span + (l + j - l0)] =
-                seen(row + r, l + j) ? dots[r][j] * a.scale : -std::numeric_limits<float>::infinity();
+            out[j] = seen(row + r, l + j) ? dots[r][j] * a.scale : -std::numeric_limits<float>::infinity();
           }
         }
       }
