@@ -30,7 +30,7 @@ from PIL import Image
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-FAMILIES = ("qwen2_5_vl", "qwen3_vl", "idefics3", "gemma3")
+FAMILIES = ("qwen2_5_vl", "qwen3_vl", "idefics3", "gemma3", "llava")
 _QWEN = ("qwen2_5_vl", "qwen3_vl")
 
 _CORPUS = (
@@ -111,13 +111,31 @@ _GEMMA_TEMPLATE = (
     "{%- if add_generation_prompt -%}<start_of_turn>model{{ '\\n' }}{%- endif -%}"
 )
 
+# LLaVA-1.5: "USER: <image>\ntext ASSISTANT: answer</s>"; the processor repeats <image> once
+# per patch feature.
+_LLAVA_TEMPLATE = (
+    "{{ bos_token }}"
+    "{%- for message in messages -%}"
+    "{%- if message.role == 'assistant' -%}ASSISTANT: {% else -%}USER: {% endif -%}"
+    "{%- if message.content is string -%}{{ message.content }}"
+    "{%- else -%}{%- for part in message.content -%}"
+    "{%- if part.type == 'image' -%}<image>{{ '\\n' }}"
+    "{%- elif part.type == 'text' -%}{{ part.text }}{%- endif -%}"
+    "{%- endfor -%}{%- endif -%}"
+    "{%- if message.role == 'assistant' -%}</s>{%- endif -%}{{ ' ' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}ASSISTANT:{%- endif -%}"
+)
+
 _TEMPLATES = {
+    "llava": _LLAVA_TEMPLATE,
     "qwen2_5_vl": _QWEN_TEMPLATE,
     "qwen3_vl": _QWEN_TEMPLATE,
     "idefics3": _IDEFICS_TEMPLATE,
     "gemma3": _GEMMA_TEMPLATE,
 }
 _EOS = {
+    "llava": "</s>",
     "qwen2_5_vl": "<|im_end|>",
     "qwen3_vl": "<|im_end|>",
     "idefics3": "<end_of_utterance>",
@@ -136,6 +154,7 @@ _SPECIALS = {
         "<global-img>",
         *[f"<row_{r}_col_{c}>" for r in range(1, 4) for c in range(1, 4)],
     ],
+    "llava": ["<pad>", "<s>", "</s>", "<image>"],
     "gemma3": [
         "<pad>",
         "<eos>",
@@ -162,6 +181,8 @@ def _tokenizer(family: str) -> PreTrainedTokenizerFast:
     )
     bpe.train_from_iterator(list(_CORPUS) * 4, trainer=trainer)
     extra: dict = {"pad_token": "<|endoftext|>"}
+    if family == "llava":
+        extra = {"pad_token": "<pad>", "bos_token": "<s>"}
     if family == "gemma3":  # the processor reads its image tokens off the tokenizer
         extra = {
             "pad_token": "<pad>",
@@ -300,6 +321,42 @@ def _gemma3_config(tok: PreTrainedTokenizerFast) -> dict:
     }
 
 
+def _llava_config(tok: PreTrainedTokenizerFast) -> dict:
+    """LLaVA: a CLIP tower (its class token dropped) and a two-layer projector into a Llama
+    text model; one image is (32 / 16)^2 = 4 patch features."""
+    ids = tok.convert_tokens_to_ids
+    return {
+        "model_type": "llava",
+        "architectures": ["LlavaForConditionalGeneration"],
+        "image_token_index": ids("<image>"),
+        "vision_feature_layer": -2,
+        "vision_feature_select_strategy": "default",
+        "eos_token_id": [ids("</s>")],
+        "text_config": {
+            "model_type": "llama",
+            "hidden_size": 64,
+            "num_hidden_layers": 2,
+            "intermediate_size": 128,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "rms_norm_eps": 1e-6,
+            "vocab_size": len(tok),
+            "max_position_embeddings": 4096,
+            "rope_theta": 10000.0,
+        },
+        "vision_config": {
+            "model_type": "clip_vision_model",
+            "num_hidden_layers": 3,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_attention_heads": 2,
+            "image_size": 32,
+            "patch_size": 16,
+            "projection_dim": 32,
+        },
+    }
+
+
 def _idefics_config(tok: PreTrainedTokenizerFast) -> dict:
     ids = tok.convert_tokens_to_ids
     return {
@@ -337,6 +394,27 @@ def _idefics_config(tok: PreTrainedTokenizerFast) -> dict:
 
 def _processor_files(family: str) -> tuple[dict, dict]:
     """(preprocessor_config.json, processor_config.json) for the family's real processor."""
+    if family == "llava":
+        pre = {
+            "image_processor_type": "CLIPImageProcessor",
+            "processor_class": "LlavaProcessor",
+            "size": {"shortest_edge": 32},
+            "crop_size": {"height": 32, "width": 32},
+            "do_resize": True,
+            "do_center_crop": True,
+            "do_rescale": True,
+            "rescale_factor": 1 / 255,
+            "do_normalize": True,
+            "image_mean": [0.48145466, 0.4578275, 0.40821073],
+            "image_std": [0.26862954, 0.26130258, 0.27577711],
+        }
+        proc = {
+            "processor_class": "LlavaProcessor",
+            "patch_size": 16,
+            "vision_feature_select_strategy": "default",
+            "num_additional_image_tokens": 1,
+        }
+        return pre, proc
     if family == "gemma3":
         pre = {
             "image_processor_type": "Gemma3ImageProcessor",
@@ -420,6 +498,7 @@ def write_tiny_vlm(folder: Path, family: str, seed: int = 0, sizes: dict | None 
         "qwen3_vl": _qwen3_config,
         "idefics3": _idefics_config,
         "gemma3": _gemma3_config,
+        "llava": _llava_config,
     }[family](tok)
     pre, proc = _processor_files(family)
     sizes = dict(sizes or {})

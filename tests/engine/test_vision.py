@@ -58,7 +58,7 @@ def test_image_prefill_and_decode_match_mlx_vlm(family, step):
         ids = mx.array([tokens])
         if family in GENERATION_REFERENCE:
             return generation_logits(vlm, ids, vision.features)
-        out = vlm(ids, **vision.features)
+        out = vlm(ids, mask=None, **vision.features)  # causal, as generation attends
         return getattr(out, "logits", out)[0, -1]
 
     cache = make_prompt_cache(loaded.model)

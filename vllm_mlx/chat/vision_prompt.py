@@ -66,14 +66,15 @@ class VisionPrompter:
         bos: str | None = getattr(tokenizer, "bos_token", None)
         add_special = bool(bos) and not text.startswith(bos or "")
         try:
-            out = self.processor(
-                text=[text], images=[d.image for d in images], add_special_tokens=add_special
-            )
+            out = self._process(text, [d.image for d in images], add_special)
         except (ValueError, TypeError, IndexError) as error:
             raise ImageError(
                 f"the model's processor refused the images: {error}", "messages"
             ) from None
         ids = [int(t) for t in out["input_ids"][0].tolist()]
+        bos_id = getattr(tokenizer, "bos_token_id", None)
+        if not add_special and bos_id is not None and ids[:2] == [bos_id, bos_id]:
+            ids = ids[1:]  # a processor that added the BOS the rendered text has
         positions = [i for i, t in enumerate(ids) if t == self.image_token_id]
         if len(positions) > limits.max_image_tokens:
             raise ImageError(
@@ -93,6 +94,16 @@ class VisionPrompter:
         )
         return ids, vision
 
+    def _process(self, text: str, images: list[Any], add_special: bool) -> Any:
+        """The processor's output; a processor that hands its keyword arguments to its
+        image processor too (LLaVA's) is called without ``add_special_tokens``."""
+        try:
+            return self.processor(text=[text], images=images, add_special_tokens=add_special)
+        except TypeError as error:
+            if "add_special_tokens" not in str(error):
+                raise
+            return self.processor(text=[text], images=images)
+
     def _counts(self, images: list[DecodedImage], grid: Any) -> list[int]:
         """Each image's tokens, in order: from the patch grid when the processor gives one
         (Qwen-VL), else by expanding the image alone (Idefics3's tiles, Gemma 3's soft
@@ -104,9 +115,7 @@ class VisionPrompter:
         for image in images:
             count = self.seen.get(image.digest)
             if count is None:
-                out = self.processor(
-                    text=[self.image_text], images=[image.image], add_special_tokens=False
-                )
+                out = self._process(self.image_text, [image.image], False)
                 ids = out["input_ids"][0].tolist()
                 count = sum(1 for t in ids if t == self.image_token_id)
                 if len(self.seen) >= _SEEN:
