@@ -5,7 +5,7 @@ short chat arriving during the long prompt's prefill), in alternating rounds.
 
     LD_PRELOAD=/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0 \\
         python benchmarks/bench_fair_schedule.py [--long-tokens 1536] [--rounds 2] \\
-        [--decode-steps 24] [--chunk 256]
+        [--decode-steps 32] [--chunk 256]
 
 ``--decode-steps`` takes several values (``0,8,16``) to compare schedules in the same run.
 The targets: short TTFT together <= 3x alone + 1 s, stream p95 gap together <= 4x alone,
@@ -111,7 +111,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--long-tokens", type=int, default=1536)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--decode-steps", default="24", help="comma-separated schedules")
+    parser.add_argument("--decode-steps", default="32", help="comma-separated schedules")
     parser.add_argument("--chunk", type=int, default=256)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()

@@ -104,7 +104,7 @@ class ModelBatchSource:
         *,
         max_num_seqs: int = 8,
         prefill_step_size: int = 256,
-        decode_steps_per_chunk: int = 24,
+        decode_steps_per_chunk: int = 32,
         prefix_cache: PrefixCache | None = None,
         kv_bits: int | None = None,
         kv_group_size: int = 64,

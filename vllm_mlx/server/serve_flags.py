@@ -134,7 +134,7 @@ def serve_flags(command: F) -> F:
 )
 @click.option(
     "--decode-steps-per-chunk",
-    default=24,
+    default=32,
     show_default=True,
     type=click.IntRange(min=0),
     help="While requests are decoding, the decode steps between two chunks of a long "
