@@ -223,7 +223,7 @@ class Ours:
         from vllm_mlx.engine.sampling import RequestSampler, SamplingParams
         from vllm_mlx.engine.sampling import make_penalty_processors as penalties
 
-        native = sampling._draw  # set at model load when the kernel library is built
+        native = sampling.numerics_of(self.runtime.loaded.model).draw  # None: not built
         vocab = self.runtime.loaded.model.args.vocab_size
         row = mx.random.normal((1, vocab), key=mx.random.key(0)) * 3
         row = row - mx.logsumexp(row, axis=-1, keepdims=True)
