@@ -7,7 +7,7 @@ memory, deterministically, in well under a second.
 
 Public API:
     build_tiny_tokenizer() -> mlx_lm TokenizerWrapper  (cached; do not mutate)
-    build_tiny_model(tokenizer, seed=0, arch="qwen3") -> mlx.nn.Module
+    build_tiny_model(tokenizer, seed=0, arch="qwen3"|"qwen2"|"llama") -> mlx.nn.Module
     SPECIAL_TOKENS, QWEN3_STYLE_CHAT_TEMPLATE
 """
 
@@ -129,7 +129,8 @@ def build_tiny_model(
     hidden_size: int = 32,
     num_layers: int = 2,
 ) -> nn.Module:
-    """A random-weight mlx-lm model (``qwen3`` or ``llama``) sized to the tokenizer's vocab.
+    """A random-weight mlx-lm model (``qwen3``, ``qwen2`` or ``llama``) sized to the
+    tokenizer's vocab.
 
     Random weights give near-uniform, seed-dependent logits: a good adversary for
     constraints, since nothing in the model "wants" to produce valid output.
@@ -157,11 +158,15 @@ def build_tiny_model(
                 **common,
             )
         )
+    elif arch == "qwen2":
+        from mlx_lm.models import qwen2
+
+        model = qwen2.Model(qwen2.ModelArgs(model_type="qwen2", **common))
     elif arch == "llama":
         from mlx_lm.models import llama
 
         model = llama.Model(llama.ModelArgs(model_type="llama", **common))
     else:
-        raise ValueError(f"unknown tiny architecture {arch!r}: use 'qwen3' or 'llama'")
+        raise ValueError(f"unknown tiny architecture {arch!r}: use 'qwen3', 'qwen2' or 'llama'")
     mx.eval(model.parameters())
     return model

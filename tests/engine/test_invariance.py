@@ -6,16 +6,12 @@ batch's neighbours; greedy and seeded, with ``--kv-bits 8`` and with a draft mod
 
 from __future__ import annotations
 
-from typing import Any
-
-import mlx.core as mx
-import numpy as np
 import pytest
+from same_numbers import SAMPLING, assert_same, run
 
 from vllm_mlx import native
 from vllm_mlx.engine.cache_files import DiskCache
 from vllm_mlx.engine.prefix_cache import PrefixCache
-from vllm_mlx.engine.sampling import SamplingParams, make_sampler
 from vllm_mlx.engine.sources import ModelBatchSource
 from vllm_mlx.models import load_model
 
@@ -23,9 +19,6 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not native.available(), reason="vllm_mlx.native is not built"),
 ]
-SAMPLING = {"greedy": {"temperature": 0}, "seeded": {"temperature": 0.9, "seed": 1234}}
-# each step's logits, the tokens, cached tokens, each token's log-probabilities
-Run = tuple[list[np.ndarray], list[int], int, list[np.ndarray]]
 
 
 @pytest.fixture(scope="module")
@@ -48,47 +41,6 @@ def prompts(loaded) -> dict[str, list[int]]:
         ),
         "next_turn": loaded.tokenizer.encode("<|im_end|>\n<|im_start|>user\nAnd one more?"),
     }
-
-
-def run(source: ModelBatchSource, prompts: list[list[int]], sampling: dict, n: int = 6) -> list:
-    """Each prompt's (step logits, tokens, prompt tokens served from a cache), all inserted
-    before the first step (one batch)."""
-    runs: dict[int, Run] = {}
-    for prompt in prompts:
-        logits: list[np.ndarray] = []
-
-        def record(tokens: Any, row: mx.array, logits: list = logits) -> mx.array:
-            logits.append(np.array(row))
-            return row
-
-        uid, cached = source.insert(
-            prompt,
-            sampler=make_sampler(SamplingParams(**sampling)),
-            processors=[record],
-            max_tokens=n,
-        )
-        runs[uid] = (logits, [], cached, [])
-    order = list(runs)
-    finished: set[int] = set()
-    while len(finished) < len(order):
-        steps, ended = source.step()
-        for step in steps:
-            runs[step.uid][1].append(step.token)
-            runs[step.uid][3].append(np.array(step.logprobs))
-            finished.update([step.uid] if step.at_limit else [])
-        finished.update(ended)
-    return [runs[uid] for uid in order]
-
-
-def assert_same(got: Run, want: Run, what: str) -> None:
-    """The same tokens, and the same logits at each token's position (speculative decoding
-    may also score a position past the last token it emits), and the same log-probabilities
-    reported for each token."""
-    assert got[1] == want[1], what
-    n = len(got[1])
-    assert len(got[0]) >= n and len(want[0]) >= n, what
-    assert all(np.array_equal(a, b) for a, b in zip(got[0][:n], want[0][:n], strict=True)), what
-    assert all(np.array_equal(a, b) for a, b in zip(got[3], want[3], strict=True)), what
 
 
 @pytest.fixture(params=["default", "kv_bits_8", "draft"])
@@ -168,3 +120,17 @@ def test_an_entry_read_back_from_disk_gives_the_cold_numbers(
     got = run(reader, [prompt], sampling)[0]
     assert got[2] >= len(prompt) // 2
     assert_same(got, cold, "from the disk cache")
+
+
+@pytest.mark.parametrize("sampling", SAMPLING.values(), ids=SAMPLING.keys())
+def test_admitted_mid_decode_among_neighbours_of_any_length_gives_the_cold_numbers(
+    loaded, prompts, options: dict, sampling: dict
+) -> None:
+    """Neighbours of 3, 20 and the long prompt's tokens already decoding (or prefilling in
+    shared chunks) when the request arrives, and one arriving after it."""
+    model, prompt, long = loaded.model, prompts["prompt"], prompts["neighbour"]
+    cold = run(ModelBatchSource(model, **options), [prompt], sampling)[0]
+    batch = [prompt[:3], long, prompt[:20], prompt, long[:9]]
+    for delays in ([0, 0, 1, 2, 3], [0, 1, 1, 1, 5]):
+        got = run(ModelBatchSource(model, **options), batch, sampling, admitted_after=delays)
+        assert_same(got[3], cold, f"admitted after {delays[3]} steps among {delays}")

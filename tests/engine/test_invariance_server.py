@@ -95,12 +95,14 @@ def responses(base: str, turns: Messages, sampling: dict, stream: bool) -> str:
 
 Surface = Callable[[str, Messages, dict, bool], str]
 # the seed is an OpenAI field; Anthropic's and the Responses API's bodies have none
+# Two cases run on the Mac lane too (scripts/test_mac_path.sh: MLX's own kernels, no
+# native extension): a seeded OpenAI answer with its log-probabilities, a streamed Anthropic one.
 CASES = [
     pytest.param(chat, GREEDY, id="chat-greedy"),
-    pytest.param(chat, SEEDED, id="chat-seeded"),
+    pytest.param(chat, SEEDED, id="chat-seeded", marks=pytest.mark.mac_path),
     pytest.param(completions, GREEDY, id="completions-greedy"),
     pytest.param(completions, SEEDED, id="completions-seeded"),
-    pytest.param(messages, GREEDY, id="messages-greedy"),
+    pytest.param(messages, GREEDY, id="messages-greedy", marks=pytest.mark.mac_path),
     pytest.param(responses, GREEDY, id="responses-greedy"),
 ]
 

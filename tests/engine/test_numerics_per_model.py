@@ -77,3 +77,35 @@ def test_a_patched_model_draws_natively_whatever_was_loaded_first() -> None:
         assert again[0] == tokens and np.array_equal(again[1], logprobs)
     give_numerics(patched, MLX_OPS)
     assert [seeded_run(patched, seed=s)[0] for s in range(4)] != [t for t, _ in alone]
+
+
+def greedy_logits(model: nn.Module, n: int = 4) -> list[np.ndarray]:
+    seen: list[np.ndarray] = []
+
+    def record(tokens, row):
+        seen.append(np.array(row))
+        return row
+
+    source = ModelBatchSource(model)
+    source.insert(
+        PROMPT * 2,
+        sampler=make_sampler(SamplingParams(temperature=0)),
+        processors=[record],
+        max_tokens=n,
+    )
+    for _ in range(n):
+        source.step()
+    return seen
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_an_unpatched_model_keeps_mlx_s_attention_after_a_native_load(arch) -> None:
+    """The native load wraps its architecture's attention function for its own attention
+    layers only: another model of the same architecture keeps MLX's attention bits."""
+    plain = build_tiny_model(build_tiny_tokenizer(), seed=6, arch=arch, hidden_size=64)
+    before = greedy_logits(plain)
+    patched = build_tiny_model(build_tiny_tokenizer(), seed=7, arch=arch, hidden_size=64)
+    nn.quantize(patched, group_size=32, bits=4)
+    patch.enable(patched)
+    after = greedy_logits(plain)
+    assert all(np.array_equal(a, b) for a, b in zip(before, after, strict=True))

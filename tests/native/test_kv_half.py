@@ -19,7 +19,7 @@ from test_prefill import prefill_cases
 
 from vllm_mlx import native
 from vllm_mlx.native import patch
-from vllm_mlx.native.layers import KV_ENV, kv_dtype, kv_namespace
+from vllm_mlx.native.layers import KV_ENV, kv_dtype, kv_namespace, routed_attention
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="vllm_mlx.native is not built")
 HALF_ULP = 2.0**-11  # float16's relative rounding error (round to nearest)
@@ -144,7 +144,8 @@ def test_mlx_fallback_gets_kv_in_the_queries_dtype(monkeypatch: pytest.MonkeyPat
     k = mx.random.normal((1, 2, 5, 16), key=mx.random.key(2)).astype(mx.float16)
     v = mx.random.normal((1, 2, 5, 16), key=mx.random.key(3)).astype(mx.float16)
     mask = mx.random.normal((1, 1, 3, 5), key=mx.random.key(4))  # additive: not the kernels'
-    got = llama.scaled_dot_product_attention(q, k, v, cache=None, scale=0.25, mask=mask)
+    with routed_attention():  # as a patched model's attention layer calls it
+        got = llama.scaled_dot_product_attention(q, k, v, cache=None, scale=0.25, mask=mask)
     assert seen == [(mx.float32, mx.float32)]
     want = inner(q, upcast(k), upcast(v), scale=0.25, mask=mask)
     assert got.dtype == mx.float32 and mx.array_equal(got, want).item()

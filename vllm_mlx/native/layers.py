@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +41,26 @@ _KV_DTYPES = {"f16": mx.float16, "f32": mx.float32}
 # sgemm and run attention as BLAS matmuls (faster prefill, results depend on the split).
 PREFILL_ENV = "VLLM_MLX_NATIVE_PREFILL"
 _PREFILL_MODES = ("invariant", "blas")
+
+
+_attending = threading.local()  # inside a routed model's attention (this thread)
+
+
+@contextmanager
+def routed_attention() -> Iterator[None]:
+    """Calls of the wrapped ``scaled_dot_product_attention`` made in here are a routed
+    model's (its attention layers and fused blocks): they go to the native kernels; any
+    other model's go to MLX's op (`patch`)."""
+    outer = attending_natively()
+    _attending.routed = True
+    try:
+        yield
+    finally:
+        _attending.routed = outer
+
+
+def attending_natively() -> bool:
+    return getattr(_attending, "routed", False)
 
 
 def blas_prefill() -> bool:
@@ -254,7 +277,8 @@ class NativeLlamaBlock(llama.TransformerBlock):
         if L <= MAX_NATIVE_QUERY or not blas_prefill():  # no mask array here: the kernel
             output = native.attention(queries, keys, values, shape.scale, mask == "causal")
         else:
-            output = llama.scaled_dot_product_attention(
-                queries, keys, values, cache=cache, scale=shape.scale, mask=mask
-            )
+            with routed_attention():
+                output = llama.scaled_dot_product_attention(
+                    queries, keys, values, cache=cache, scale=shape.scale, mask=mask
+                )
         return attn["o_proj"](output.transpose(0, 2, 1, 3).reshape(B, L, -1))

@@ -2,7 +2,9 @@
 
 No fork of mlx-lm: each eligible ``nn.QuantizedLinear`` / ``nn.QuantizedEmbedding``
 changes class to a subclass whose matmul calls the kernel, and the model module's
-``scaled_dot_product_attention`` (the one name every mlx-lm model calls) is wrapped.
+``scaled_dot_product_attention`` (the one name every mlx-lm model calls) is wrapped; the
+wrapper routes only calls made inside this model's own attention layers (they change class
+too), so another model of the same architecture keeps MLX's attention.
 Anything the kernels do not cover (other bits or modes, half-precision activations, mask
 arrays, quantized KV caches, long query blocks) goes to MLX's own op unchanged.
 
@@ -34,9 +36,11 @@ from vllm_mlx.native.layers import (
     MAX_NATIVE_QUERY,
     NativeRMSNorm,
     NativeRoPE,
+    attending_natively,
     blas_prefill,
     kv_dtype,
     route_block,
+    routed_attention,
 )
 from vllm_mlx.native.sampling import route_logsumexp, route_sampling
 
@@ -51,6 +55,7 @@ HALF_ENV = "VLLM_MLX_NATIVE_F16"  # "0": keep float32 scales and biases (for com
 
 
 _BLAS_PRELOADED = openblas_preloaded()  # fixed for the process: set before it started
+_ATTENTION_NAMES = ("self_attn", "attention", "attn")  # mlx-lm's attention layers' names
 
 
 @dataclass
@@ -171,6 +176,8 @@ def _route_attention(module_name: str) -> bool:
         return True
 
     def scaled_dot_product_attention(queries, keys, values, cache, scale, mask, sinks=None):
+        if not attending_natively():  # a model the native load did not patch
+            return original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
         if _quantized(keys) and hasattr(cache, "bits") and not blas_prefill():
             keys, values, cache = _dequantized(keys, values, cache)
         if _attention_eligible(queries, keys, values, cache, mask, sinks):
@@ -186,6 +193,26 @@ def _route_attention(module_name: str) -> bool:
     scaled_dot_product_attention.__wrapped__ = original  # type: ignore[attr-defined]
     setattr(module, "scaled_dot_product_attention", scaled_dot_product_attention)  # noqa: B010
     return True
+
+
+def _routed_attention_call(self: Any, *args: Any, **kwargs: Any) -> Any:
+    with routed_attention():
+        return type(self).__mro__[1].__call__(self, *args, **kwargs)
+
+
+_ROUTED_ATTENTION: dict[type, type] = {}
+
+
+def _route_attention_layer(layer: Any) -> None:
+    """``layer`` (an attention module of a routed model) calls the native attention."""
+    cls = type(layer)
+    if cls in _ROUTED_ATTENTION.values():
+        return  # routed already
+    if cls not in _ROUTED_ATTENTION:
+        _ROUTED_ATTENTION[cls] = type(
+            f"Native{cls.__name__}", (cls,), {"__call__": _routed_attention_call}
+        )
+    layer.__class__ = _ROUTED_ATTENTION[cls]
 
 
 def _quantized(keys: Any) -> bool:
@@ -307,7 +334,8 @@ def enable(model: nn.Module) -> Patched:
     patched = Patched()
     attention_modules: set[str] = set()
     blocks, stacks = [], []
-    for _, layer in model.named_modules():
+    attention_layers: list[Any] = []
+    for path, layer in model.named_modules():
         if type(layer) is nn.QuantizedLinear and _eligible(layer):
             layer.__class__ = NativeQuantizedLinear
             _halve_scales(layer)
@@ -324,6 +352,8 @@ def enable(model: nn.Module) -> Patched:
             patched.ropes += 1
         elif type(layer).__module__.startswith("mlx_lm.models."):
             attention_modules.add(type(layer).__module__)
+            if path.rsplit(".", 1)[-1] in _ATTENTION_NAMES:
+                attention_layers.append(layer)
             if type(layer) is llama.TransformerBlock:
                 blocks.append(layer)
             elif type(layer) is llama.LlamaModel:
@@ -341,6 +371,9 @@ def enable(model: nn.Module) -> Patched:
     patched.attention_modules = tuple(
         sorted(name for name in attention_modules if _route_attention(name))
     )
+    for layer in attention_layers:
+        if type(layer).__module__ in patched.attention_modules:
+            _route_attention_layer(layer)
     route_logsumexp()
     route_sampling(model)
     native.record_routed(patched.describe())
