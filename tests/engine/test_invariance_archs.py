@@ -58,9 +58,12 @@ def test_chunks_cache_states_and_batches_give_the_cold_numbers(model, sampling) 
     batch = [LONG, PROMPT[:3], PROMPT, LONG[:40]]
     assert_same(run(ModelBatchSource(model), batch, sampling)[2], cold, "with neighbours")
     for delays in ([0, 0, 2, 3], [0, 1, 1, 1]):
-        source = ModelBatchSource(model, prefill_step_size=16, shared_prefill_step=5)
+        source = ModelBatchSource(model, prefill_step_size=16, decode_steps_per_chunk=1)
         got = run(source, batch, sampling, admitted_after=delays)[2]
-        assert_same(got, cold, f"admitted after {delays[2]} steps, shared chunks of 5")
+        assert_same(got, cold, f"admitted after {delays[2]} steps, chunks between decodes")
+    for lookup in ("on", "auto"):  # n-gram proposals verified inside the batch
+        source = ModelBatchSource(model, prompt_lookup=lookup)
+        assert_same(run(source, batch, sampling)[2], cold, f"prompt lookup {lookup}")
 
 
 @pytest.mark.parametrize("sampling", SAMPLING.values(), ids=SAMPLING.keys())
