@@ -271,10 +271,10 @@ struct Tasks {
 
 #if defined(VMLX_HAVE_AVX2)
 // Rows of x (decode rows, one per sequence, or a prefill block's) through the int16 body;
-// false when x is not finite (then the float body runs). Each task runs its weight rows
-// for every row of x in turn, so the rows after the first read that block from L2, and
-// each output is the one-row product's, bit for bit: neither batching nor the number of
-// rows in a prefill block changes a sequence's numbers.
+// false when x is not finite (then the float body runs). Each task unpacks each of its
+// weight rows once for up to 8 rows of x (further blocks of 8 read it again from L2),
+// and each output is the one-row product's, bit for bit: neither batching nor the
+// number of rows in a prefill block changes a sequence's numbers.
 bool qmm_many_int16(const QmmArgs* list, int count) {
   const QmmArgs& a = list[0];
   const int64_t groups = a.K / a.group_size;
@@ -301,10 +301,7 @@ bool qmm_many_int16(const QmmArgs* list, int count) {
     int j;
     int64_t n0, n1;
     tasks.locate(list, t, j, n0, n1);
-    QmmArgs row = list[j];
-    for (int64_t m = 0; m < a.M; ++m, row.y += row.N) {
-      avx2::qmm_rows_int16(row, xs[m], n0, n1);
-    }
+    avx2::qmm_rows_int16(list[j], xs, a.M, n0, n1);
   });
   return true;
 }

@@ -215,7 +215,9 @@ struct Int16X {
 };
 // False (and out unfinished) when x holds inf or nan: the float body takes those.
 bool quantize_int16(const float* x, int64_t K, int group_size, int bits, Int16X& out);
-void qmm_rows_int16(const QmmArgs& a, const Int16X& x, int64_t n0, int64_t n1);
+// Weight rows [n0, n1) for `rows` rows of x (xs[m]'s output row at a.y + m * a.N),
+// each output the one-row product's bits whatever `rows` is.
+void qmm_rows_int16(const QmmArgs& a, const Int16X* xs, int64_t rows, int64_t n0, int64_t n1);
 } // namespace avx2
 
 } // namespace vmlx

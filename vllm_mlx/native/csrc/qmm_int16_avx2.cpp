@@ -1,4 +1,4 @@
-// Decode products (1-8 rows of x) with x in 16-bit integers (AVX2). The float body
+// Decode products (a few rows of x) with x in 16-bit integers (AVX2). The float body
 // (kernels_avx2.cpp) turns every weight into a float before its FMA (~16 instructions
 // per 32 weights), which held one core to ~5 GB/s of weights where a read loop streams
 // ~10-12. Here the weights stay integers: vpmaddwd multiplies 16 of them by x's int16
@@ -19,6 +19,7 @@ namespace vmlx::avx2 {
 namespace {
 
 constexpr int64_t PREFETCH_BYTES = 2048;
+constexpr int64_t X_BLOCK = 4; // rows of x a pass over the weights serves
 
 // Element order of a 32-weight chunk of a 4-bit row as unpack16 yields it: the 16 even
 // elements (low nibbles), then the 16 odd ones.
@@ -69,70 +70,102 @@ inline void block_scales(const S* scales, const S* biases, const Int16X& x, int6
   }
 }
 
-// The exact integer dot product of the 32 weights whose bytes start at p with 32 int16
-// x values, as 8 int32 lanes.
-template <int BITS>
-inline __m256i dot32(const uint8_t* p, const int16_t* xq) {
-  __m256i q[2];
-  unpack16<BITS>(p, q);
-  const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
-  const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 16));
-  return _mm256_add_epi32(_mm256_madd_epi16(q[0], x0), _mm256_madd_epi16(q[1], x1));
-}
-
-// R weight rows at once against one int16 x, group size G: each group's integer dot
-// product is exact, converted once and scaled by w_scale * sx.
-template <int BITS, int G, int R, typename S>
-inline void int_rows(const QmmArgs& a, const S* scales, const S* biases, const Int16X& x, int64_t n, float* buf) {
+// R weight rows against M rows of x at once (a batch's decode rows): each weight chunk is
+// read and unpacked once for all M rows (measured here: a row of a 4-row block costs
+// ~0.75 of a row alone; the products, not the reads, are most of a row's work). Every
+// (x row, weight row) output has the one-row arithmetic exactly: the exact integer dot
+// per group, its scaled fma into the same 8 lanes in group order, the same sums after;
+// so a row's numbers depend neither on M, R nor on its neighbours.
+template <int BITS, int G, int R, int M, typename S>
+inline void int_rows_m(const QmmArgs& a, const S* scales, const S* biases, const Int16X* xs, int64_t n, float* buf, int64_t buf_stride) {
   const int64_t groups = a.K / G;
   const int64_t row_bytes = a.K * BITS / 8;
   constexpr int64_t group_bytes = G * BITS / 8;
+  constexpr int C = G / 32; // chunks per group
   const uint8_t* w = reinterpret_cast<const uint8_t*>(a.w) + n * row_bytes;
-  // prefetch the rows ~2 KB on (at least the next block of R) at this offset: with the
-  // hardware prefetcher alone one core streams these interleaved rows at ~3.5 GB/s
   const int64_t ahead = std::max<int64_t>(R, (PREFETCH_BYTES + row_bytes - 1) / row_bytes) * row_bytes;
-  float bias_dot[R];
-  block_scales<R>(scales + n * groups, biases + n * groups, x, groups, buf, bias_dot);
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) {
-    acc[r] = _mm256_setzero_ps();
+  float bias_dot[M][R];
+  for (int m = 0; m < M; ++m) {
+    block_scales<R>(scales + n * groups, biases + n * groups, xs[m], groups, buf + m * buf_stride, bias_dot[m]);
   }
-  const int16_t* xq = x.q;
-  for (int64_t g = 0; g < groups; ++g, xq += G, w += group_bytes) {
+  __m256 acc[R][M];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) {
+      acc[r][m] = _mm256_setzero_ps();
+    }
+  }
+  for (int64_t g = 0; g < groups; ++g, w += group_bytes) {
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const uint8_t* row = w + r * row_bytes;
       _mm_prefetch(reinterpret_cast<const char*>(row + ahead), _MM_HINT_T0);
-      __m256i part = dot32<BITS>(row, xq);
-      for (int c = 1; c < G / 32; ++c) {
-        part = _mm256_add_epi32(part, dot32<BITS>(row + c * 32 * BITS / 8, xq + 32 * c));
+      __m256i q[C][2];
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) {
+        unpack16<BITS>(row + c * 32 * BITS / 8, q[c]);
       }
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(part), _mm256_broadcast_ss(buf + r * groups + g), acc[r]);
+#pragma GCC unroll 8
+      for (int m = 0; m < M; ++m) {
+        const int16_t* xq = xs[m].q + g * G;
+        __m256i part = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int c = 0; c < C; ++c) {
+          const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c));
+          const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c + 16));
+          const __m256i d = _mm256_add_epi32(_mm256_madd_epi16(q[c][0], x0), _mm256_madd_epi16(q[c][1], x1));
+          part = c == 0 ? d : _mm256_add_epi32(part, d);
+        }
+        const float* scaled = buf + m * buf_stride + r * groups + g;
+        acc[r][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(part), _mm256_broadcast_ss(scaled), acc[r][m]);
+      }
     }
   }
-  for (int r = 0; r < R; ++r) {
-    a.y[n + r] = hsum(acc[r]) + bias_dot[r];
+  for (int m = 0; m < M; ++m) {
+    for (int r = 0; r < R; ++r) {
+      a.y[m * a.N + n + r] = hsum(acc[r][m]) + bias_dot[m][r];
+    }
+  }
+}
+
+// Weight rows [n0, n1) for M (1..4) rows of x; y row m at a.y + m * a.N. Four weight
+// rows a pass as for one row of x: fewer left the FMA chains too short to hide their
+// latency, and blocks of more than four rows of x gained nothing more here.
+template <int BITS, int G, int M, typename S>
+void int_rows_block(const QmmArgs& a, const S* scales, const S* biases, const Int16X* xs, int64_t n0, int64_t n1) {
+  const int64_t stride = 2 * INT16_ROWS * (a.K / G) + 8; // scaled, products (+ a masked tail)
+  thread_local std::vector<float> buf;
+  buf.resize(M * stride);
+  int64_t n = n0;
+  for (; n + INT16_ROWS <= n1; n += INT16_ROWS) {
+    int_rows_m<BITS, G, INT16_ROWS, M>(a, scales, biases, xs, n, buf.data(), stride);
+  }
+  for (; n < n1; ++n) {
+    int_rows_m<BITS, G, 1, M>(a, scales, biases, xs, n, buf.data(), stride);
   }
 }
 
 template <int BITS, int G, typename S>
-void int_rows_all(const QmmArgs& a, const S* scales, const S* biases, const Int16X& x, int64_t n0, int64_t n1) {
-  thread_local std::vector<float> buf;
-  buf.resize(2 * INT16_ROWS * (a.K / G) + 8); // scaled, products (+ a masked tail)
-  int64_t n = n0;
-  for (; n + INT16_ROWS <= n1; n += INT16_ROWS) {
-    int_rows<BITS, G, INT16_ROWS>(a, scales, biases, x, n, buf.data());
-  }
-  for (; n < n1; ++n) {
-    int_rows<BITS, G, 1>(a, scales, biases, x, n, buf.data());
+void int_rows_all(const QmmArgs& a, const S* scales, const S* biases, const Int16X* xs, int64_t rows, int64_t n0, int64_t n1) {
+  QmmArgs block = a;
+  for (int64_t m = 0; m < rows; m += X_BLOCK, block.y += X_BLOCK * a.N) {
+    const Int16X* x = xs + m;
+    switch (std::min<int64_t>(X_BLOCK, rows - m)) {
+      case 1: int_rows_block<BITS, G, 1>(block, scales, biases, x, n0, n1); break;
+      case 2: int_rows_block<BITS, G, 2>(block, scales, biases, x, n0, n1); break;
+      case 3: int_rows_block<BITS, G, 3>(block, scales, biases, x, n0, n1); break;
+      default: int_rows_block<BITS, G, 4>(block, scales, biases, x, n0, n1); break;
+    }
   }
 }
 
 template <int BITS, typename S>
-void int_rows_any(const QmmArgs& a, const S* scales, const S* biases, const Int16X& x, int64_t n0, int64_t n1) {
+void int_rows_any(const QmmArgs& a, const S* scales, const S* biases, const Int16X* xs, int64_t rows, int64_t n0, int64_t n1) {
   switch (a.group_size) {
-    case 32: int_rows_all<BITS, 32>(a, scales, biases, x, n0, n1); break;
-    case 64: int_rows_all<BITS, 64>(a, scales, biases, x, n0, n1); break;
-    default: int_rows_all<BITS, 128>(a, scales, biases, x, n0, n1); break;
+    case 32: int_rows_all<BITS, 32>(a, scales, biases, xs, rows, n0, n1); break;
+    case 64: int_rows_all<BITS, 64>(a, scales, biases, xs, rows, n0, n1); break;
+    default: int_rows_all<BITS, 128>(a, scales, biases, xs, rows, n0, n1); break;
   }
 }
 
@@ -179,12 +212,12 @@ bool quantize_int16(const float* x, int64_t K, int group_size, int bits, Int16X&
   return true;
 }
 
-void qmm_rows_int16(const QmmArgs& a, const Int16X& x, int64_t n0, int64_t n1) {
+void qmm_rows_int16(const QmmArgs& a, const Int16X* xs, int64_t rows, int64_t n0, int64_t n1) {
   const bool f16 = a.scales_f16 != nullptr;
   if (a.bits == 4) {
-    f16 ? int_rows_any<4>(a, a.scales_f16, a.biases_f16, x, n0, n1) : int_rows_any<4>(a, a.scales, a.biases, x, n0, n1);
+    f16 ? int_rows_any<4>(a, a.scales_f16, a.biases_f16, xs, rows, n0, n1) : int_rows_any<4>(a, a.scales, a.biases, xs, rows, n0, n1);
   } else {
-    f16 ? int_rows_any<8>(a, a.scales_f16, a.biases_f16, x, n0, n1) : int_rows_any<8>(a, a.scales, a.biases, x, n0, n1);
+    f16 ? int_rows_any<8>(a, a.scales_f16, a.biases_f16, xs, rows, n0, n1) : int_rows_any<8>(a, a.scales, a.biases, xs, rows, n0, n1);
   }
 }
 
