@@ -1,7 +1,8 @@
 """Prompt lookup (n-gram drafts, no draft model) side by side in one run, on the default
 model: an edit-shaped request (a ~1.5k-token file in the prompt, the answer rewriting it),
-the same edit as two concurrent streams in one batch, and an ordinary chat (where lookup
-must not cost), each with ``--prompt-lookup off`` and ``auto`` in alternating rounds.
+the same edit as two concurrent streams in one batch, and an ordinary chat, greedy and
+sampled at temperature 0.8 (where lookup must not cost; greedy, a small model repeats
+itself), each with ``--prompt-lookup off`` and ``auto`` in alternating rounds.
 
     LD_PRELOAD=/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0 \\
         python benchmarks/bench_prompt_lookup.py [--tokens 200] [--rounds 2] [--json out.json]
@@ -63,7 +64,7 @@ def prompts(tokenizer: Any, lines: int) -> dict[str, list[int]]:
 
 def run(
     model: Any, tokenizer: Any, cache: PrefixCache, prompt: list[int], streams: int, mode: str,
-    tokens: int,
+    tokens: int, sampling: dict | None = None,
 ) -> dict:  # fmt: skip
     source = ModelBatchSource(model, prefix_cache=cache, prompt_lookup=mode)  # type: ignore[arg-type]
     engine = Engine(source, tokenizer)
@@ -71,7 +72,9 @@ def run(
     results: list[dict] = [{} for _ in range(streams)]
 
     def one(slot: int) -> None:
-        params = SamplingParams(max_tokens=tokens, temperature=0, logit_bias=ban_eos)
+        params = SamplingParams(
+            max_tokens=tokens, logit_bias=ban_eos, **(sampling or {"temperature": 0})
+        )
         stamps, out = [], []
         for chunk in engine.generate_sync(GenerationRequest(prompt, params)):
             stamps.append((time.perf_counter(), len(chunk.token_ids)))
@@ -103,9 +106,15 @@ def measure(tokens: int = 200, rounds: int = 2, lines: int = 30) -> list[dict]:
     tokenizer = loaded.tokenizer
     cache = PrefixCache(max_bytes=2 << 30)
     texts = prompts(tokenizer, lines)
-    workloads = {"edit": ("edit", 1), "edit x2 streams": ("edit", 2), "chat": ("chat", 1)}
+    sampled = {"temperature": 0.8, "seed": 42}  # seeded: the same tokens with lookup
+    workloads = {
+        "edit": ("edit", 1, None),
+        "edit x2 streams": ("edit", 2, None),
+        "chat": ("chat", 1, None),
+        "chat sampled": ("chat", 1, sampled),
+    }
     rows = []
-    for name, (prompt_name, streams) in workloads.items():
+    for name, (prompt_name, streams, sampling) in workloads.items():
         prompt = texts[prompt_name]
         runs: dict[str, list[dict]] = {"off": [], "auto": []}
         loads = []
@@ -113,7 +122,7 @@ def measure(tokens: int = 200, rounds: int = 2, lines: int = 30) -> list[dict]:
         for _ in range(rounds):
             for mode in runs:
                 runs[mode].append(
-                    run(loaded.model, tokenizer, cache, prompt, streams, mode, tokens)
+                    run(loaded.model, tokenizer, cache, prompt, streams, mode, tokens, sampling)
                 )
                 loads.append(os.getloadavg()[0])
                 print(f"{name} {mode}: {runs[mode][-1]['tok_s']:.1f} tok/s (load {loads[-1]:.1f})")
