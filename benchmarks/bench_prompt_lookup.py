@@ -8,9 +8,11 @@ itself), each with ``--prompt-lookup off`` and ``auto`` in alternating rounds.
         python benchmarks/bench_prompt_lookup.py [--tokens 200] [--rounds 2] [--json out.json]
 
 Reports decode tok/s (tokens after each stream's first, over the time from the first token
-to the last), the ratio auto / off, tokens proposed and accepted, whether each output equals
-the output without lookup, and the load average (the machine is shared). A prefix cache
-shared by the runs holds the prompts after the first round, so prefill stays out of it.
+to the last), the ratio auto / off (median, and each round's), process CPU ms per token
+(steadier than wall time on a loaded machine), tokens proposed and accepted, whether each
+output equals the output without lookup, and the load average (the machine is shared).
+A prefix cache shared by the runs holds the prompts after the first round, so prefill
+stays out of it.
 ``measure(...)`` is the entry point other benchmarks call.
 """
 
@@ -82,6 +84,7 @@ def run(
         after_first = sum(n for _, n in stamps[1:])
         results[slot] = {"tokens": out, "n": after_first, "t": stamps[-1][0] - stamps[0][0]}
 
+    cpu = time.process_time()
     try:
         threads = [threading.Thread(target=one, args=(s,)) for s in range(streams)]
         for t in threads:
@@ -90,9 +93,11 @@ def run(
             t.join()
     finally:
         engine.close()
+    cpu = time.process_time() - cpu
     drafted, accepted = source.spec_counts
     return {
         "tok_s": sum(r["n"] for r in results) / max(r["t"] for r in results),
+        "cpu_ms": cpu * 1000 / sum(len(r["tokens"]) for r in results),
         "outputs": [r["tokens"] for r in results],
         "drafted": drafted,
         "accepted": accepted,
@@ -128,6 +133,7 @@ def measure(tokens: int = 200, rounds: int = 2, lines: int = 30) -> list[dict]:
                 print(f"{name} {mode}: {runs[mode][-1]['tok_s']:.1f} tok/s (load {loads[-1]:.1f})")
         off = statistics.median(r["tok_s"] for r in runs["off"])
         auto = statistics.median(r["tok_s"] for r in runs["auto"])
+        cpu = {mode: statistics.median(r["cpu_ms"] for r in rs) for mode, rs in runs.items()}
         rows.append(
             {
                 "workload": name,
@@ -136,6 +142,13 @@ def measure(tokens: int = 200, rounds: int = 2, lines: int = 30) -> list[dict]:
                 "off_tok_s": round(off, 2),
                 "auto_tok_s": round(auto, 2),
                 "ratio": round(auto / off, 3),
+                "round_ratios": [
+                    round(a["tok_s"] / o["tok_s"], 2)
+                    for o, a in zip(runs["off"], runs["auto"], strict=True)
+                ],
+                "cpu_ms_off": round(cpu["off"], 1),
+                "cpu_ms_auto": round(cpu["auto"], 1),
+                "cpu_ratio": round(cpu["auto"] / cpu["off"], 3),
                 "proposed": runs["auto"][0]["drafted"],
                 "accepted": runs["auto"][0]["accepted"],
                 "same_output": all(
@@ -155,14 +168,15 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     rows = measure(args.tokens, args.rounds, args.lines)
-    print("| workload | prompt | off tok/s | auto tok/s | auto/off | accepted/proposed |", end="")
-    print(" same | load |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| workload | prompt | off tok/s | auto tok/s | auto/off (rounds) |", end="")
+    print(" CPU ms/token off, auto (ratio) | accepted/proposed | same | load |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
             f"| {r['workload']} | {r['prompt_tokens']} | {r['off_tok_s']} | {r['auto_tok_s']} | "
-            f"{r['ratio']} | {r['accepted']}/{r['proposed']} | {r['same_output']} | "
-            f"{r['load_avg']} |"
+            f"{r['ratio']} ({', '.join(map(str, r['round_ratios']))}) | "
+            f"{r['cpu_ms_off']}, {r['cpu_ms_auto']} ({r['cpu_ratio']}) | "
+            f"{r['accepted']}/{r['proposed']} | {r['same_output']} | {r['load_avg']} |"
         )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from vllm_mlx.engine.lookup import NgramIndex, RowLookup, Throttle, row_lookup
@@ -90,6 +92,23 @@ def test_the_proposal_length_maximises_tokens_per_cost():
     alpha, c = 0.9, throttle.cost_per_token
     gain = [sum(alpha**i for i in range(n + 1)) / (1 + c * n) for n in range(1, 17)]
     assert k == 1 + int(np.argmax(gain))
+
+
+def test_a_paused_request_proposes_again_once_its_sequence_has_grown_by_the_pause():
+    """The pause counts the sequence's tokens, which plain steps keep adding."""
+    throttle = Throttle(first_pause=8)
+    row = RowLookup(NgramIndex(), throttle)
+    tokens = [1, 2, 3, 4] * 8  # the cycle goes on: every position has a hit
+    while throttle.resume_at == 0:
+        assert row.proposal(tokens, 1, 4)
+        row.record(2, 0)  # rejected
+        tokens += [1, 2, 3, 4]  # (what the cache holds after the step does not matter)
+    cycle = itertools.cycle([1, 2, 3, 4])
+    while len(tokens) + 1 < throttle.resume_at:
+        pending = next(cycle)
+        assert row.proposal(tokens, pending, 4) == []
+        tokens.append(pending)
+    assert row.proposal(tokens, next(cycle), 4)
 
 
 def test_modes():

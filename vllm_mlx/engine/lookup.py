@@ -115,11 +115,10 @@ class Throttle:
 
 @dataclass
 class RowLookup:
-    """One sequence's lookup state: its index, throttle and tokens emitted so far."""
+    """One sequence's lookup state: its index (which holds its tokens) and throttle."""
 
     index: NgramIndex
     throttle: Throttle | None  # None: ``on`` (always propose ``k`` on a hit)
-    emitted: int = 0
 
     def proposal(self, cached: list[int], pending: int, k: int) -> list[int]:
         """Proposals after ``cached`` (the tokens in the sequence's cache) and ``pending``
@@ -128,13 +127,12 @@ class RowLookup:
         if len(self.index.tokens) == len(cached):
             self.index.extend([pending])
         if self.throttle is not None:
-            k = self.throttle.tokens(self.emitted, k)
+            k = self.throttle.tokens(len(self.index.tokens), k)
         return self.index.propose(k)
 
-    def record(self, proposed: int, accepted: int, emitted: int) -> None:
-        self.emitted += emitted
+    def record(self, proposed: int, accepted: int) -> None:
         if self.throttle is not None:
-            self.throttle.record(proposed, accepted, self.emitted)
+            self.throttle.record(proposed, accepted, len(self.index.tokens))
 
 
 def row_lookup(mode: LookupMode) -> RowLookup:

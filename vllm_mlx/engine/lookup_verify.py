@@ -108,7 +108,7 @@ class LookupDecoder:
             self._truncate(batch, i, rows, used)
             self.drafted += len(proposal)
             self.accepted += used - 1
-            self.rows[uid].record(len(proposal), len(rows) - 1, used)
+            self.rows[uid].record(len(proposal), len(rows) - 1)
             emitted = [(pending[i], batch._next_logprobs[i])]
             emitted += [(r.token, r.logprobs) for r in rows[: used - 1]]
             batch.tokens[i].extend(t for t, _ in emitted)
