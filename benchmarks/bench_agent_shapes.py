@@ -39,8 +39,8 @@ minus AMX (which traps in these VMs: ``-march=native`` dies with "invalid opcode
       -DGGML_BLAS=ON -DGGML_BLAS_VENDOR=OpenBLAS" CMAKE_BUILD_PARALLEL_LEVEL=1 \\
       nice -n 10 pip install llama-cpp-python
 
-Without it the llama.cpp column says so and the rest runs. Results: docs/performance.md
-("Agent shapes").
+Without it the llama.cpp column says so and the rest runs. Results and what they leave
+out: docs/performance.md ("Agent shapes, side by side with llama.cpp").
 """
 
 from __future__ import annotations
@@ -138,7 +138,15 @@ def one_round(index: int, workers: dict[str, Worker], size: dict, rec: Record, g
         return ours.call("prompt", kind=kind, nonce=next(nonce), n=n)
 
     def both(op: str, **values) -> dict[str, dict]:
-        return {w.kind: w.call(op, **values) for w in order}
+        """Each engine's answer; one that failed is recorded and left out."""
+        answers = {}
+        for worker in order:
+            try:
+                answers[worker.kind] = worker.call(op, **values)
+            except WorkerError as error:
+                rec("failed", f"{op} on {worker.kind}", str(error)[-600:])
+                print(f"round {index + 1}: {op} failed on {worker.kind}: {error}", file=sys.stderr)
+        return answers
 
     def prefill() -> None:
         for key in ("long", "short_ctx", "long_ctx"):
@@ -398,6 +406,8 @@ def main() -> None:
         print(llama_note, file=sys.stderr)
     if LLAMA not in engines:
         llama_note = "not measured (--engines)"
+    elif has_llama:
+        llama_note = "—"  # a row this run left out or that failed (listed below the table)
     lookup = {"on": named(args.lookup_on), "off": named(args.lookup_off)}
     lookup = {mode: options for mode, options in lookup.items() if options}
     n_ctx = max(size["long"], size["long_ctx"], size["cached_prefix"] + size["new"]) + 64
