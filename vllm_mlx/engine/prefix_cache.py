@@ -36,7 +36,7 @@ from ..protocols import LayerCache, Tokenizer
 from .cache_files import DiskCache, cache_namespace
 
 
-@dataclass
+@dataclass(eq=False)  # entries are told apart by identity: their token arrays differ in length
 class _Entry:
     tokens: np.ndarray
     cache: list[LayerCache]
