@@ -131,6 +131,29 @@ def test_the_long_prompt_progresses_however_many_short_ones_arrive() -> None:
     assert all(n.startswith("short") for n in replay.finished)
 
 
+def test_short_prompts_beside_streams_all_start_with_no_long_prompt_waiting() -> None:
+    prompts = {f"p{i}": 64 + 7 * i for i in range(8)}  # more than a chunk in all
+    replay = Replay(PrefillSchedule(chunk=256, decode_steps=32), prompts)
+    for _ in range(len(prompts) + 2):
+        replay.step()
+    assert sorted(replay.finished) == sorted(prompts)
+
+
+def test_a_long_prompt_arriving_after_many_short_ones_is_not_held_by_their_debt() -> None:
+    replay = Replay(PrefillSchedule(chunk=256, decode_steps=32), {"warm": 10})
+    replay.step()
+    for i in range(40):  # 4,000 prompt tokens beside the stream, no long prompt waiting
+        replay.add(f"short{i}", 100)
+        replay.step()
+    replay.add("long", 1000)
+    steps = 0
+    while "long" in replay.left and steps < 200:
+        replay.step()
+        steps += 1
+    assert "long" not in replay.left
+    assert steps <= 4 * 32 + 4  # a chunk every decode_steps steps, as for a fresh schedule
+
+
 def test_decode_steps_zero_prefills_a_chunk_beside_every_decode() -> None:
     replay = Replay(PrefillSchedule(chunk=64, decode_steps=0), {"long": 1000}, streams=1)
     for _ in range(5):

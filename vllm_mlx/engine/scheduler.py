@@ -83,6 +83,8 @@ class PrefillSchedule:
         # Prompts that end this step go beside the decode (their first token is the next
         # step's) unless they owe long prompts a whole chunk; those get a chunk when due.
         long = [r if r > self.chunk else 0 for r in remaining]
+        if not any(long):  # nothing is owed to a long prompt that is not waiting
+            self._credit, self._owed = float(self.chunk), False
         if any(finishing) and not self._owed:
             return self._decode_step(finishing)
         if self._credit >= self.chunk and not self._started and any(long):
