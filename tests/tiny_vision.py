@@ -30,7 +30,7 @@ from PIL import Image
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-FAMILIES = ("qwen2_5_vl", "qwen3_vl", "idefics3", "gemma3", "llava")
+FAMILIES = ("qwen2_5_vl", "qwen3_vl", "idefics3", "gemma3", "llava", "mistral3")
 _QWEN = ("qwen2_5_vl", "qwen3_vl")
 
 _CORPUS = (
@@ -127,7 +127,26 @@ _LLAVA_TEMPLATE = (
     "{%- if add_generation_prompt -%}ASSISTANT:{%- endif -%}"
 )
 
+# Mistral Small 3.x: "<s>[INST]…[/INST]answer</s>", an image part as [IMG] (the processor
+# writes the image's patch rows of [IMG], each but the last ended by [IMG_BREAK], then
+# [IMG_END]); system turns as [SYSTEM_PROMPT]…[/SYSTEM_PROMPT]; tool results as user turns.
+_MISTRAL_TEMPLATE = (
+    "{{ bos_token }}"
+    "{%- for message in messages -%}"
+    "{%- if message.role == 'system' -%}[SYSTEM_PROMPT]"
+    "{%- elif message.role != 'assistant' -%}[INST]{%- endif -%}"
+    "{%- if message.content is string -%}{{ message.content }}"
+    "{%- else -%}{%- for part in message.content or [] -%}"
+    "{%- if part.type == 'image' -%}[IMG]"
+    "{%- elif part.type == 'text' -%}{{ part.text }}{%- endif -%}"
+    "{%- endfor -%}{%- endif -%}"
+    "{%- if message.role == 'system' -%}[/SYSTEM_PROMPT]"
+    "{%- elif message.role == 'assistant' -%}</s>{%- else -%}[/INST]{%- endif -%}"
+    "{%- endfor -%}"
+)
+
 _TEMPLATES = {
+    "mistral3": _MISTRAL_TEMPLATE,
     "llava": _LLAVA_TEMPLATE,
     "qwen2_5_vl": _QWEN_TEMPLATE,
     "qwen3_vl": _QWEN_TEMPLATE,
@@ -135,6 +154,7 @@ _TEMPLATES = {
     "gemma3": _GEMMA_TEMPLATE,
 }
 _EOS = {
+    "mistral3": "</s>",
     "llava": "</s>",
     "qwen2_5_vl": "<|im_end|>",
     "qwen3_vl": "<|im_end|>",
@@ -155,6 +175,18 @@ _SPECIALS = {
         *[f"<row_{r}_col_{c}>" for r in range(1, 4) for c in range(1, 4)],
     ],
     "llava": ["<pad>", "<s>", "</s>", "<image>"],
+    "mistral3": [
+        "<pad>",
+        "<s>",
+        "</s>",
+        "[INST]",
+        "[/INST]",
+        "[SYSTEM_PROMPT]",
+        "[/SYSTEM_PROMPT]",
+        "[IMG]",
+        "[IMG_BREAK]",
+        "[IMG_END]",
+    ],
     "gemma3": [
         "<pad>",
         "<eos>",
@@ -181,7 +213,7 @@ def _tokenizer(family: str) -> PreTrainedTokenizerFast:
     )
     bpe.train_from_iterator(list(_CORPUS) * 4, trainer=trainer)
     extra: dict = {"pad_token": "<|endoftext|>"}
-    if family == "llava":
+    if family in ("llava", "mistral3"):
         extra = {"pad_token": "<pad>", "bos_token": "<s>"}
     if family == "gemma3":  # the processor reads its image tokens off the tokenizer
         extra = {
@@ -357,6 +389,46 @@ def _llava_config(tok: PreTrainedTokenizerFast) -> dict:
     }
 
 
+def _mistral3_config(tok: PreTrainedTokenizerFast) -> dict:
+    """Mistral Small 3.x: a Pixtral tower (2-D rotary patches), its features merged 2 x 2
+    by a learned patch merger, a Mistral text model; a 32 x 32 image is 4 patch rows of 4
+    patches of 8 pixels, merged to 2 rows of 2 image tokens."""
+    ids = tok.convert_tokens_to_ids
+    return {
+        "model_type": "mistral3",
+        "architectures": ["Mistral3ForConditionalGeneration"],
+        "image_token_index": ids("[IMG]"),
+        "spatial_merge_size": 2,
+        "vision_feature_layer": -1,
+        "multimodal_projector_bias": False,
+        "eos_token_id": [ids("</s>")],
+        "text_config": {
+            "model_type": "mistral",
+            "hidden_size": 64,
+            "num_hidden_layers": 2,
+            "intermediate_size": 128,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "head_dim": 32,
+            "rms_norm_eps": 1e-5,
+            "vocab_size": len(tok),
+            "max_position_embeddings": 4096,
+            "rope_theta": 1000000.0,
+        },
+        "vision_config": {
+            "model_type": "pixtral",
+            "num_hidden_layers": 2,
+            "hidden_size": 32,
+            "head_dim": 16,
+            "intermediate_size": 64,
+            "num_attention_heads": 2,
+            "image_size": 32,
+            "patch_size": 8,
+            "rope_theta": 10000.0,
+        },
+    }
+
+
 def _idefics_config(tok: PreTrainedTokenizerFast) -> dict:
     ids = tok.convert_tokens_to_ids
     return {
@@ -413,6 +485,28 @@ def _processor_files(family: str) -> tuple[dict, dict]:
             "patch_size": 16,
             "vision_feature_select_strategy": "default",
             "num_additional_image_tokens": 1,
+        }
+        return pre, proc
+    if family == "mistral3":
+        pre = {
+            "image_processor_type": "PixtralImageProcessor",
+            "processor_class": "PixtralProcessor",
+            "size": {"longest_edge": 32},
+            "patch_size": {"height": 8, "width": 8},
+            "do_resize": True,
+            "do_rescale": True,
+            "rescale_factor": 1 / 255,
+            "do_normalize": True,
+            "image_mean": [0.48145466, 0.4578275, 0.40821073],
+            "image_std": [0.26862954, 0.26130258, 0.27577711],
+        }
+        proc = {
+            "processor_class": "PixtralProcessor",
+            "patch_size": 8,
+            "spatial_merge_size": 2,
+            "image_token": "[IMG]",
+            "image_break_token": "[IMG_BREAK]",
+            "image_end_token": "[IMG_END]",
         }
         return pre, proc
     if family == "gemma3":
@@ -499,6 +593,7 @@ def write_tiny_vlm(folder: Path, family: str, seed: int = 0, sizes: dict | None 
         "idefics3": _idefics_config,
         "gemma3": _gemma3_config,
         "llava": _llava_config,
+        "mistral3": _mistral3_config,
     }[family](tok)
     pre, proc = _processor_files(family)
     sizes = dict(sizes or {})

@@ -70,6 +70,33 @@ def test_image_prefill_and_decode_match_mlx_vlm(family, step):
     assert mx.allclose(ours_next, reference([*ids, token]), atol=1e-4)
 
 
+def test_mistral3_images_of_their_own_shapes_match_mlx_vlm():
+    """Mistral 3's processor keeps each image's aspect ratio (its own rows of ``[IMG]``
+    between ``[IMG_BREAK]``s; ``image_sizes`` tell the tower and the patch merger): a tall
+    and a wide image in one prompt are counted per image and, prefilled in chunks of 5,
+    give mlx-vlm's logits."""
+    loaded = load_model(str(tiny_vlm("mistral3")), progress=False)
+    prompter = VisionPrompter.for_model(loaded.processor, loaded.tokenizer)
+    limits = ImageLimits()
+    images = [
+        read_image(data=None, url=png_data_url(color, size), param="p", limits=limits)
+        for color, size in ((RED, (16, 64)), (GREEN, (64, 48)))
+    ]
+    content = f"A {prompter.image_text} and B {prompter.image_text}"
+    text = render_chat(loaded.tokenizer, [{"role": "user", "content": content}]).text
+    ids, vision = prompter.encode(text, images, limits, loaded.tokenizer)
+    assert vision is not None
+    assert vision.features["image_sizes"].tolist() == [[32, 16], [32, 32]]
+    breaks = loaded.tokenizer.convert_tokens_to_ids("[IMG_BREAK]")
+    assert sum(1 for t in ids if t == breaks) == 1 + 1  # one between each image's two rows
+    assert prompter._counts(images, None) == [2 * 1, 2 * 2]
+    reference = loaded.model.vlm(mx.array([ids]), mask=None, **vision.features).logits[0, -1]
+    cache = make_prompt_cache(loaded.model)
+    start = loaded.model.prefill_images(ids, vision, cache, 0, 5)
+    ours = loaded.model(mx.array([ids[start:]]), cache=cache)[0, -1]
+    assert mx.allclose(ours, reference, atol=1e-4)
+
+
 # Families whose forward pass differs from mlx-vlm's generation, which the server follows:
 # Gemma 3's applies the processor's mask as full attention over the prompt; its generation
 # (and ours) attends causally.

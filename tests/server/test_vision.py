@@ -29,6 +29,7 @@ IMAGE_TEXT = {
     "idefics3": "<image>",
     "gemma3": "<start_of_image>",
     "llava": "<image>",
+    "mistral3": "[IMG]",
 }
 
 
@@ -38,13 +39,15 @@ def family_server(request, tmp_path_factory):
     log = tmp_path_factory.mktemp("vision") / "server.log"
     # three large images pass --max-images but not --max-image-tokens (9 tokens each for the
     # tiny Qwen2.5-VL's 84x84 cap, 16 for the tiny Qwen3-VL's 128x128, 20 for the tiny
-    # Idefics3's five tiles, 4 for the tiny Gemma 3's and the tiny LLaVA's any image)
+    # Idefics3's five tiles, 4 for the tiny Gemma 3's and the tiny LLaVA's any image, at
+    # most 2 x 2 for the tiny Mistral 3's 32-pixel longest edge)
     tokens = {
         "qwen2_5_vl": "20",
         "qwen3_vl": "40",
         "idefics3": "50",
         "gemma3": "10",
         "llava": "10",
+        "mistral3": "10",
     }
     tokens = tokens[request.param]
     args = ("--max-images", "3", "--max-image-bytes", "60000", "--max-image-tokens", tokens)

@@ -67,6 +67,39 @@ def load_vision(path: Path) -> tuple[LanguageModel, Any, Any, dict[str, Any]]:
         raise ModelLoadError(f"{config.get('model_type')}: {error}") from error
     if mx.default_device().type == mx.DeviceType.cpu:
         vlm.set_dtype(mx.float32)
-    mx.eval(vlm.parameters())
+    mx.eval(vlm.parameters(), _held_arrays(vlm))
     log.info("vision model %s: %s", config.get("model_type"), type(processor).__name__)
     return model, tokenizer, processor, config
+
+
+def _held_arrays(vlm: Any) -> list[Any]:
+    """Arrays the model keeps outside its parameters (Pixtral's rotary tables, held by a
+    plain object on the tower), so they are evaluated at load: left lazy, they belong to
+    the loading thread's stream, and a request's thread (which encodes images) cannot
+    evaluate them."""
+    import mlx.core as mx
+    import mlx.nn as nn
+
+    found: list[Any] = []
+    seen: set[int] = set()
+
+    def visit(value: Any, depth: int) -> None:
+        if id(value) in seen or depth > 4:
+            return
+        seen.add(id(value))
+        if isinstance(value, mx.array):
+            found.append(value)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                visit(item, depth + 1)
+        elif isinstance(value, dict) and not isinstance(value, nn.Module):
+            for item in value.values():
+                visit(item, depth + 1)
+        elif hasattr(value, "__dict__") and not isinstance(value, (type, nn.Module)):
+            for item in vars(value).values():
+                visit(item, depth + 1)
+
+    for module in vlm.modules():
+        for value in vars(module).values():
+            visit(value, 0)
+    return found
