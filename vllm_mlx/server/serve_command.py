@@ -1,5 +1,6 @@
 """`vllm-mlx serve`: the options from its flags (serve_flags.py), then the runtime or model
-pool, the app and uvicorn. Imports wait inside the command so `--help` loads no MLX."""
+pool, the app and uvicorn. Imports that load MLX wait inside the command, so `--help` loads
+none and the open-file limit is raised before mlx_lm lowers it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,11 @@ import sys
 
 import click
 
+from ..distributed.ranks import launch_command, run_launcher
+from ..engine.cpu import reexec_with_openblas
+from ..models.errors import ModelLoadError
+from .cli_ranks import follow, join_ranks, sharded_runtime
+from .ops.connections import ConnectionLimits, guarded_protocol, raise_open_file_limit
 from .serve_flags import serve_flags
 
 
@@ -18,8 +24,6 @@ def serve(model: str | None, **flags) -> None:
     """Serve MODEL (a model folder, a .gguf file, a short name, a hub id
     ORG/NAME[@REVISION][:QUANT] or a model Ollama pulled; default: the embedded
     SmolLM2-135M-Instruct) over the OpenAI and Anthropic APIs."""
-    from .ops.connections import ConnectionLimits, guarded_protocol, raise_open_file_limit
-
     fd_limit = raise_open_file_limit()  # before anything imports mlx_lm (it lowers the limit)
     from ..options import ServeOptions
 
@@ -33,13 +37,9 @@ def serve(model: str | None, **flags) -> None:
     if sharded.distributed and serving.replay is not None:
         raise click.ClickException("--replay runs no model: it cannot be --distributed")
     if sharded.hosts:
-        from ..distributed.ranks import launch_command, run_launcher
-
         command = launch_command(sharded.hosts, sharded.distributed_backend, sys.argv[1:])
         sys.exit(run_launcher(command))
     if options.runtime.model.cpu_weights != "quantized" and serving.replay is None:
-        from ..engine.cpu import reexec_with_openblas
-
         reexec_with_openblas(sys.argv[1:])
     logging.basicConfig(
         level=serving.log_level.upper(),
@@ -48,8 +48,6 @@ def serve(model: str | None, **flags) -> None:
     from .ops.middleware import install_request_id_logging
 
     install_request_id_logging()
-    from .cli_ranks import follow, join_ranks, sharded_runtime
-
     sharding, local_ranks = join_ranks(sharded) if sharded.distributed else (None, None)
     if sharding is not None and sharding.rank != 0:
         follow(model, sharding, options.runtime)
@@ -122,7 +120,6 @@ def serve(model: str | None, **flags) -> None:
 
 def _print_estimate(model: str | None, options) -> None:
     """`serve MODEL --estimate`: the fit check's numbers, without loading any weight."""
-    from ..models.errors import ModelLoadError
     from ..runtime import estimate_for
 
     try:
@@ -134,7 +131,6 @@ def _print_estimate(model: str | None, options) -> None:
 
 def _download_at_start(catalog) -> None:
     """Fetch the hub models models.toml marks ``download = "start"`` before serving."""
-    from ..models.errors import ModelLoadError
     from ..models.resolve import resolve_model
 
     for entry in catalog.entries.values():
@@ -146,7 +142,6 @@ def _download_at_start(catalog) -> None:
 
 
 def _replay_runtime(model: str | None, text: str, options):
-    from ..models.errors import ModelLoadError
     from ..runtime import build_replay_runtime
 
     try:
@@ -188,7 +183,6 @@ def _model_pool(model: str | None, options):
     from ..embeddings.kinds import model_facts
     from ..fleet.catalog import Catalog, CatalogError, Entry, build_catalog
     from ..fleet.pool import ModelPool, PoolLimits
-    from ..models.errors import ModelLoadError
     from ..models.loader import served_name
     from ..runtime import build_runtime
 
