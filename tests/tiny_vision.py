@@ -464,6 +464,19 @@ def _idefics_config(tok: PreTrainedTokenizerFast) -> dict:
     }
 
 
+# Per-channel statistics the families' image processors normalize with (CLIP's; 0.5).
+CLIP_STATS = {
+    "image_mean": [0.48145466, 0.4578275, 0.40821073],
+    "image_std": [0.26862954, 0.26130258, 0.27577711],
+}
+HALF_STATS = {"image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]}
+
+
+def _normalized(stats: dict) -> dict:
+    """Pixels rescaled to [0, 1], then normalized with ``stats``."""
+    return {"do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True, **stats}
+
+
 def _processor_files(family: str) -> tuple[dict, dict]:
     """(preprocessor_config.json, processor_config.json) for the family's real processor."""
     if family == "llava":
@@ -474,11 +487,7 @@ def _processor_files(family: str) -> tuple[dict, dict]:
             "crop_size": {"height": 32, "width": 32},
             "do_resize": True,
             "do_center_crop": True,
-            "do_rescale": True,
-            "rescale_factor": 1 / 255,
-            "do_normalize": True,
-            "image_mean": [0.48145466, 0.4578275, 0.40821073],
-            "image_std": [0.26862954, 0.26130258, 0.27577711],
+            **_normalized(CLIP_STATS),
         }
         proc = {
             "processor_class": "LlavaProcessor",
@@ -494,11 +503,7 @@ def _processor_files(family: str) -> tuple[dict, dict]:
             "size": {"longest_edge": 32},
             "patch_size": {"height": 8, "width": 8},
             "do_resize": True,
-            "do_rescale": True,
-            "rescale_factor": 1 / 255,
-            "do_normalize": True,
-            "image_mean": [0.48145466, 0.4578275, 0.40821073],
-            "image_std": [0.26862954, 0.26130258, 0.27577711],
+            **_normalized(CLIP_STATS),
         }
         proc = {
             "processor_class": "PixtralProcessor",
@@ -515,11 +520,7 @@ def _processor_files(family: str) -> tuple[dict, dict]:
             "processor_class": "Gemma3Processor",
             "size": {"height": 64, "width": 64},
             "do_resize": True,
-            "do_rescale": True,
-            "rescale_factor": 1 / 255,
-            "do_normalize": True,
-            "image_mean": [0.5, 0.5, 0.5],
-            "image_std": [0.5, 0.5, 0.5],
+            **_normalized(HALF_STATS),
             "do_pan_and_scan": False,
         }
         # (64 / 16)^2 patches pooled to 2 x 2: 4 soft tokens per image
@@ -533,8 +534,7 @@ def _processor_files(family: str) -> tuple[dict, dict]:
             "merge_size": 2,
             "min_pixels": 64 * 64,
             "max_pixels": 128 * 128,
-            "image_mean": [0.5, 0.5, 0.5],
-            "image_std": [0.5, 0.5, 0.5],
+            **HALF_STATS,
         }
         return pre, {"processor_class": "Qwen3VLProcessor"}
     if family == "qwen2_5_vl":
@@ -546,8 +546,7 @@ def _processor_files(family: str) -> tuple[dict, dict]:
             "merge_size": 2,
             "min_pixels": 56 * 56,
             "max_pixels": 112 * 112,
-            "image_mean": [0.48145466, 0.4578275, 0.40821073],
-            "image_std": [0.26862954, 0.26130258, 0.27577711],
+            **CLIP_STATS,
         }
         return pre, {"processor_class": "Qwen2_5_VLProcessor"}
     pre = {
@@ -557,11 +556,7 @@ def _processor_files(family: str) -> tuple[dict, dict]:
         "size": {"longest_edge": 128},
         "do_image_splitting": True,
         "max_image_size": {"longest_edge": 64},
-        "do_rescale": True,
-        "rescale_factor": 1 / 255,
-        "do_normalize": True,
-        "image_mean": [0.5, 0.5, 0.5],
-        "image_std": [0.5, 0.5, 0.5],
+        **_normalized(HALF_STATS),
         "do_pad": True,
     }
     # (64 / 16)^2 patches, merged by scale_factor^2 = 4: 4 image tokens per tile
