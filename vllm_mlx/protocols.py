@@ -59,3 +59,15 @@ class LayerCache(Protocol):
 
     @property
     def nbytes(self) -> int: ...
+
+
+class AttentionCache(LayerCache, Protocol):
+    """A layer cache that attention writes each step's keys and values into: mlx-lm's KV
+    caches (plain, batched, quantized, rotating), not a recurrent layer's ``ArraysCache``.
+    ``offset`` counts the tokens it holds: an int, or a batched cache's int32 ``[B]``."""
+
+    offset: Any
+
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> Any:
+        """Appends this step's keys and values; returns all the layer attends over (a
+        quantized cache's as (data, scales, biases) triples)."""

@@ -15,6 +15,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+import mlx.core as mx
+
+from ..protocols import LayerCache
+
 
 class RowTarget(Protocol):
     """What the model exposes: the adapter slot of each row of the next call (0: base)."""
@@ -40,7 +44,9 @@ class RowRoutedModel:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._model, name)
 
-    def __call__(self, inputs: Any, cache: Any = None, **kwargs: Any) -> Any:
+    def __call__(
+        self, inputs: mx.array, cache: Sequence[LayerCache] | None = None, **kwargs: Any
+    ) -> Any:
         slots = self._slots(cache) if self._slot_of else None
         self._target.set_rows(slots)
         try:
@@ -48,7 +54,7 @@ class RowRoutedModel:
         finally:
             self._target.set_rows(None)
 
-    def _slots(self, cache: Any) -> list[int] | None:
+    def _slots(self, cache: Sequence[LayerCache] | None) -> list[int] | None:
         caller = sys._getframe(2).f_locals.get("self")  # the batch method calling the model
         for batch in (*self._batches(), caller):
             if cache is not None and getattr(batch, "prompt_cache", None) is cache:

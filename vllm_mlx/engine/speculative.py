@@ -33,7 +33,7 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
-from ..protocols import LogitsProcessor
+from ..protocols import LayerCache, LogitsProcessor
 from .sampling import RequestSampler, log_normalize
 
 
@@ -72,7 +72,7 @@ class SoloSpeculator:
         draft: Any,
         *,
         prompt: list[int],
-        cache: list[Any],
+        cache: list[LayerCache],
         cached: int,
         sampler: RequestSampler,
         processors: list[LogitsProcessor],
@@ -137,12 +137,12 @@ class SoloSpeculator:
             feed = proposals[-1:]
         return proposals
 
-    def held(self) -> tuple[list[Any], list[int]]:
+    def held(self) -> tuple[list[LayerCache], list[int]]:
         """The target cache and the tokens it holds (for the prefix cache or the batch)."""
         return self.cache, list(self.tokens)
 
 
-def _prefill(model: Any, cache: list[Any], tokens: list[int], step: int) -> None:
+def _prefill(model: Any, cache: list[LayerCache], tokens: list[int], step: int) -> None:
     for start in range(0, len(tokens), step):
         model(mx.array([tokens[start : start + step]]), cache=cache)
         mx.eval([c.state for c in cache])

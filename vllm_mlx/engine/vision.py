@@ -27,6 +27,8 @@ import numpy as np
 from mlx_lm.generate import generation_stream
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
+from ..protocols import LayerCache
+
 
 class ShiftedKVCache(KVCache):
     """A sequence's KV cache whose rotary positions run ``shift`` behind its length."""
@@ -82,7 +84,7 @@ class ShiftedBatchKVCache(BatchKVCache):
         return cache
 
 
-def set_shift(cache: list[Any], shift: int) -> None:
+def set_shift(cache: list[LayerCache], shift: int) -> None:
     for layer in cache:
         if isinstance(layer, ShiftedKVCache):
             layer.shift = shift
@@ -105,7 +107,7 @@ class VisionInput:
     encoded: Encoded | None = None
     # the prompt's KV cache up to ``image_end``, when prefilled ahead of admission in the
     # preparing thread (``LanguageModel.prefill_ahead``)
-    prefilled: list[Any] | None = None
+    prefilled: list[LayerCache] | None = None
 
 
 @dataclass
@@ -182,7 +184,7 @@ class LanguageModel(nn.Module):
     def layers(self):
         return self.vlm.language_model.layers
 
-    def make_cache(self) -> list[Any]:
+    def make_cache(self) -> list[LayerCache]:
         """M-RoPE rows carry their rotary shift; other families keep their language model's
         own layout (plain, or rotating for sliding-window layers)."""
         if self.mrope:
@@ -253,7 +255,9 @@ class LanguageModel(nn.Module):
             )
         return positions, int(np.array(deltas).reshape(-1)[0])
 
-    def prefill_ahead(self, prompt: list[int], vision: VisionInput, cache: list[Any], step: int):
+    def prefill_ahead(
+        self, prompt: list[int], vision: VisionInput, cache: list[LayerCache], step: int
+    ):
         """Encode the images and prefill ``prompt[:vision.image_end]`` into ``cache`` (empty)
         now, in the calling thread (a request's preparation), so that admission only
         inserts the request into the batch; kept on ``vision.prefilled``."""
@@ -263,7 +267,12 @@ class LanguageModel(nn.Module):
         vision.prefilled = cache
 
     def prefill_images(
-        self, prompt: list[int], vision: VisionInput, cache: list[Any], start: int, step: int = 256
+        self,
+        prompt: list[int],
+        vision: VisionInput,
+        cache: list[LayerCache],
+        start: int,
+        step: int = 256,
     ) -> int:
         """Prefill ``prompt[start:vision.image_end]`` from the merged embeddings into
         ``cache`` (which holds ``prompt[:start]``), encoding the images now unless that was

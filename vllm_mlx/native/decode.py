@@ -13,6 +13,7 @@ step, sliding-window layers — calls mlx-lm's ``LlamaModel`` unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,7 @@ from mlx_lm.models.cache import BatchKVCache, KVCache
 from vllm_mlx import native
 from vllm_mlx.native import heap
 from vllm_mlx.native.layers import BlockShape, NativeLlamaBlock
+from vllm_mlx.protocols import LayerCache
 
 
 @dataclass(frozen=True)
@@ -131,7 +133,12 @@ class NativeLlamaModel(llama.LlamaModel):
     pending: _Pending
     adapter_rows: Any = None  # models.lora.AdapterRows: active, the blocks run unfused
 
-    def __call__(self, inputs: mx.array, cache: Any = None, input_embeddings: Any = None):
+    def __call__(
+        self,
+        inputs: mx.array,
+        cache: Sequence[LayerCache] | None = None,
+        input_embeddings: mx.array | None = None,
+    ) -> mx.array:
         if (
             input_embeddings is None
             and not (self.adapter_rows is not None and self.adapter_rows.active)

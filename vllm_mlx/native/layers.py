@@ -30,6 +30,7 @@ from mlx_lm.models import llama
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
 from vllm_mlx import native
+from vllm_mlx.protocols import AttentionCache
 
 # Longer query blocks (prefill) are matmul-shaped: MLX's SDPA (BLAS) does them better.
 MAX_NATIVE_QUERY = 8
@@ -94,7 +95,7 @@ class HalfWrites:
     values, so the cache it allocates is float16; every other attribute is the cache's
     (mlx-lm's attention reads ``offset`` and checks for ``bits``)."""
 
-    def __init__(self, cache: Any):
+    def __init__(self, cache: AttentionCache):
         self.cache = cache
 
     def __getattr__(self, name: str) -> Any:
@@ -104,11 +105,11 @@ class HalfWrites:
         return self.cache.update_and_fetch(keys.astype(mx.float16), values.astype(mx.float16))
 
 
-def _kv_writes(cache: Any) -> Any:
+def _kv_writes(cache: AttentionCache | None) -> AttentionCache | None:
     """``cache`` as the block writes it: wrapped in ``HalfWrites`` for mlx-lm's exact
     ``KVCache`` / ``BatchKVCache`` when the KV dtype is float16, else itself (quantized
     and rotating caches keep their own dtype)."""
-    if type(cache) in (KVCache, BatchKVCache) and kv_dtype() == mx.float16:
+    if cache is not None and type(cache) in (KVCache, BatchKVCache) and kv_dtype() == mx.float16:
         return HalfWrites(cache)
     return cache
 
@@ -155,7 +156,7 @@ def _triple(layer: Any) -> tuple[mx.array, mx.array, mx.array]:
     return layer["weight"], layer["scales"], layer["biases"]
 
 
-def _cache_offset(cache: Any) -> int | None:
+def _cache_offset(cache: AttentionCache | None) -> int | None:
     """The int position of a plain (unquantized, single-sequence) KV cache, else None."""
     if cache is None:
         return 0
@@ -203,7 +204,9 @@ class NativeLlamaBlock(llama.TransformerBlock):
     shape: BlockShape
     adapter_rows: Any = None  # models.lora.AdapterRows: touching it, its projections add terms
 
-    def __call__(self, x: mx.array, mask: Any = None, cache: Any = None) -> mx.array:
+    def __call__(
+        self, x: mx.array, mask: Any = None, cache: AttentionCache | None = None
+    ) -> mx.array:
         if x.dtype != mx.float32 or not native.available():
             return super().__call__(x, mask, cache)
         cache = _kv_writes(cache)
@@ -238,7 +241,7 @@ class NativeLlamaBlock(llama.TransformerBlock):
             *self.shape.mlp_quant,
         )
 
-    def _adapted(self, x: mx.array, mask: Any, cache: Any) -> mx.array:
+    def _adapted(self, x: mx.array, mask: Any, cache: AttentionCache | None) -> mx.array:
         """A call in which some rows' adapters update this block: mlx-lm's attention half
         (its native layers give the fused half's bits), and the fused MLP half for every
         row whose adapter leaves the MLP alone, so a row's numbers never depend on what
@@ -254,7 +257,9 @@ class NativeLlamaBlock(llama.TransformerBlock):
         adapted = h + mlp(self["post_attention_layernorm"](h))
         return mx.where(rows.reshape(-1, *[1] * (h.ndim - 1)), adapted, fused)
 
-    def _attention(self, x: mx.array, mask: Any, cache: Any, offset: int) -> mx.array:
+    def _attention(
+        self, x: mx.array, mask: Any, cache: AttentionCache | None, offset: int
+    ) -> mx.array:
         """``self_attn(input_layernorm(x), mask, cache)`` of mlx-lm's Llama ``Attention``."""
         attn, norm, shape = self["self_attn"], self["input_layernorm"], self.shape
         assert shape.attention_quant is not None
