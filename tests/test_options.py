@@ -9,9 +9,12 @@ import dataclasses
 import click
 import pytest
 
+from vllm_mlx.engine.sampling import SamplingParams
 from vllm_mlx.fleet.settings import PLACEMENT, ModelSettings
+from vllm_mlx.models.sampling_defaults import SAMPLING_KEYS
 from vllm_mlx.options import (
     RuntimeOptions,
+    SamplingOptions,
     ServeOptions,
     ServingOptions,
     option_names,
@@ -89,6 +92,12 @@ def test_flags_reach_their_fields_typed(tmp_path):
     assert runtime.cache.warmup_prompt == "You are terse."
     assert runtime.limits.max_messages == 7
     assert options.serving.allowed_hosts == ("a.test", "b.test", "c.test")
+
+
+def test_the_operator_overrides_every_sampling_default_a_model_sets():
+    operator = tuple(f.name for f in dataclasses.fields(SamplingOptions))
+    assert operator == SAMPLING_KEYS
+    assert set(operator) <= {f.name for f in dataclasses.fields(SamplingParams)}
 
 
 def test_models_toml_settings_are_runtime_options_of_the_same_names():

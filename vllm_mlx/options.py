@@ -61,7 +61,10 @@ class CacheOptions:
 
 @dataclass(frozen=True)
 class SamplingOptions:
-    """The operator's sampling defaults; unset fields take the model's own."""
+    """The operator's sampling defaults (``serve --temperature`` …); an unset field takes
+    the model's own. The fields are the ones a model's ``generation_config.json`` may set
+    (``models.sampling_defaults.SAMPLING_KEYS``), so the operator can override each of them;
+    the runtime layers them into the server's ``SamplingParams``."""
 
     temperature: float | None = None
     top_p: float | None = None

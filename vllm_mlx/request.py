@@ -143,7 +143,11 @@ class Thinking:
 
 @dataclass
 class Sampling:
-    """The sampling fields a client set; None means the server's default."""
+    """The sampling fields a client set, as its API carried them; a None knob takes the
+    server's default (``resolve``: into the engine's ``SamplingParams``). Its own type, not
+    an optional ``SamplingParams``, because "unset" must survive until the pipeline decides
+    over the model's defaults; the per-request fields (seed, stop, bias, logprobs) have no
+    server default."""
 
     temperature: float | None = None
     top_p: float | None = None

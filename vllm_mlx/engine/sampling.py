@@ -76,7 +76,12 @@ def current_numerics() -> Numerics:
 
 @dataclass
 class SamplingParams:
-    """What a request asks of the sampler. Defaults match the OpenAI API's."""
+    """The values a request is sampled with, every field decided: the engine's input.
+
+    ``request.Sampling`` (what the client set, None: unset) resolves into this over the
+    server's defaults, which are one of these too (``options.SamplingOptions`` over the
+    model's own). The engine sits below requests and options, so it declares its own
+    complete type rather than read theirs. Defaults match the OpenAI API's."""
 
     max_tokens: int = 256
     temperature: float = 1.0
