@@ -89,18 +89,19 @@ def baseline(base: str, opts) -> dict:
     return {}
 
 
-def half_open(base: str, opts) -> dict:
-    """Sockets that send part of the headers and then nothing."""
+def _hold(base: str, heads: list[bytes], hold: float) -> dict:
+    """One socket per head, each sent and then held open ``hold`` seconds: how many opened,
+    how many the server refused, how many it closed meanwhile."""
     host, port = base.removeprefix("http://").split(":")
     sockets, refused = [], 0
-    for _ in range(opts.half_open):
+    for head in heads:
         try:
             s = socket.create_connection((host, int(port)), timeout=5)
-            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le")
+            s.sendall(head)
             sockets.append(s)
         except OSError:
             refused += 1
-    time.sleep(opts.hold)
+    time.sleep(hold)
     closed_by_server = 0
     for s in sockets:
         s.setblocking(False)
@@ -114,6 +115,12 @@ def half_open(base: str, opts) -> dict:
     return {"opened": len(sockets), "refused": refused, "closed_by_server": closed_by_server}
 
 
+def half_open(base: str, opts) -> dict:
+    """Sockets that send part of the headers and then nothing."""
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le"
+    return _hold(base, [head] * opts.half_open, opts.hold)
+
+
 BODY_START = (
     b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
     b'Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"model'
@@ -122,32 +129,8 @@ BODY_START = (
 
 def descriptors(base: str, opts) -> dict:
     """--idle sockets, half inside the head and half inside the body, all held open."""
-    host, port = base.removeprefix("http://").split(":")
-    sockets, refused = [], 0
-    for i in range(opts.idle):
-        try:
-            s = socket.create_connection((host, int(port)), timeout=5)
-            s.sendall(BODY_START if i % 2 else b"GET /health HTTP/1.1\r\nHost: 12")
-            sockets.append(s)
-        except OSError:
-            refused += 1
-    time.sleep(opts.hold)
-    closed_by_server = 0
-    for s in sockets:
-        s.setblocking(False)
-        try:
-            closed_by_server += s.recv(1) == b""
-        except BlockingIOError:
-            pass
-        except OSError:
-            closed_by_server += 1
-        s.close()
-    return {
-        "fd_limit": opts.open_files,
-        "opened": len(sockets),
-        "refused": refused,
-        "closed_by_server": closed_by_server,
-    }
+    heads = [BODY_START if i % 2 else b"GET /health HTTP/1.1\r\nHost: 12" for i in range(opts.idle)]
+    return {"fd_limit": opts.open_files, **_hold(base, heads, opts.hold)}
 
 
 def _stream_cut(base: str, statuses: Counter) -> None:
