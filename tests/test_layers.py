@@ -32,7 +32,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("bench", "cli"),
     ("__main__", "__init__"),
 )
-# Command-line entry points (paths inside the package): lazy imports allowed.
+# Command-line entry points (paths inside the package): lazy imports allowed, so `--help`
+# loads no MLX (and `serve` imports mlx_lm only after raising its open-file limit).
 ENTRY_POINTS = {
     "cli.py",
     "bench.py",

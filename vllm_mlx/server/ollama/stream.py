@@ -103,6 +103,13 @@ class Reply:
 
     def piece(self, content: str = "", thinking: str = "", calls: list | None = None) -> dict:
         body: dict = {"model": self.model, "created_at": created_at()}
+        body = self._filled(body, content, thinking, calls or [])
+        body["done"] = False
+        return body
+
+    def _filled(self, body: dict, content: str, thinking: str, calls: list) -> dict:
+        """``body`` with the text, thinking and calls where the kind keeps them: a chat
+        ``message``, or a generate body's own ``response`` and ``thinking`` (no calls)."""
         if self.kind == "chat":
             message: dict = {"role": "assistant", "content": content}
             if thinking:
@@ -114,7 +121,6 @@ class Reply:
             body["response"] = content
             if thinking:
                 body["thinking"] = thinking
-        body["done"] = False
         return body
 
     async def lines(self, events: AsyncGenerator[ChatEvent, None]) -> AsyncIterator[str]:
@@ -165,25 +171,15 @@ class Reply:
 
     def collected(self) -> dict:
         """The non-streamed body: every piece folded into the final one."""
-        final = dict(self.sent[-1])
         pieces = self.sent
-        if self.kind == "chat":
-            message: dict = {
-                "role": "assistant",
-                "content": "".join(p["message"]["content"] for p in pieces),
-            }
-            thinking = "".join(p["message"].get("thinking", "") for p in pieces)
-            calls = [c for p in pieces for c in p["message"].get("tool_calls", [])]
-            if thinking:
-                message["thinking"] = thinking
-            if calls:
-                message["tool_calls"] = calls
-            final["message"] = message
-        else:
-            final["response"] = "".join(p["response"] for p in pieces)
-            thinking = "".join(p.get("thinking", "") for p in pieces)
-            if thinking:
-                final["thinking"] = thinking
+        parts = [p["message"] for p in pieces] if self.kind == "chat" else pieces
+        text = "content" if self.kind == "chat" else "response"
+        final = self._filled(
+            dict(pieces[-1]),
+            "".join(p[text] for p in parts),
+            "".join(p.get("thinking", "") for p in parts),
+            [c for p in parts for c in p.get("tool_calls", [])],
+        )
         logprobs = [lp for p in pieces for lp in p.get("logprobs", [])]
         if logprobs:
             final["logprobs"] = logprobs
