@@ -23,7 +23,7 @@ from mlx_lm.models.cache import BatchKVCache, KVCache
 
 from vllm_mlx import native
 from vllm_mlx.native import heap
-from vllm_mlx.native.layers import BlockShape, NativeLlamaBlock
+from vllm_mlx.native.layers import BlockShape, NativeLlamaBlock, RowAdapters
 from vllm_mlx.protocols import LayerCache
 
 
@@ -131,7 +131,7 @@ class NativeLlamaModel(llama.LlamaModel):
 
     stack: StackShape
     pending: _Pending
-    adapter_rows: Any = None  # models.lora.AdapterRows: active, the blocks run unfused
+    adapter_rows: RowAdapters | None = None  # active: the blocks run unfused
 
     def __call__(
         self,

@@ -19,10 +19,10 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -164,6 +164,19 @@ def _cache_offset(cache: AttentionCache | None) -> int | None:
     return offset if type(offset) is int and not hasattr(cache, "bits") else None
 
 
+class RowAdapters(Protocol):
+    """What the native blocks and decode step ask of a model's adapter rows
+    (``models.lora.AdapterRows``, a layer above): whether this call's rows run adapters,
+    and which of them update a block's layers."""
+
+    @property
+    def active(self) -> bool: ...
+
+    def touches(self, block: Any) -> bool: ...
+
+    def rows_updating(self, layers: Sequence[Any], batch: int) -> mx.array | None: ...
+
+
 @dataclass(frozen=True)
 class BlockShape:
     """What a fused block needs besides its weights; fixed when the block is routed
@@ -202,7 +215,7 @@ class NativeLlamaBlock(llama.TransformerBlock):
 
     max_rows: int | None = None  # longer blocks (prefill) use the unfused layers
     shape: BlockShape
-    adapter_rows: Any = None  # models.lora.AdapterRows: touching it, its projections add terms
+    adapter_rows: RowAdapters | None = None  # touching it, its projections add terms
 
     def __call__(
         self, x: mx.array, mask: Any = None, cache: AttentionCache | None = None
@@ -246,6 +259,7 @@ class NativeLlamaBlock(llama.TransformerBlock):
         (its native layers give the fused half's bits), and the fused MLP half for every
         row whose adapter leaves the MLP alone, so a row's numbers never depend on what
         its neighbours run under."""
+        assert self.adapter_rows is not None  # __call__ checked
         h = x + self["self_attn"](self["input_layernorm"](x), mask, cache)
         fused = self._mlp_block(h)
         mlp = self["mlp"]
