@@ -26,6 +26,14 @@ class RowTarget(Protocol):
     def set_rows(self, slots: Sequence[int] | None) -> None: ...
 
 
+class GeneratorBatch(Protocol):
+    """One of the generator's batches, as a model call is placed in it: its cache list and
+    its rows' uids, in row order."""
+
+    prompt_cache: Sequence[LayerCache]
+    uids: Sequence[int]
+
+
 class RowRoutedModel:
     """The model as the generator sees it: every call first sets the rows' adapters."""
 
@@ -33,7 +41,7 @@ class RowRoutedModel:
         self,
         model: Any,
         target: RowTarget,
-        batches: Callable[[], Sequence[Any]],
+        batches: Callable[[], Sequence[GeneratorBatch]],
         slot_of: dict[int, int],
     ):
         self._model = model
@@ -55,7 +63,7 @@ class RowRoutedModel:
             self._target.set_rows(None)
 
     def _slots(self, cache: Sequence[LayerCache] | None) -> list[int] | None:
-        caller = sys._getframe(2).f_locals.get("self")  # the batch method calling the model
+        caller: Any = sys._getframe(2).f_locals.get("self")  # the batch method calling the model
         for batch in (*self._batches(), caller):
             if cache is not None and getattr(batch, "prompt_cache", None) is cache:
                 slots = [self._slot_of.get(uid, 0) for uid in batch.uids]
