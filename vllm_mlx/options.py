@@ -17,6 +17,7 @@ from typing import Any, Literal, TypeVar
 
 from .chat.images import ImageLimits
 from .engine.lookup import LookupMode
+from .engine.mtp_speculative import MtpMode
 from .models.loader import CpuWeights
 from .request import RequestLimits
 
@@ -33,6 +34,8 @@ class ModelOptions:
     max_model_len: int | None = None  # may only lower the model's own context
     draft_model: str | None = None  # speculative decoding's draft (same vocabulary)
     num_draft_tokens: int = 4
+    mtp: MtpMode = "auto"  # the checkpoint's multi-token-prediction head as the drafter
+    mtp_tokens: int = 1
 
 
 @dataclass(frozen=True)

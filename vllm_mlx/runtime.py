@@ -21,6 +21,7 @@ from .distributed.shard import shard_model
 from .distributed.source import Follower, LeaderSource, Watchdog
 from .engine.cpu import openblas_preloaded
 from .engine.engine import Engine
+from .engine.mtp_speculative import MtpMode
 from .engine.prefix_cache import build_prefix_cache
 from .engine.sampling import SamplingParams
 from .engine.sources import ModelBatchSource, ReplayBatchSource, TokenSource
@@ -30,6 +31,7 @@ from .models.adapters import read_adapter
 from .models.fit import Estimate, fit_context, model_estimate
 from .models.loader import CpuWeights, LoadedModel, load_model, load_tokenizer_only
 from .models.lora import fuse_adapter
+from .models.mtp_heads import MtpHeads, load_mtp_heads
 from .models.sampling_defaults import model_sampling
 from .native.layers import kv_namespace
 from .options import RuntimeOptions
@@ -119,6 +121,9 @@ def build_runtime(
         adapter_rows=adapters.rows if adapters is not None else None,
         prompt_lookup=engine.prompt_lookup,
         prompt_lookup_tokens=engine.prompt_lookup_tokens,
+        mtp_heads=None if draft else load_mtp(loaded, options.model.mtp),
+        mtp=options.model.mtp,
+        mtp_tokens=options.model.mtp_tokens,
     )
     log.info("loaded %s (%s weights) from %s", loaded.name, loaded.weights, loaded.path)
     runtime = _assemble(loaded, source, options)
@@ -190,6 +195,8 @@ def _build_sharded(model: str | None, sharding: Sharding, options: RuntimeOption
     failure halts the engine (503s) and a watchdog for ranks that hang or exit."""
     if options.model.draft_model:
         raise ValueError("--draft-model is not supported with --distributed")
+    if options.model.mtp == "on":
+        raise ValueError("--mtp on is not supported with --distributed")
     log.info(
         "sharded over %d ranks: the prefix cache is off (docs/distributed.md)", sharding.world_size
     )
@@ -226,6 +233,19 @@ def load_draft(spec: str, target: LoadedModel, cpu_weights: CpuWeights):
         raise ValueError(f"--draft-model {spec} does not share {target.name}'s vocabulary")
     log.info("draft model %s (%s weights)", draft.name, draft.weights)
     return draft.model
+
+
+def load_mtp(loaded: LoadedModel, mode: MtpMode) -> MtpHeads | None:
+    """The checkpoint's multi-token-prediction head under ``--mtp`` (``on`` insists on one)."""
+    if mode == "off" or loaded.processor is not None:
+        heads = None
+    else:
+        heads = load_mtp_heads(loaded.path, loaded.model) if loaded.path.is_dir() else None
+    if heads is None and mode == "on":
+        raise ValueError(f"--mtp on: {loaded.name} carries no multi-token-prediction head")
+    if heads is not None:
+        log.info("MTP head: %s layout, its drafts verified while one request runs", heads.family)
+    return heads
 
 
 def warm_up(pipeline: Pipeline, system_prompt: str) -> int:

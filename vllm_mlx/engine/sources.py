@@ -22,8 +22,9 @@ from ..protocols import LogitsProcessor
 from .adapter_rows import RowRoutedModel, RowTarget
 from .generation import AdapterChoice
 from .kv_quant import quantized_prompt_cache
-from .lookup import LookupMode
+from .lookup import LookupMode, Throttle
 from .lookup_verify import LookupDecoder
+from .mtp_speculative import Heads, MtpMode, MtpSpeculator
 from .prefix_cache import PrefixCache, common_prefix
 from .sampling import Sampler, computing_with, numerics_of
 from .scheduler import FairBatchGenerator, PrefillSchedule
@@ -113,6 +114,9 @@ class ModelBatchSource:
         adapter_rows: RowTarget | None = None,
         prompt_lookup: LookupMode = "off",
         prompt_lookup_tokens: int = 5,
+        mtp_heads: Heads | None = None,
+        mtp: MtpMode = "auto",
+        mtp_tokens: int = 1,
     ):
         self.model = model
         self.numerics = numerics_of(model)
@@ -137,14 +141,18 @@ class ModelBatchSource:
         self._checkpoints: dict[int, list[int]] = {}  # uid -> the prompt up to a checkpoint
         self._arrivals: Callable[[], bool] = lambda: False
         self._gen = self._new_generator()
-        # Speculative decoding runs a sequence alone (uids < 0) until a second one arrives;
-        # it needs caches both models can trim back to the accepted tokens.
+        # Speculative decoding (a draft model, else the model's MTP head) runs a sequence
+        # alone (uids < 0) until a second one arrives; it needs caches both models can trim
+        # back to the accepted tokens.
         self.draft_model = draft_model
         self.num_draft_tokens = num_draft_tokens
-        self.speculating = draft_model is not None and all(
-            can_trim_prompt_cache(make_prompt_cache(m)) for m in (model, draft_model)
+        self.mtp_heads = mtp_heads if draft_model is None and mtp != "off" else None
+        self.mtp, self.mtp_tokens = mtp, mtp_tokens
+        drafting = (draft_model,) if draft_model is not None else ()
+        self.speculating = (draft_model is not None or self.mtp_heads is not None) and all(
+            can_trim_prompt_cache(make_prompt_cache(m)) for m in (model, *drafting)
         )
-        self._solo: SoloSpeculator | None = None
+        self._solo: SoloSpeculator | MtpSpeculator | None = None
         self._solo_uid = 0
         self._alias: dict[int, int] = {}  # generator uid -> the solo uid it started as
         self._in_batch: set[int] = set()  # generator uids not finished or removed
@@ -359,6 +367,21 @@ class ModelBatchSource:
 
     def _start_solo(self, prompt, cache, cached, sampler, processors, max_tokens):
         self._solo_uid -= 1
+        if self.mtp_heads is not None:
+            self._solo = MtpSpeculator(
+                self.model,
+                self.mtp_heads,
+                prompt=prompt,
+                cache=cache if cache is not None else make_prompt_cache(self.model),
+                cached=cached,
+                sampler=sampler,
+                processors=processors,
+                max_tokens=max_tokens,
+                num_draft=self.mtp_tokens,
+                prefill_step_size=self.prefill_step_size,
+                throttle=Throttle() if self.mtp == "auto" else None,
+            )
+            return self._solo_uid, cached
         self._solo = SoloSpeculator(
             self.model,
             self.draft_model,

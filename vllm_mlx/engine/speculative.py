@@ -62,6 +62,31 @@ class Decided:
     logprobs: mx.array
 
 
+def decide(
+    logits: mx.array,
+    context: list[int],
+    proposals: list[int],
+    processors: list[LogitsProcessor],
+    sampler: RequestSampler,
+) -> list[Decided]:
+    """One sequence's positions decided in order from the target's ``logits`` ([1 + k, V]:
+    after the pending token and each proposal): the kept proposals, then the first token
+    that is not one (a correction, or the bonus after them all). ``context``: the tokens
+    before the first position, extended in place with those decided."""
+    decided: list[Decided] = []
+    for j in range(len(proposals) + 1):
+        row = logits[j : j + 1]
+        for processor in processors:
+            row = processor(mx.array(context), row)
+        logprobs = log_normalize(row)[0]
+        token, kept = resample(sampler, logprobs, proposals[j] if j < len(proposals) else -1)
+        decided.append(Decided(token, logprobs))
+        if not kept:
+            break
+        context.append(token)
+    return decided
+
+
 class SoloSpeculator:
     """One sequence decoded with a draft model; ``cache`` holds the KV of ``tokens``, and
     ``pending`` is the next token to feed (emitted, not yet in the cache)."""
@@ -99,18 +124,7 @@ class SoloSpeculator:
         proposals = self._propose(k)
         logits = self.model(mx.array([[self.pending, *proposals]]), cache=self.cache)[0]
         context = [*self.tokens, self.pending]
-        decided: list[Decided] = []
-        for j in range(k + 1):
-            row = logits[j : j + 1]
-            for processor in self.processors:
-                row = processor(mx.array(context), row)
-            logprobs = log_normalize(row)[0]
-            proposal = proposals[j] if j < k else -1
-            token, kept = resample(self.sampler, logprobs, proposal)
-            decided.append(Decided(token, logprobs))
-            if not kept:
-                break
-            context.append(token)
+        decided = decide(logits, context, proposals, self.processors, self.sampler)
         accepted = len(decided) - 1
         self.drafted += k
         self.accepted += accepted

@@ -44,6 +44,8 @@ class ModelSettings(BaseModel):
     kv_bits: Literal[4, 8] | None = None
     draft_model: str | None = Field(default=None, min_length=1)  # a catalog name or a model path
     num_draft_tokens: int | None = Field(default=None, ge=1, le=16)
+    mtp: Literal["auto", "on", "off"] | None = None
+    mtp_tokens: int | None = Field(default=None, ge=1, le=8)
     default_thinking_token_budget: int | None = Field(default=None, ge=0)
 
     @field_validator("temperature", "top_p", "min_p", "repetition_penalty", mode="before")

@@ -197,6 +197,22 @@ def serve_flags(command: F) -> F:
     help="Tokens the draft model proposes per step.",
 )
 @click.option(
+    "--mtp",
+    type=click.Choice(["auto", "on", "off"]),
+    default="auto",
+    show_default=True,
+    help="Draft tokens with the checkpoint's multi-token-prediction head (DeepSeek-V3/R1, "
+    "GLM-4.5, MiMo) while one request runs; auto: when it carries one, paused while its "
+    "drafts are rejected; on: always (an error if it carries none).",
+)
+@click.option(
+    "--mtp-tokens",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1, max=8),
+    help="Tokens the MTP head proposes per step (beyond 1 it reads its own output).",
+)
+@click.option(
     "--prompt-lookup",
     type=click.Choice(["auto", "on", "off"]),
     default="auto",

@@ -1,0 +1,139 @@
+"""Speculative decoding with the checkpoint's MTP head: the same tokens as plain decoding
+(greedy, penalties, seeded sampling), drafts accepted when they are right, the head's
+rows kept in step with the sequence, and the switch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlx.core as mx
+import pytest
+from tiny_mtp import write_mtp_folder
+
+from vllm_mlx.engine.engine import Engine
+from vllm_mlx.engine.generation import GenerationRequest
+from vllm_mlx.engine.sampling import SamplingParams
+from vllm_mlx.engine.sources import ModelBatchSource
+from vllm_mlx.models.loader import load_model
+from vllm_mlx.models.mtp_heads import MtpHeads, load_mtp_heads
+from vllm_mlx.runtime import load_mtp
+
+PROMPT = "<|im_start|>user\nWrite a haiku about rivers<|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.fixture(scope="module", params=("glm4_moe", "mimo"))
+def checkpoint(request, tmp_path_factory):
+    folder = write_mtp_folder(tmp_path_factory.mktemp(request.param), request.param, seed=4)
+    loaded = load_model(str(folder), cpu_weights="float32", progress=False)
+    heads = load_mtp_heads(folder, loaded.model)
+    assert heads is not None
+    return loaded, heads
+
+
+def tokens_of(source: ModelBatchSource, tokenizer: Any, prompt: list[int], **params) -> list[int]:
+    engine = Engine(source, tokenizer)
+    try:
+        request = GenerationRequest(prompt, SamplingParams(**{"temperature": 0, **params}), [])
+        return [t for c in engine.generate_sync(request) for t in c.token_ids]
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"max_tokens": 24},
+        {"max_tokens": 24, "repetition_penalty": 1.3},
+        {"max_tokens": 24, "temperature": 0.9, "seed": 11},
+        {"max_tokens": 24, "temperature": 0.7, "top_k": 20, "seed": 5},
+    ],
+    ids=["greedy", "penalty", "seeded", "seeded top-k"],
+)
+@pytest.mark.parametrize("mtp_tokens", [1, 3])
+def test_the_same_tokens_as_plain_decoding(checkpoint, params, mtp_tokens):
+    loaded, heads = checkpoint
+    prompt = loaded.tokenizer.encode(PROMPT)
+    expected = tokens_of(ModelBatchSource(loaded.model), loaded.tokenizer, prompt, **params)
+    source = ModelBatchSource(loaded.model, mtp_heads=heads, mtp="on", mtp_tokens=mtp_tokens)
+    assert tokens_of(source, loaded.tokenizer, prompt, **params) == expected
+    drafted, _ = source.spec_counts
+    assert drafted >= 20  # "on": every step but the last proposes
+
+
+class OracleHeads:
+    """A head whose drafts are the main model's own next tokens (known from a plain run):
+    what a well-trained head proposes, so verification's accept path runs. Its rows are
+    counted through a trimmable cache, as the real head's are."""
+
+    def __init__(self, heads: MtpHeads, sequence: list[int], start: int):
+        self.heads, self.sequence, self.start = heads, sequence, start
+        self.rows: list[Any] = []
+
+    def make_cache(self) -> list[Any]:
+        self.rows = self.heads.make_cache()
+        return self.rows
+
+    def hidden(self, inputs: mx.array, cache: list[Any]) -> mx.array:
+        return self.heads.hidden(inputs, cache)
+
+    def main_logits(self, hidden: mx.array) -> mx.array:
+        return self.heads.main_logits(hidden)
+
+    def step(self, hidden, tokens, cache, at_start):
+        return self.heads.step(hidden, tokens, cache, at_start)
+
+    def logits(self, out: mx.array) -> mx.array:
+        # the head's last row is at position start + offset - 1; it predicts two ahead
+        target = self.sequence[self.start + self.rows[0].offset + 1]
+        vocab = self.heads.main.args.vocab_size
+        return mx.where(mx.arange(vocab) == target, 10.0, -10.0)[None, None]
+
+
+@pytest.mark.parametrize("mtp_tokens", [1, 4])
+def test_right_drafts_are_all_accepted(checkpoint, mtp_tokens):
+    loaded, heads = checkpoint
+    prompt = loaded.tokenizer.encode(PROMPT)
+    expected = tokens_of(ModelBatchSource(loaded.model), loaded.tokenizer, prompt, max_tokens=30)
+    oracle = OracleHeads(heads, prompt + expected + [0, 0, 0, 0, 0], start=0)
+    source = ModelBatchSource(loaded.model, mtp_heads=oracle, mtp="on", mtp_tokens=mtp_tokens)
+    engine = Engine(source, loaded.tokenizer)
+    try:
+        request = GenerationRequest(prompt, SamplingParams(max_tokens=30, temperature=0), [])
+        chunks = [c.token_ids for c in engine.generate_sync(request)]
+    finally:
+        engine.close()
+    assert [t for c in chunks for t in c] == expected
+    drafted, accepted = source.spec_counts
+    assert drafted > 0 and accepted == drafted
+    # one head row per position in the main cache (all but the last token), none left
+    # from a chain
+    assert oracle.rows[0].offset == len(prompt) + len(expected) - 1
+
+
+def test_auto_stops_proposing_while_drafts_are_rejected(checkpoint):
+    loaded, heads = checkpoint
+    prompt = loaded.tokenizer.encode(PROMPT)
+    expected = tokens_of(ModelBatchSource(loaded.model), loaded.tokenizer, prompt, max_tokens=60)
+    auto = ModelBatchSource(loaded.model, mtp_heads=heads, mtp="auto", mtp_tokens=2)
+    assert tokens_of(auto, loaded.tokenizer, prompt, max_tokens=60) == expected
+    drafted, accepted = auto.spec_counts
+    # random weights: the head is wrong, so after a few verifies it pauses ("on" proposes
+    # 2 at each of ~60 steps)
+    assert accepted < drafted <= 20
+
+
+def test_off_and_the_runtime_switch(checkpoint, tmp_path):
+    loaded, heads = checkpoint
+    prompt = loaded.tokenizer.encode(PROMPT)
+    off = ModelBatchSource(loaded.model, mtp_heads=heads, mtp="off")
+    assert not off.speculating
+    tokens_of(off, loaded.tokenizer, prompt, max_tokens=8)
+    assert off.spec_counts == (0, 0)
+    assert load_mtp(loaded, "off") is None
+    found = load_mtp(loaded, "auto")
+    assert found is not None and found.family == loaded.model.model_type
+    bare_folder = write_mtp_folder(tmp_path / "bare", "mimo", with_head=False)
+    bare = load_model(str(bare_folder), cpu_weights="float32", progress=False)
+    assert load_mtp(bare, "auto") is None
+    with pytest.raises(ValueError, match="carries no multi-token-prediction head"):
+        load_mtp(bare, "on")

@@ -1,0 +1,120 @@
+"""The multi-token-prediction head read from a checkpoint: found by its tensor names,
+loaded with the checkpoint's own tensors, and computing what the families' MTP layers
+compute (checked against a forward written here from the file's tensors)."""
+
+from __future__ import annotations
+
+import json
+
+import mlx.core as mx
+import pytest
+from mlx.utils import tree_flatten
+from mlx_lm.models.cache import make_prompt_cache
+from tiny_mtp import reference_model, write_mtp_folder
+
+from vllm_mlx.models.loader import load_model
+from vllm_mlx.models.mtp_heads import carried_tensors, header_names, load_mtp_heads
+
+ARCHS = ("glm4_moe", "mimo")
+
+
+@pytest.fixture(scope="module", params=ARCHS)
+def folder(request, tmp_path_factory):
+    return write_mtp_folder(tmp_path_factory.mktemp(request.param), request.param)
+
+
+@pytest.fixture(scope="module")
+def loaded(folder):
+    return load_model(str(folder), cpu_weights="float32", progress=False)
+
+
+def rms(x: mx.array, weight: mx.array, eps: float = 1e-5) -> mx.array:
+    return x * mx.rsqrt(mx.mean(x * x, axis=-1, keepdims=True) + eps) * weight
+
+
+def test_the_head_is_found_by_the_released_names(folder):
+    config = json.loads((folder / "config.json").read_text())
+    found = carried_tensors(folder, config)
+    if config["model_type"] == "mimo":
+        assert "model.mtp_layers.0.input_proj.weight" in found
+        assert "model.mtp_layers.0.self_attn.q_proj.bias" in found
+    else:
+        assert "model.layers.2.eh_proj.weight" in found
+        assert "model.layers.2.mlp.experts.3.down_proj.weight" in found
+        assert "model.layers.2.shared_head.head.weight" in found
+    assert not any(n.startswith("model.layers.1.") for n in found)
+    assert set(found) <= set(header_names(folder / "model.safetensors"))
+
+
+def test_a_checkpoint_without_the_head_loads_none(tmp_path):
+    folder = write_mtp_folder(tmp_path / "plain", "mimo", with_head=False)
+    loaded = load_model(str(folder), cpu_weights="float32", progress=False)
+    assert load_mtp_heads(folder, loaded.model) is None
+
+
+def test_mlx_lm_drops_the_head_and_the_main_model_is_unchanged(folder, loaded):
+    names = {n for n, _ in tree_flatten(loaded.model.parameters())}
+    assert not any("mtp" in n or n.startswith("model.layers.2.") for n in names)
+
+
+def test_the_head_computes_the_family_forward_from_the_files_tensors(folder, loaded):
+    heads = load_mtp_heads(folder, loaded.model)
+    assert heads is not None
+    raw = mx.load(str(folder / "model.safetensors"))
+    assert isinstance(raw, dict)
+    reference = reference_model(folder)
+    tokens = mx.array([[5, 17, 300, 42, 9, 1000, 77]])
+    # the main model's final hidden states, as its lm_head reads them
+    cache = make_prompt_cache(loaded.model)
+    hidden = heads.hidden(tokens[:, :-1], cache)
+    expected_logits = loaded.model(tokens[:, :-1])
+    assert mx.allclose(heads.main_logits(hidden), expected_logits, atol=1e-5)
+
+    out = heads.step(hidden, tokens[:, 1:], heads.make_cache(), at_start=True)
+    got = heads.logits(out)
+
+    n = 2
+    block = reference.model.layers[n]
+    main = reference.model
+    h = main.embed_tokens(tokens[:, :-1])
+    for layer in main.layers[:n]:
+        h = layer(h, "causal", None)
+    h = main.norm(h)
+    assert mx.allclose(h, hidden, atol=1e-5)
+    if loaded.model.model_type == "mimo":
+        p = "model.mtp_layers.0."
+        e = raw["model.embed_tokens.weight"][tokens[0, 1:]][None]
+        e = e * (mx.arange(e.shape[1]) > 0)[None, :, None]
+        joined = mx.concatenate(
+            [rms(h, raw[p + "hidden_layernorm.weight"]), rms(e, raw[p + "token_layernorm.weight"])],
+            axis=-1,
+        )
+        x = block(joined @ raw[p + "input_proj.weight"].T, "causal", None)
+        x = rms(x, raw[p + "final_layernorm.weight"])
+        logits = x @ raw["lm_head.weight"].T
+    else:
+        p = f"model.layers.{n}."
+        e = raw[p + "embed_tokens.weight"][tokens[0, 1:]][None]
+        e = e * (mx.arange(e.shape[1]) > 0)[None, :, None]
+        joined = mx.concatenate(
+            [rms(e, raw[p + "enorm.weight"]), rms(h, raw[p + "hnorm.weight"])], axis=-1
+        )
+        x = block(joined @ raw[p + "eh_proj.weight"].T, "causal", None)
+        logits = rms(x, raw[p + "shared_head.norm.weight"]) @ raw[p + "shared_head.head.weight"].T
+    assert mx.allclose(out, x, atol=1e-4)
+    assert mx.allclose(got, logits, atol=1e-3)
+    # the head's logits are not the main model's: its own tensors are in use
+    assert not mx.allclose(got, expected_logits, atol=1e-1)
+
+
+def test_the_head_reads_its_cache_as_one_long_call(folder, loaded):
+    """Rows fed in pieces (prefill chunks, then a verify's) equal one call over them all."""
+    heads = load_mtp_heads(folder, loaded.model)
+    assert heads is not None
+    tokens = mx.array([[5, 17, 300, 42, 9, 1000, 77, 3]])
+    hidden = heads.hidden(tokens[:, :-1], make_prompt_cache(loaded.model))
+    whole = heads.step(hidden, tokens[:, 1:], heads.make_cache(), at_start=True)
+    cache = heads.make_cache()
+    first = heads.step(hidden[:, :4], tokens[:, 1:5], cache, at_start=True)
+    rest = heads.step(hidden[:, 4:], tokens[:, 5:], cache, at_start=False)
+    assert mx.allclose(mx.concatenate([first, rest], axis=1), whole, atol=1e-5)

@@ -1,0 +1,252 @@
+"""Multi-token-prediction heads, read from a checkpoint that ships them.
+
+DeepSeek-V3/R1, GLM-4.5 and MiMo are trained with extra "next-n" layers that predict the
+token after next from the main model's last hidden state and the next token's embedding.
+mlx-lm's ``sanitize`` drops their tensors at load, so this module finds them in the
+checkpoint's safetensors (their headers name every tensor), builds the head around the
+family's own mlx-lm decoder block and hands the engine's MTP drafter
+(``engine/mtp_speculative.py``) what it asks of a head (``engine.mtp_speculative.Heads``).
+
+The layouts, under the published checkpoints' key names (N = ``num_hidden_layers``):
+
+- DeepSeek-V3/R1 (``deepseek_v3``) and GLM-4.5 (``glm4_moe``): ``model.layers.{N}.``
+  holds ``enorm`` and ``hnorm`` (RMSNorms of the token embedding and of the hidden state),
+  ``eh_proj`` (2D -> D over [embedding, hidden]), a decoder layer of the family (its
+  ``self_attn``, ``mlp`` and two norms, built as layer N would be: a MoE layer where the
+  model's are), ``shared_head.norm`` and ``shared_head.head`` (the logits) and
+  ``embed_tokens``; a checkpoint without its own head or embedding uses the main model's.
+  The block's output feeds the next chained step; the logits are the head over its norm.
+- MiMo (``mimo``): ``model.mtp_layers.{i}.`` holds ``hidden_layernorm``,
+  ``token_layernorm``, ``input_proj`` over [hidden, embedding], a Qwen2-style block and
+  ``final_layernorm``, whose output feeds the next step and, through the main model's
+  ``lm_head``, gives the logits.
+
+The hidden state is the main model's output after its final norm (what its ``lm_head``
+reads), and the embedding at absolute position 0 is zeroed, as the reference
+implementations (vLLM's ``deepseek_mtp.py``, ``mimo_mtp.py``) do. Only the first next-n
+layer is used; chained drafts run it again on its own output. Qwen3-Next's ``mtp.*`` head
+is not built: its main model's linear-attention caches cannot be trimmed back to the
+accepted tokens, which verification needs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.base import create_attention_mask
+from mlx_lm.models.cache import KVCache
+
+NEXTN_OWN = ("enorm", "hnorm", "eh_proj", "shared_head", "embed_tokens")
+MIMO_OWN = ("hidden_layernorm", "token_layernorm", "input_proj", "final_layernorm")
+MAX_HEADER = 100 << 20  # bytes of a safetensors JSON header: far above any real one
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a family keeps its first MTP layer and which of its tensors are not the block's."""
+
+    family: str
+    own: tuple[str, ...]
+    array_mask: bool  # the family's attention takes its causal mask as an array
+
+    def prefix(self, config: dict[str, Any]) -> str:
+        if self.family == "mimo":
+            return "model.mtp_layers.0."
+        return f"model.layers.{config['num_hidden_layers']}."
+
+
+LAYOUTS = {
+    "deepseek_v3": Layout("deepseek_v3", NEXTN_OWN, array_mask=True),
+    "glm4_moe": Layout("glm4_moe", NEXTN_OWN, array_mask=False),
+    "mimo": Layout("mimo", MIMO_OWN, array_mask=False),
+}
+
+
+class SharedHead(nn.Module):
+    def __init__(self, dims: int, eps: float, vocab: int, own_head: bool):
+        super().__init__()
+        self.norm = nn.RMSNorm(dims, eps=eps)
+        if own_head:
+            self.head = nn.Linear(dims, vocab, bias=False)
+
+
+class NextN(nn.Module):
+    """DeepSeek-V3's (and GLM-4.5's) next-n layer."""
+
+    def __init__(self, block: nn.Module, dims: int, eps: float, vocab: int, names: set[str]):
+        super().__init__()
+        self.enorm = nn.RMSNorm(dims, eps=eps)
+        self.hnorm = nn.RMSNorm(dims, eps=eps)
+        self.eh_proj = nn.Linear(2 * dims, dims, bias=False)
+        self.block = block
+        self.shared_head = SharedHead(dims, eps, vocab, "shared_head.head.weight" in names)
+        if "embed_tokens.weight" in names:
+            self.embed_tokens = nn.Embedding(vocab, dims)
+
+    def fuse(self, embedded: mx.array, hidden: mx.array) -> mx.array:
+        return self.eh_proj(mx.concatenate([self.enorm(embedded), self.hnorm(hidden)], axis=-1))
+
+    def finish(self, x: mx.array) -> mx.array:
+        return x
+
+    def normed(self, out: mx.array) -> mx.array:
+        return self.shared_head.norm(out)
+
+
+class MiMoMtp(nn.Module):
+    """MiMo's MTP layer."""
+
+    def __init__(self, block: nn.Module, dims: int, eps: float, vocab: int, names: set[str]):
+        super().__init__()
+        self.hidden_layernorm = nn.RMSNorm(dims, eps=eps)
+        self.token_layernorm = nn.RMSNorm(dims, eps=eps)
+        self.input_proj = nn.Linear(2 * dims, dims, bias=False)
+        self.block = block
+        self.final_layernorm = nn.RMSNorm(dims, eps=eps)
+
+    def fuse(self, embedded: mx.array, hidden: mx.array) -> mx.array:
+        joined = [self.hidden_layernorm(hidden), self.token_layernorm(embedded)]
+        return self.input_proj(mx.concatenate(joined, axis=-1))
+
+    def finish(self, x: mx.array) -> mx.array:
+        return self.final_layernorm(x)
+
+    def normed(self, out: mx.array) -> mx.array:
+        return out
+
+
+class MtpHeads:
+    """A loaded model's first MTP layer and the main-model calls the drafter needs."""
+
+    def __init__(self, main: Any, layer: nn.Module, layout: Layout):
+        self.main = main
+        self.layer = layer
+        self.layout = layout
+        self.family = layout.family
+
+    def make_cache(self) -> list[Any]:
+        return [KVCache()]
+
+    def hidden(self, inputs: mx.array, cache: list[Any]) -> mx.array:
+        """The main model's final hidden states for ``inputs`` (its cache advances)."""
+        return self.main.model(inputs, cache)
+
+    def main_logits(self, hidden: mx.array) -> mx.array:
+        """The main model's logits from its hidden states: its own ``__call__``'s head."""
+        main = self.main
+        if getattr(main.args, "tie_word_embeddings", False) and not hasattr(main, "lm_head"):
+            return main.model.embed_tokens.as_linear(hidden)
+        return main.lm_head(hidden)
+
+    def step(
+        self, hidden: mx.array, tokens: mx.array, cache: list[Any], at_start: bool
+    ) -> mx.array:
+        """The head's output for rows (``hidden`` [1, L, D], the next ``tokens`` [1, L]);
+        ``at_start``: the first row is absolute position 0 (its embedding is zeroed)."""
+        layer = self.layer
+        embed = layer["embed_tokens"] if "embed_tokens" in layer else self.main.model.embed_tokens
+        embedded = embed(tokens)
+        if at_start:
+            keep = (mx.arange(tokens.shape[1]) > 0).astype(embedded.dtype)
+            embedded = embedded * keep[None, :, None]
+        x = layer.fuse(embedded, hidden)
+        mask = create_attention_mask(x, cache[0], return_array=self.layout.array_mask)
+        return layer.finish(layer.block(x, mask, cache[0]))
+
+    def logits(self, out: mx.array) -> mx.array:
+        """The head's logits for its output rows (the token after the next one)."""
+        normed = self.layer.normed(out)
+        shared = getattr(self.layer, "shared_head", None)
+        if shared is not None and "head" in shared:
+            return shared.head(normed)
+        return self.main_logits(normed)
+
+
+def tensor_files(path: Path) -> dict[str, Path]:
+    """Every tensor name in the checkpoint's safetensors -> the file holding it, from the
+    index when there is one, else from each file's header."""
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        return {name: path / file for name, file in weight_map.items()}
+    names: dict[str, Path] = {}
+    for file in sorted(path.glob("*.safetensors")):
+        names.update(dict.fromkeys(header_names(file), file))
+    return names
+
+
+def header_names(file: Path) -> list[str]:
+    """The tensor names a safetensors file's JSON header lists (no tensor is read)."""
+    with file.open("rb") as f:
+        (size,) = struct.unpack("<Q", f.read(8))
+        if size > MAX_HEADER:
+            raise ValueError(f"{file}: a safetensors header of {size} bytes")
+        header = json.loads(f.read(size))
+    return [name for name in header if name != "__metadata__"]
+
+
+def carried_tensors(path: Path, config: dict[str, Any]) -> dict[str, Path]:
+    """The checkpoint's first MTP layer's tensors (name -> file); empty when it has none."""
+    layout = LAYOUTS.get(config.get("model_type", ""))
+    if layout is None:
+        return {}
+    prefix = layout.prefix(config)
+    return {n: f for n, f in tensor_files(path).items() if n.startswith(prefix)}
+
+
+def load_mtp_heads(path: Path, main: Any) -> MtpHeads | None:
+    """The MTP head the checkpoint at ``path`` carries for ``main`` (mlx-lm's model of it),
+    or None when it carries none (a converted checkpoint: mlx-lm's conversion drops them)."""
+    if not (path / "config.json").is_file():
+        return None
+    config = json.loads((path / "config.json").read_text())
+    found = carried_tensors(path, config)
+    if not found:
+        return None
+    layout = LAYOUTS[config["model_type"]]
+    prefix = layout.prefix(config)
+    raw: dict[str, mx.array] = {}
+    for file in sorted(set(found.values())):
+        arrays = mx.load(str(file))  # lazy: only the head's tensors are ever read
+        assert isinstance(arrays, dict)
+        raw.update({n[len(prefix) :]: arrays[n] for n in found if found[n] == file})
+    layer = _build(main, layout, set(raw))
+    layer.load_weights(list(_block_weights(main, layout, raw).items()), strict=True)
+    norm = main.model.norm.weight
+    layer.set_dtype(norm.dtype)  # the main model's float type (float32 on the CPU path)
+    mx.eval(layer.parameters())
+    return MtpHeads(main, layer, layout)
+
+
+def _build(main: Any, layout: Layout, names: set[str]) -> nn.Module:
+    family = importlib.import_module(type(main).__module__)  # the model's own mlx-lm module
+    args = main.args
+    if layout.family == "deepseek_v3":
+        block = family.DeepseekV3DecoderLayer(args, args.num_hidden_layers)
+    elif layout.family == "glm4_moe":
+        block = family.DecoderLayer(args, args.num_hidden_layers)
+    else:
+        block = family.TransformerBlock(args)
+    kind = MiMoMtp if layout.family == "mimo" else NextN
+    return kind(block, args.hidden_size, args.rms_norm_eps, args.vocab_size, names)
+
+
+def _block_weights(main: Any, layout: Layout, raw: dict[str, mx.array]) -> dict[str, mx.array]:
+    """The head's tensors under its module's names. They go through the family's own
+    ``sanitize`` as layer 0's (experts stacked, DeepSeek's fp8 dequantized and its
+    ``kv_b_proj`` split), so they take the form mlx-lm gives every other layer."""
+    start = "model.layers.0."
+    named = {start + n: a for n, a in raw.items()}
+    sanitized = main.sanitize(named) if hasattr(main, "sanitize") else named
+    weights = {}
+    for name, array in sanitized.items():
+        local = name[len(start) :]
+        weights[local if local.split(".", 1)[0] in layout.own else f"block.{local}"] = array
+    return weights
