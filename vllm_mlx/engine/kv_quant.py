@@ -22,6 +22,8 @@ import mlx.core as mx
 from mlx.utils import tree_map, tree_reduce
 from mlx_lm.models.cache import BatchKVCache, KVCache, QuantizedKVCache, dynamic_roll
 
+from ..protocols import LayerCache
+
 KV_BITS = (4, 8)
 KV_GROUP_SIZES = (32, 64, 128)
 
@@ -211,9 +213,10 @@ class BatchQuantizedKVCache(BatchKVCache):
         return tree_reduce(lambda total, x: total + x.nbytes, (self.keys, self.values), 0)
 
 
-def quantized_prompt_cache(model: Any, *, bits: int, group_size: int) -> list[QuantizedKV]:
-    """An empty quantized cache for each layer; ValueError for a model whose layers are not
-    all plain KV caches (sliding-window, state-space): their caches have no quantized form."""
+def quantized_prompt_cache(model: Any, *, bits: int, group_size: int) -> list[LayerCache]:
+    """An empty quantized cache (``QuantizedKV``) for each layer; ValueError for a model
+    whose layers are not all plain KV caches (sliding-window, state-space): their caches
+    have no quantized form."""
     layers = model.make_cache() if hasattr(model, "make_cache") else None
     if layers is not None and not all(type(c) is KVCache for c in layers):
         kinds = sorted({type(c).__name__ for c in layers})

@@ -18,7 +18,7 @@ import numpy as np
 from mlx_lm.generate import StopSequences
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
 
-from ..protocols import LogitsProcessor
+from ..protocols import LayerCache, LogitsProcessor
 from .adapter_rows import RowRoutedModel, RowTarget
 from .generation import AdapterChoice
 from .kv_quant import quantized_prompt_cache
@@ -168,7 +168,7 @@ class ModelBatchSource:
             else None
         )
 
-    def _fresh_cache(self) -> list[Any] | None:
+    def _fresh_cache(self) -> list[LayerCache] | None:
         """A new sequence's cache: quantized with ``kv_bits``, else the generator's default."""
         if self.kv_bits is None:
             return None
@@ -281,7 +281,7 @@ class ModelBatchSource:
         self,
         prompt: list[int],
         vision: VisionInput,
-        cache: list[Any] | None,
+        cache: list[LayerCache] | None,
         cached: int,
         sampler: Sampler,
         processors: list[LogitsProcessor],
