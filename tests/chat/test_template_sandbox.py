@@ -9,6 +9,7 @@ from servers import echo_server
 from tiny_gguf import CHAT_TEMPLATE
 from tiny_models import QWEN3_STYLE_CHAT_TEMPLATE
 
+from vllm_mlx.chat import template_probe
 from vllm_mlx.chat.jinja_sandbox import RenderLimits
 from vllm_mlx.chat.template import (
     MAX_REQUEST_TEMPLATE_CHARS,
@@ -180,6 +181,23 @@ def test_hostile_templates_are_stopped_by_the_budget(tokenizer, template, reason
             limits=limits,
         )
     assert reason in str(info.value)
+
+
+def test_the_probes_of_a_runaway_template_share_one_deadline(monkeypatch):
+    # The first probe runs to the shared deadline; the other probes are not rendered at all.
+    monkeypatch.setattr(template_probe, "PROBE_SECONDS", 0.2)
+    renders = []
+    render = template_probe.render_bounded
+
+    def counted(*args, **kwargs):
+        renders.append(args[0])
+        return render(*args, **kwargs)
+
+    monkeypatch.setattr(template_probe, "render_bounded", counted)
+    runaway = HOSTILE["doubling macro"][0] + "{# probed alone #}"
+    profile = template_probe.profile_template(runaway, {})
+    assert profile.error == "no probe conversation renders"
+    assert len(renders) == 1
 
 
 def test_nested_loops_are_stopped_by_the_default_budget(tokenizer):

@@ -5,19 +5,22 @@ tools in comments, read them under other names (``custom_tools``, a message fiel
 arguments as text or iterate them as a mapping, enforce id shapes with ``raise_exception`` or
 reject a system message. Each question is answered instead by rendering a small conversation
 with distinctive names and looking at what came out (or whether it raised). A profile is
-computed once per template text and cached.
+computed once per template text and cached. All probes of one template share one render's
+time budget, so a template that runs away costs that budget once, not once per probe.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import time
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from vllm_mlx.families.call_ids import IdStyle
 
-from .jinja_sandbox import render_bounded
+from .jinja_sandbox import RenderLimits, render_bounded
 
 ArgsForm = Literal["object", "string"]
 ToolsVia = Literal["tools", "custom_tools", "message"]
@@ -30,6 +33,9 @@ _PROBE_ARGS = {"vmx_key": "vmx value"}
 _CLIENT_ID = "call_1"
 _ALNUM9_ID = "a1B2c3D4e"
 _USER = {"role": "user", "content": "vmx probe question"}
+# Seconds all probes of one template may take together; past them the rest count as failed.
+PROBE_SECONDS = RenderLimits().max_seconds
+_DEADLINE: ContextVar[float | None] = ContextVar("template_probe_deadline", default=None)
 _TOOL_DEF = {
     "type": "function",
     "function": {
@@ -91,10 +97,13 @@ def call_conversation(
 
 
 def _try(template: str, specials: dict, messages: list[dict], **extra: Any) -> str | None:
+    deadline = _DEADLINE.get()
+    left = PROBE_SECONDS if deadline is None else deadline - time.monotonic()
+    if left <= 0:
+        return None
+    variables = {**specials, "messages": messages, "add_generation_prompt": True, **extra}
     try:
-        return render_bounded(
-            template, {**specials, "messages": messages, "add_generation_prompt": True, **extra}
-        )
+        return render_bounded(template, variables, RenderLimits(max_seconds=left))
     except Exception:  # any failure of the template means "does not accept this"
         return None
 
@@ -173,7 +182,14 @@ def _plain_turns_render(template: str, specials: dict) -> bool:
 
 @functools.lru_cache(maxsize=64)
 def _profile(template: str, specials_json: str) -> TemplateProfile:
-    specials = json.loads(specials_json)
+    token = _DEADLINE.set(time.monotonic() + PROBE_SECONDS)
+    try:
+        return _probed_profile(template, json.loads(specials_json))
+    finally:
+        _DEADLINE.reset(token)
+
+
+def _probed_profile(template: str, specials: dict) -> TemplateProfile:
     forms = _call_forms(template, specials)
     rendered = forms.rendered
     system = {"role": "system", "content": "vmx probe system"}
