@@ -4,6 +4,7 @@ Each top-level part (subpackage or root module) sits in a layer; a part may impo
 in lower layers, never one beside or above it. No module-level import cycle, and no
 function-local import of the package's own modules outside the command-line entry points
 (where it keeps ``--help`` from loading MLX): such an import is how a cycle gets hidden.
+And no module over 600 lines: a part stays small modules with one job each.
 """
 
 from __future__ import annotations
@@ -195,3 +196,8 @@ def test_the_checks_catch_each_violation(tmp_path):
         "tool_parsers/c.py:2: function-local import of vllm_mlx.tool_parsers.d"
     ]
     assert cycles(imports) == ["vllm_mlx.chat.b -> vllm_mlx.families.a -> vllm_mlx.chat.b"]
+
+
+def test_no_module_over_600_lines():
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in ROOT.rglob("*.py")}
+    assert {path: n for path, n in sizes.items() if n > 600} == {}
