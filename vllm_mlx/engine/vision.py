@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,7 @@ import numpy as np
 from mlx_lm.generate import generation_stream
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
-from ..protocols import LayerCache
+from ..protocols import AttentionCache, LayerCache
 
 
 class ShiftedKVCache(KVCache):
@@ -194,7 +195,12 @@ class LanguageModel(nn.Module):
             return language.make_cache()
         return [KVCache() for _ in self.layers]
 
-    def __call__(self, inputs: mx.array, cache=None, input_embeddings: mx.array | None = None):
+    def __call__(
+        self,
+        inputs: mx.array,
+        cache: Sequence[AttentionCache] | None = None,
+        input_embeddings: mx.array | None = None,
+    ) -> mx.array:
         extra: dict[str, Any] = {}
         if self.mrope:
             extra["position_ids"] = self._text_positions(inputs.shape, cache)
@@ -202,7 +208,7 @@ class LanguageModel(nn.Module):
         return out.logits
 
     @staticmethod
-    def _text_positions(shape: tuple[int, ...], cache) -> mx.array:
+    def _text_positions(shape: tuple[int, ...], cache: Sequence[AttentionCache] | None) -> mx.array:
         batch, length = shape
         first = cache[0] if cache else None
         offset = first.offset if first is not None else 0
