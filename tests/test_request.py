@@ -4,6 +4,8 @@ naming their field. A tiny tokenizer and a replay engine: no model, no sockets."
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from tiny_models import build_tiny_tokenizer
 
@@ -63,6 +65,31 @@ def test_sampling_fields_over_the_server_defaults():
     resolved = Sampling(temperature=0, top_k=-1, stop=["x"]).resolve(defaults, max_tokens=7)
     assert (resolved.temperature, resolved.top_p, resolved.top_k) == (0, 0.9, 0)
     assert (resolved.repetition_penalty, resolved.max_tokens, resolved.stop) == (1.1, 7, ["x"])
+
+
+def test_every_client_sampling_field_reaches_the_sampler():
+    """``Sampling`` holds the decided fields but ``max_tokens`` (a request's own field), and
+    ``resolve`` carries each one set over any default."""
+    client = {f.name for f in dataclasses.fields(Sampling)}
+    assert client == {f.name for f in dataclasses.fields(SamplingParams)} - {"max_tokens"}
+    asked = Sampling(
+        temperature=0.5,
+        top_p=0.7,
+        top_k=3,
+        min_p=0.2,
+        repetition_penalty=1.3,
+        presence_penalty=0.4,
+        frequency_penalty=0.6,
+        logit_bias={5: -1.0},
+        seed=11,
+        stop=["end"],
+        stop_token_ids=[2],
+        logprobs=True,
+        top_logprobs=4,
+    )
+    resolved = asked.resolve(SamplingParams(temperature=0.1, top_k=40), max_tokens=9)
+    assert {name: getattr(resolved, name) for name in client} == vars(asked)
+    assert resolved.max_tokens == 9
 
 
 def test_max_tokens_policies(pipeline):
