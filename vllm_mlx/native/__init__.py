@@ -14,8 +14,14 @@ import functools
 import importlib
 import os
 import sys
+from collections.abc import Sequence
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # importing mlx.core waits for the first kernel call
+    import mlx.core as mx
+
+Triple = tuple["mx.array", "mx.array", "mx.array"]  # a quantized (w, scales, biases)
 
 KERNELS = (
     "quantized_matmul",
@@ -91,27 +97,33 @@ def record_routed(description: str) -> None:
     _routed.append(description)
 
 
-def quantized_matmul(x, w, scales, biases, group_size: int, bits: int):
+def quantized_matmul(
+    x: mx.array, w: mx.array, scales: mx.array, biases: mx.array, group_size: int, bits: int
+) -> mx.array:
     """``x @ dequantize(w, scales, biases).T`` on the native kernel (see ``_kernels``)."""
     return _extension().quantized_matmul(x, w, scales, biases, group_size, bits)
 
 
-def dequantize(w, scales, biases, group_size: int, bits: int):
+def dequantize(
+    w: mx.array, scales: mx.array, biases: mx.array, group_size: int, bits: int
+) -> mx.array:
     """``dequantize(w, scales, biases)`` as float32 ``[N, K]`` on the native kernel."""
     return _extension().dequantize(w, scales, biases, group_size, bits)
 
 
-def attention(q, k, v, scale: float, causal: bool = False):
+def attention(
+    q: mx.array, k: mx.array, v: mx.array, scale: float, causal: bool = False
+) -> mx.array:
     """``softmax(q k^T * scale) v`` over grouped-query heads on the native kernel."""
     return _extension().attention(q, k, v, scale, causal)
 
 
-def rms_norm(x, weight, eps: float):
+def rms_norm(x: mx.array, weight: mx.array, eps: float) -> mx.array:
     """``mx.fast.rms_norm(x, weight, eps)`` for float32 ``x`` as one native node."""
     return _extension().rms_norm(x, weight, eps)
 
 
-def rope_inv_freq(dims: int, base: float):
+def rope_inv_freq(dims: int, base: float) -> mx.array:
     """``exp(-i ln(base) / (dims/2))`` computed as ``mx.fast.rope``'s CPU fallback does (MLX's
     own ``exp``), so the native rope's angles are the same floats as MLX's."""
     import mlx.core as mx
@@ -122,18 +134,36 @@ def rope_inv_freq(dims: int, base: float):
     return mx.exp(mx.arange(0, -half, -1, dtype=mx.float32) * mx.array(step))
 
 
-def rope(x, inv_freq, dims: int, traditional: bool, scale: float, offset: int):
+def rope(
+    x: mx.array, inv_freq: mx.array, dims: int, traditional: bool, scale: float, offset: int
+) -> mx.array:
     """``mx.fast.rope`` for float32 ``x`` ``[B, H, L, D]`` and an int offset, one node;
     ``inv_freq`` from ``rope_inv_freq`` (or ``1 / freqs``)."""
     return _extension().rope(x, inv_freq, dims, traditional, scale, offset)
 
 
-def rope_offsets(x, inv_freq, offsets, dims: int, traditional: bool, scale: float):
+def rope_offsets(
+    x: mx.array,
+    inv_freq: mx.array,
+    offsets: mx.array,
+    dims: int,
+    traditional: bool,
+    scale: float,
+) -> mx.array:
     """``mx.fast.rope`` with per-sequence int32 ``offsets`` ``[B]`` (a batched cache's)."""
     return _extension().rope_offsets(x, inv_freq, offsets, dims, traditional, scale)
 
 
-def mlp_block(h, norm_weight, eps: float, gate, up, down, group_size: int, bits: int):
+def mlp_block(
+    h: mx.array,
+    norm_weight: mx.array,
+    eps: float,
+    gate: Triple,
+    up: Triple,
+    down: Triple,
+    group_size: int,
+    bits: int,
+) -> mx.array:
     """``h + down(silu(gate(n)) * up(n))``, ``n = rms_norm(h)``; each projection is a
     quantized ``(w, scales, biases)`` triple (one group size and bit width)."""
     return _extension().mlp_block(
@@ -142,19 +172,19 @@ def mlp_block(h, norm_weight, eps: float, gate, up, down, group_size: int, bits:
 
 
 def attention_input(
-    x,
-    norm_weight,
+    x: mx.array,
+    norm_weight: mx.array,
     eps: float,
-    q,
-    k,
-    v,
+    q: Triple,
+    k: Triple,
+    v: Triple,
     group_size: int,
     bits: int,
     heads: tuple[int, int],
-    inv_freq,
+    inv_freq: mx.array,
     rope: tuple[int, bool, float],
     offset: int,
-):
+) -> list[mx.array]:
     """``[q, k, v]`` heads ``[B, H, L, head_dim]`` of ``rms_norm(x)`` through quantized
     projections, q and k rotated (``rope`` = dims, traditional, scale) at ``offset``."""
     dims, traditional, scale = rope
@@ -164,13 +194,23 @@ def attention_input(
     )  # fmt: skip
 
 
-def attention_masked(q, k, v, scale: float, mask):
+def attention_masked(
+    q: mx.array, k: mx.array, v: mx.array, scale: float, mask: mx.array
+) -> mx.array:
     """``attention`` with a boolean ``mask`` (true: attend) broadcastable to
     ``[B, Hq, Lq, Lk]``, as mlx-lm's batched caches make for left-padded sequences."""
     return _extension().attention_masked(q, k, v, scale, mask)
 
 
-def decode_layers(h, weights, caches, positions, key_start, inv_freq, *params):
+def decode_layers(
+    h: mx.array,
+    weights: Sequence[mx.array],
+    caches: Sequence[mx.array],
+    positions: mx.array,
+    key_start: mx.array,
+    inv_freq: mx.array,
+    *params: float | int | bool,
+) -> list[mx.array]:
     """``[h, rows]``: a stack of Llama layers for one token per sequence (``decode.py``
     builds the arguments); ``rows`` ``[layers, 2, B, Hkv, head_dim]`` are the new key and
     value rows, which ``kv_write`` puts in the caches."""
@@ -179,25 +219,27 @@ def decode_layers(h, weights, caches, positions, key_start, inv_freq, *params):
     )
 
 
-def softmax_causal(scores, offset: int):
+def softmax_causal(scores: mx.array, offset: int) -> mx.array:
     """Softmax over the last axis of float32 ``scores`` ``[..., L, Lk]``, query row ``i``
     seeing keys ``0 .. offset + i`` (the rest 0); ``offset >= Lk - 1``: every key."""
     return _extension().softmax_causal(scores, offset)
 
 
-def kv_write(cache, rows, layer: int, which: int, index: int):
+def kv_write(cache: mx.array, rows: mx.array, layer: int, which: int, index: int) -> mx.array:
     """``cache`` with row ``index`` set to ``rows[layer, which]``; in place when MLX may
     donate the cache's buffer (nothing else holds it), else into a copy."""
     return _extension().kv_write(cache, rows, layer, which, index)
 
 
-def logsumexp(x):
+def logsumexp(x: mx.array) -> mx.array:
     """``log(sum(exp(x)))`` over the last axis of float32 ``x``, kept with size 1 (MLX's
     semantics for nan and infinities)."""
     return _extension().logsumexp(x)
 
 
-def sample(logprobs, words, top_p: float, min_p: float, top_k: int, inv_temp: float):
+def sample(
+    logprobs: mx.array, words: mx.array, top_p: float, min_p: float, top_k: int, inv_temp: float
+) -> mx.array:
     """uint32 ``[B]``: a token per row of float32 log-probabilities ``[B, V]`` after
     mlx-lm's top-p, min-p and top-k (``top_p`` 1, ``min_p`` 0, ``top_k`` 0: off) and the
     temperature, drawn by inverse CDF from the row's uint32 words ``[B, 2]``."""

@@ -276,7 +276,7 @@ class NativeLlamaBlock(llama.TransformerBlock):
     ) -> mx.array:
         """``self_attn(input_layernorm(x), mask, cache)`` of mlx-lm's Llama ``Attention``."""
         attn, norm, shape = self["self_attn"], self["input_layernorm"], self.shape
-        assert shape.attention_quant is not None
+        assert shape.attention_quant is not None and shape.inv_freq is not None
         queries, keys, values = native.attention_input(
             x,
             norm["weight"],
