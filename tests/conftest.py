@@ -1,5 +1,6 @@
-"""Shared fixtures: the real default model served over real HTTP, once per test session, the
-embedding models server, and the tiny tokenizer the in-process model tests use."""
+"""Shared fixtures: the real default model served over real HTTP and loaded in-process, once
+per test session each, the embedding models server, and the tiny tokenizer the in-process model
+tests use."""
 
 from __future__ import annotations
 
@@ -21,6 +22,19 @@ def real_server(tmp_path_factory) -> str:
     log = tmp_path_factory.mktemp("server") / "server.log"
     with cli_server("--served-model-name", "smollm2", log_path=log) as base:
         yield base
+
+
+@pytest.fixture(scope="session")
+def embedded_model():
+    """The embedded default model loaded in-process with the default switches, on the native
+    kernels (tests that take it skip where they are not built). Shared by every test that takes
+    it: hold per-test state (caches, sources, engines) outside it, never on it."""
+    from vllm_mlx import native
+    from vllm_mlx.models import load_model
+
+    if not native.available():
+        pytest.skip("vllm_mlx.native is not built")
+    return load_model(None, progress=False)
 
 
 @pytest.fixture(scope="session")

@@ -9,22 +9,12 @@ import time
 
 import pytest
 
-from vllm_mlx import native
 from vllm_mlx.engine.engine import Engine
 from vllm_mlx.engine.generation import GenerationRequest
 from vllm_mlx.engine.sampling import SamplingParams
 from vllm_mlx.engine.sources import ModelBatchSource
-from vllm_mlx.models import load_model
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not native.available(), reason="vllm_mlx.native is not built"),
-]
-
-
-@pytest.fixture(scope="module")
-def loaded():
-    return load_model(None, progress=False)
+pytestmark = pytest.mark.slow
 
 
 def chat(loaded, text: str) -> list[int]:

@@ -9,21 +9,11 @@ from __future__ import annotations
 import pytest
 from same_numbers import SAMPLING, assert_same, run
 
-from vllm_mlx import native
 from vllm_mlx.engine.cache_files import DiskCache
 from vllm_mlx.engine.prefix_cache import PrefixCache
 from vllm_mlx.engine.sources import ModelBatchSource
-from vllm_mlx.models import load_model
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not native.available(), reason="vllm_mlx.native is not built"),
-]
-
-
-@pytest.fixture(scope="module")
-def loaded():
-    return load_model(None, progress=False)
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

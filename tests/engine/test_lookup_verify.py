@@ -176,12 +176,9 @@ def test_off_does_not_look_up(model):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not native.available(), reason="vllm_mlx.native is not built")
-def test_on_the_native_kernels_verified_log_probabilities_are_plain_decodings_bits():
+def test_on_the_native_kernels_verified_log_probabilities_are_plain_decodings_bits(loaded):
     """The default model (int16 products, float16 KV cache): a row of a verify block has the
     one-token decode step's bits, so greedy tokens and every log-probability match."""
-    from vllm_mlx.models import load_model
-
-    loaded = load_model(None, progress=False)
     tok = loaded.tokenizer
     code = "def area(w, h):\n    return w * h\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n"
     chat = tok.apply_chat_template
