@@ -64,9 +64,13 @@ class LayerCache(Protocol):
 class AttentionCache(LayerCache, Protocol):
     """A layer cache that attention writes each step's keys and values into: mlx-lm's KV
     caches (plain, batched, quantized, rotating), not a recurrent layer's ``ArraysCache``.
-    ``offset`` counts the tokens it holds: an int, or a batched cache's int32 ``[B]``."""
+    ``offset`` counts the tokens it holds: an int, or a batched cache's int32 ``[B]``;
+    ``keys`` and ``values`` are its arrays (None before the first write; a quantized
+    cache's are (data, scales, biases) triples)."""
 
     offset: Any
+    keys: Any
+    values: Any
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> Any:
         """Appends this step's keys and values; returns all the layer attends over (a

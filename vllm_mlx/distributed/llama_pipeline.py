@@ -9,12 +9,14 @@ run are dropped before the weights are evaluated, so each rank holds only its sh
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import mlx.core as mx
 from mlx_lm.models import llama
 from mlx_lm.models.base import create_attention_mask
 
+from ..protocols import AttentionCache
 from .group import pipeline_split
 
 
@@ -26,7 +28,12 @@ class PipelinedLlamaModel(llama.LlamaModel):
     pipeline_size = 1
     group: Any = None
 
-    def __call__(self, inputs: mx.array, cache=None, input_embeddings: mx.array | None = None):
+    def __call__(
+        self,
+        inputs: mx.array,
+        cache: Sequence[AttentionCache | None] | None = None,
+        input_embeddings: mx.array | None = None,
+    ) -> mx.array:
         h = input_embeddings if input_embeddings is not None else self.embed_tokens(inputs)
         rank, size, group = self.pipeline_rank, self.pipeline_size, self.group
         if cache is None:
