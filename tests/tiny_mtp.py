@@ -1,14 +1,17 @@
 """Random-weight checkpoints that carry a multi-token-prediction head, under the released
 checkpoints' tensor names, with the embedded model's tokenizer.
 
-``glm4_moe`` (GLM-4.5's layout, which DeepSeek-V3's shares: ``model.layers.{N}.enorm``,
+``deepseek_v3`` (61 layers: mlx-lm's ``sanitize`` drops ``model.layers.61`` by name; the
+attention's ``kv_b_proj`` stored unsplit, as released), ``glm4_moe`` (GLM-4.5's layout,
+which DeepSeek-V3's shares: ``model.layers.{N}.enorm``,
 ``hnorm``, ``eh_proj``, ``shared_head.{norm,head}``, ``embed_tokens`` and a MoE decoder
 layer whose experts are stored one by one, ``mlp.experts.{e}.gate_proj.weight``) and
 ``mimo`` (``model.mtp_layers.0.{hidden,token}_layernorm``, ``input_proj``, a Qwen2-style
 block, ``final_layernorm``). The main model's tensors are mlx-lm's own classes' parameters;
 the head's are those of the family's decoder layer built as layer N, renamed as released.
-``reference_model`` builds the same family with one more layer holding the head's block,
-loaded through mlx-lm's own ``sanitize``, so a test can check the head against it.
+``reference_block`` builds the head's decoder block on its own from the file's tensors (the
+experts stacked and DeepSeek's ``kv_b_proj`` split here, not by the code under test), so a
+test can check the head against it.
 """
 
 from __future__ import annotations
@@ -20,12 +23,12 @@ from typing import Any
 
 import mlx.core as mx
 from mlx.utils import tree_flatten
-from mlx_lm.models import glm4_moe, mimo
+from mlx_lm.models import deepseek_v3, glm4_moe, mimo
 
 from vllm_mlx.models.resolve import resolve_model
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
-FAMILIES = {"glm4_moe": glm4_moe, "mimo": mimo}
+FAMILIES = {"deepseek_v3": deepseek_v3, "glm4_moe": glm4_moe, "mimo": mimo}
 
 
 def config_of(arch: str, vocab: int) -> dict[str, Any]:
@@ -47,6 +50,27 @@ def config_of(arch: str, vocab: int) -> dict[str, Any]:
     }
     if arch == "mimo":
         return common
+    if arch == "deepseek_v3":
+        return common | {
+            "hidden_size": 16,
+            "intermediate_size": 32,
+            "num_hidden_layers": 61,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 2,
+            "moe_intermediate_size": 8,
+            "n_shared_experts": 1,
+            "n_routed_experts": 4,
+            "num_experts_per_tok": 2,
+            "first_k_dense_replace": 61,  # the main layers dense, the head's layer a MoE
+            "kv_lora_rank": 8,
+            "q_lora_rank": 8,
+            "qk_rope_head_dim": 4,
+            "v_head_dim": 4,
+            "qk_nope_head_dim": 4,
+            "n_group": 1,
+            "topk_group": 1,
+            "rope_scaling": None,
+        }
     return common | {
         "moe_intermediate_size": 16,
         "norm_topk_prob": True,
@@ -80,7 +104,7 @@ def write_mtp_folder(path: Path, arch: str, *, seed: int = 0, with_head: bool = 
     model = family.Model(args)
     # a larger output head than the default init: peaked logits, so greedy choices are clear
     model.lm_head.weight = 4 * mx.random.normal(model.lm_head.weight.shape)
-    weights = _released(dict(tree_flatten(model.parameters())), "model.layers.")
+    weights = _released(dict(tree_flatten(model.parameters())), args)
     if with_head:
         weights |= head_tensors(arch, args, config)
     mx.save_safetensors(str(path / "model.safetensors"), weights)
@@ -102,7 +126,9 @@ def head_tensors(arch: str, args: Any, config: dict[str, Any]) -> dict[str, mx.a
             "final_layernorm.weight": norm(),
         }
     else:
-        block = glm4_moe.DecoderLayer(args, n)
+        family = deepseek_v3 if arch == "deepseek_v3" else glm4_moe
+        layer = family.DeepseekV3DecoderLayer if arch == "deepseek_v3" else family.DecoderLayer
+        block = layer(args, n)
         block.mlp.gate.e_score_correction_bias = 0.1 * mx.random.normal((args.n_routed_experts,))
         prefix = f"model.layers.{n}."
         own = {
@@ -117,39 +143,61 @@ def head_tensors(arch: str, args: Any, config: dict[str, Any]) -> dict[str, mx.a
         if name.endswith("norm.weight"):
             value = value + 0.1 * mx.random.normal(value.shape)
         own[name] = value
-    return _released({prefix + k: v for k, v in own.items()}, prefix)
+    return _released({prefix + k: v for k, v in own.items()}, args)
 
 
-def _released(weights: dict[str, mx.array], prefix: str) -> dict[str, mx.array]:
-    """mlx-lm's stacked experts (``switch_mlp``) stored one by one, as released."""
+def _released(weights: dict[str, mx.array], args: Any) -> dict[str, mx.array]:
+    """mlx-lm's stacked experts (``switch_mlp``) stored one by one, and DeepSeek's split
+    attention (``embed_q``, ``unembed_out``) as the one ``kv_b_proj`` it is released as."""
     out = {}
     for name, value in weights.items():
         if ".mlp.switch_mlp." in name:
             for e in range(value.shape[0]):
                 out[name.replace(".switch_mlp.", f".experts.{e}.")] = value[e]
-        else:
+        elif name.endswith(".embed_q.weight"):
+            unembed = weights[name.replace(".embed_q.", ".unembed_out.")]
+            joined = mx.concatenate([value.swapaxes(-1, -2), unembed], axis=1)
+            out[name.replace(".embed_q.", ".kv_b_proj.")] = joined.reshape(-1, joined.shape[-1])
+        elif not name.endswith(".unembed_out.weight"):
             out[name] = value
     return out
 
 
-def reference_model(path: Path) -> Any:
-    """The family's model with one more layer, the head's block as its last (loaded through
-    mlx-lm's own ``sanitize``), for checking the head against."""
+def reference_block(path: Path) -> tuple[Any, dict[str, mx.array]]:
+    """The head's decoder block built on its own from the file's tensors, and the file's
+    tensors (its other parts, for a forward written by hand)."""
     config = json.loads((path / "config.json").read_text())
     arch, n = config["model_type"], config["num_hidden_layers"]
-    family = FAMILIES[arch]
-    model = family.Model(family.ModelArgs.from_dict(config | {"num_hidden_layers": n + 1}))
+    args = FAMILIES[arch].ModelArgs.from_dict(config)
     raw = mx.load(str(path / "model.safetensors"))
     assert isinstance(raw, dict)
     prefix = "model.mtp_layers.0." if arch == "mimo" else f"model.layers.{n}."
-    weights = {}
-    for name, value in raw.items():
-        if name.startswith(prefix):
-            local = name[len(prefix) :]
-            if local.startswith(("self_attn.", "mlp.", "input_layernorm", "post_attention")):
-                weights[f"model.layers.{n}.{local}"] = value
+    if arch == "mimo":
+        block = mimo.TransformerBlock(args)
+    elif arch == "glm4_moe":
+        block = glm4_moe.DecoderLayer(args, n)
+    else:
+        block = deepseek_v3.DeepseekV3DecoderLayer(args, n)
+    parts = ("self_attn.", "mlp.", "input_layernorm.", "post_attention_layernorm.")
+    local = {k[len(prefix) :]: v for k, v in raw.items() if k.startswith(prefix)}
+    local = {k: v for k, v in local.items() if k.startswith(parts)}
+    weights: dict[str, mx.array] = {}
+    for name, value in local.items():
+        if ".experts." in name:
+            head, rest = name.split(".experts.", 1)
+            expert, tail = rest.split(".", 1)
+            if expert == "0":
+                count = args.n_routed_experts
+                stacked = [local[f"{head}.experts.{e}.{tail}"] for e in range(count)]
+                weights[f"{head}.switch_mlp.{tail}"] = mx.stack(stacked)
+        elif name.endswith("kv_b_proj.weight"):
+            heads = args.num_attention_heads
+            v = value.reshape(heads, args.qk_nope_head_dim + args.v_head_dim, -1)
+            base = name[: -len("kv_b_proj.weight")]
+            weights[base + "embed_q.weight"] = v[:, : args.qk_nope_head_dim].swapaxes(-1, -2)
+            weights[base + "unembed_out.weight"] = v[:, args.qk_nope_head_dim :]
         else:
             weights[name] = value
-    model.load_weights(list(model.sanitize(weights).items()), strict=True)
-    mx.eval(model.parameters())
-    return model
+    block.load_weights(list(weights.items()), strict=True)
+    mx.eval(block.parameters())
+    return block, raw
