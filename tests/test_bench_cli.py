@@ -21,13 +21,14 @@ REPLY = "The keeper climbed the stairs at dusk, lit the lamp, and watched the se
 
 
 class PeakConcurrency:
-    """Counts completion requests inside the app at once. Each one waits (up to a bound)
-    until ``expect`` are inside, so a bench that really overlaps its requests is seen doing
-    so, while a sequential one would show a peak of 1."""
+    """Counts completion requests inside the app at once. Each one after the first ``after``
+    (those the bench sends one at a time) waits (up to a bound) until ``expect`` are inside,
+    so a bench that really overlaps its requests is seen doing so, while a sequential one
+    would show a peak of 1."""
 
-    def __init__(self, app, expect: int):
-        self.app, self.expect = app, expect
-        self.inside = self.peak = 0
+    def __init__(self, app, expect: int, after: int = 0):
+        self.app, self.expect, self.after = app, expect, after
+        self.inside = self.peak = self.arrived = 0
         self.full: asyncio.Event | None = None
 
     async def __call__(self, scope, receive, send):
@@ -35,10 +36,13 @@ class PeakConcurrency:
             return await self.app(scope, receive, send)
         self.full = self.full or asyncio.Event()
         self.inside += 1
+        self.arrived += 1
         self.peak = max(self.peak, self.inside)
         if self.inside >= self.expect:
             self.full.set()
         try:
+            if self.arrived <= self.after:
+                return await self.app(scope, receive, send)
             try:
                 await asyncio.wait_for(self.full.wait(), timeout=10)
             except TimeoutError:
@@ -64,7 +68,8 @@ def test_percentile_interpolates():
 
 def test_bench_against_a_running_server(runtime, tmp_path):
     state = ServerState(runtime.pipeline, "replay")
-    app = PeakConcurrency(create_app(state), expect=3)
+    # the warm-up and the three one-at-a-time requests pass; the level-3 ones are held
+    app = PeakConcurrency(create_app(state), expect=3, after=4)
     out = tmp_path / "figures.json"
     with thread_server(app) as base:
         result = CliRunner().invoke(
