@@ -35,6 +35,26 @@ EDIT_ASK = (
 GREEDY = {"temperature": 0.0}
 SAMPLED = {"temperature": 0.8, "seed": 1}
 
+
+def measured_prefill(run) -> dict:
+    """A prefill's seconds to the first token (``run`` returns the submit time and the
+    stamps), its CPU seconds (this process: all threads) and the resident-memory high-water
+    mark during it (Linux: ``clear_refs`` 5 restarts ``VmHWM`` at the current resident
+    size), in GB."""
+    status = Path("/proc/self/status")
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+    cpu = time.process_time()
+    start, stamps, _ = run()
+    answer = {"s": stamps[0][0] - start, "cpu_s": time.process_time() - cpu}
+    for line in status.read_text().splitlines() if status.exists() else []:
+        if line.startswith("VmHWM:"):
+            answer["peak_gb"] = int(line.split()[1]) / (1 << 20)
+    return answer
+
+
 # -- ours ------------------------------------------------------------------------------------
 
 
@@ -112,8 +132,7 @@ class Ours:
         return start, stamps, ids
 
     def prefill(self, ids: list[int]) -> dict:
-        start, stamps, _ = self._stamps(self._request(ids, 1, GREEDY))
-        return {"s": stamps[0][0] - start}
+        return measured_prefill(lambda: self._stamps(self._request(ids, 1, GREEDY)))
 
     def decode(self, ids: list[int], tokens: int, options: dict) -> dict:
         _, stamps, out = self._stamps(self._request(ids, tokens, options))
@@ -285,8 +304,7 @@ class LlamaCpp:
         return start, stamps, out
 
     def prefill(self, ids: list[int]) -> dict:
-        start, stamps, _ = self._generate(self.llm, ids, 1, GREEDY)
-        return {"s": stamps[0][0] - start}
+        return measured_prefill(lambda: self._generate(self.llm, ids, 1, GREEDY))
 
     def decode(self, ids: list[int], tokens: int, options: dict) -> dict:
         _, stamps, out = self._generate(self.llm, ids, tokens, options)

@@ -153,6 +153,9 @@ def one_round(index: int, workers: dict[str, Worker], size: dict, rec: Record, g
             n = size[key]
             for kind, answer in both("prefill", ids=prompt("text", n)["ids"]).items():
                 rec(f"prefill {n}", kind, n / answer["s"])
+                rec(f"prefill {n} per CPU s", kind, n / answer["cpu_s"])
+                if "peak_gb" in answer:
+                    rec(f"prefill {n} peak GB", kind, answer["peak_gb"])
                 if key == "long":
                     rec("long alone s", kind, answer["s"])
 
@@ -304,6 +307,12 @@ def table(rec: Record, size: dict, llama_note: str) -> str:
         times(ratio_of(f"prefill {big}", f"prefill {short}", LLAMA)),
         "≥ 0.7× (ours)",
     )
+    own(
+        f"the same per CPU-second (all threads): at {big:,} / at {short:,}",
+        times(ratio_of(f"prefill {big} per CPU s", f"prefill {short} per CPU s")),
+        times(ratio_of(f"prefill {big} per CPU s", f"prefill {short} per CPU s", LLAMA)),
+    )
+    side(f"peak resident memory during the {big:,}-token prefill, GB", f"prefill {big} peak GB")
     side("decode at temperature 0.8 (seeded), tok/s", "decode sampled", digits=1)
     side("decode greedy, same prompt, tok/s", "decode greedy", digits=1)
     own(

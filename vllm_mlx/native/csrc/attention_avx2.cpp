@@ -122,13 +122,15 @@ inline void dots_tile(int rows, const float* const* q, const T* const* k, float 
   }
 }
 
-// out[r][0 : 8 V] = sum over keys l in [l0, l1) of p[r][l - l0] * value row l for R <= 3
+// out[r][0 : 8 V] += sum over keys l in [l0, l1) of p[r][l - pl] * value row l for R <= 3
 // rows with one key range: each value row loaded (and, if half, converted) once for all
 // R rows, 4 vectors at a time so the 4R sums stay in registers. Each sum runs over the
-// keys in order, one FMA per key, so every row gets the bits a row on its own gets.
+// keys in order, one FMA per key, so every row gets the bits a row on its own gets, and
+// a key range split into consecutive calls (out holding the sum so far) gets them too.
 template <int V, int R, typename Src>
 void weighted_sums(
     const Src& src,
+    int64_t pl,
     int64_t l0,
     int64_t l1,
     const float* const* p,
@@ -138,7 +140,7 @@ void weighted_sums(
     __m256 acc[R][W];
     for (int r = 0; r < R; ++r) {
       for (int i = 0; i < W; ++i) {
-        acc[r][i] = _mm256_setzero_ps();
+        acc[r][i] = _mm256_loadu_ps(out[r] + 8 * (h + i));
       }
     }
     for (int64_t l = l0; l < l1; ++l) {
@@ -148,7 +150,7 @@ void weighted_sums(
         vv[i] = load8(v + 8 * i);
       }
       for (int r = 0; r < R; ++r) {
-        const __m256 w = _mm256_set1_ps(p[r][l - l0]);
+        const __m256 w = _mm256_set1_ps(p[r][l - pl]);
         for (int i = 0; i < W; ++i) {
           acc[r][i] = _mm256_fmadd_ps(w, vv[i], acc[r][i]);
         }
@@ -163,13 +165,18 @@ void weighted_sums(
 }
 
 template <int V, typename Src>
-void weighted_tile(int rows, const Src& src, int64_t l0, int64_t l1, const float* const* p, float* const* out) {
+void weighted_tile(int rows, const Src& src, int64_t pl, int64_t l0, int64_t l1, const float* const* p, float* const* out) {
   switch (rows) {
-    case 1: weighted_sums<V, 1>(src, l0, l1, p, out); break;
-    case 2: weighted_sums<V, 2>(src, l0, l1, p, out); break;
-    default: weighted_sums<V, 3>(src, l0, l1, p, out); break;
+    case 1: weighted_sums<V, 1>(src, pl, l0, l1, p, out); break;
+    case 2: weighted_sums<V, 2>(src, pl, l0, l1, p, out); break;
+    default: weighted_sums<V, 3>(src, pl, l0, l1, p, out); break;
   }
 }
+
+// Keys per pass of the weighted sums over many query rows: the pass's value rows (16 KB of
+// floats at head size 64) stay in L1 while every row group adds them, instead of the whole
+// block's coming from L2 again for each group.
+constexpr int64_t VALUE_CHUNK = 64;
 
 struct TaskBuffers {
   std::vector<float> scores;
@@ -339,23 +346,30 @@ void sdpa_task_as(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t
   // sums in registers over their keys, each value row read once for them; others add
   // into memory, each value row read once for every query row.
   if (D == 64 || D == 128) {
-    for (int64_t row = 0; row < rows;) {
-      int n = 1; // up to WEIGHTED_ROWS rows with one key range (a decode step's rows all have one)
-      while (n < WEIGHTED_ROWS && row + n < rows && limit[row + n] == limit[row]) {
-        ++n;
+    const int64_t chunk = rows > WEIGHTED_ROWS ? VALUE_CHUNK * 64 / D : span;
+    for (int64_t c0 = l0; c0 < l1; c0 += chunk) {
+      const int64_t c1 = std::min(l1, c0 + chunk);
+      for (int64_t row = 0; row < rows;) {
+        int n = 1; // up to WEIGHTED_ROWS rows with one key range (a decode step's rows all have one)
+        while (n < WEIGHTED_ROWS && row + n < rows && limit[row + n] == limit[row]) {
+          ++n;
+        }
+        const int64_t end = std::min(c1, limit[row]);
+        if (end > c0) {
+          const float* p[3];
+          float* out[3];
+          for (int r = 0; r < n; ++r) {
+            p[r] = scores + (row + r) * span;
+            out[r] = part + (row + r) * (D + 2) + 2;
+          }
+          if (D == 64) {
+            weighted_tile<8>(n, src, l0, c0, end, p, out);
+          } else {
+            weighted_tile<16>(n, src, l0, c0, end, p, out);
+          }
+        }
+        row += n;
       }
-      const float* p[3];
-      float* out[3];
-      for (int r = 0; r < n; ++r) {
-        p[r] = scores + (row + r) * span;
-        out[r] = part + (row + r) * (D + 2) + 2;
-      }
-      if (D == 64) {
-        weighted_tile<8>(n, src, l0, limit[row], p, out);
-      } else {
-        weighted_tile<16>(n, src, l0, limit[row], p, out);
-      }
-      row += n;
     }
     return;
   }
