@@ -11,7 +11,7 @@ block, ``final_layernorm``). The main model's tensors are mlx-lm's own classes' 
 the head's are those of the family's decoder layer built as layer N, renamed as released.
 ``reference_block`` builds the head's decoder block on its own from the file's tensors (the
 experts stacked and DeepSeek's ``kv_b_proj`` split here, not by the code under test), so a
-test can check the head against it.
+test can check the head against it. ``OracleHeads`` proposes the model's own next tokens.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import mlx.core as mx
 from mlx.utils import tree_flatten
 from mlx_lm.models import deepseek_v3, glm4_moe, mimo
 
+from vllm_mlx.models.mtp_heads import MtpHeads
 from vllm_mlx.models.resolve import resolve_model
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
@@ -201,3 +202,32 @@ def reference_block(path: Path) -> tuple[Any, dict[str, mx.array]]:
     block.load_weights(list(weights.items()), strict=True)
     mx.eval(block.parameters())
     return block, raw
+
+
+class OracleHeads:
+    """A head whose drafts are the main model's own next tokens (known from a plain run):
+    what a well-trained head proposes, so verification's accept path runs. Its rows are
+    counted through a trimmable cache, as the real head's are."""
+
+    def __init__(self, heads: MtpHeads, sequence: list[int], start: int):
+        self.heads, self.sequence, self.start = heads, sequence, start
+        self.rows: list[Any] = []
+
+    def make_cache(self) -> list[Any]:
+        self.rows = self.heads.make_cache()
+        return self.rows
+
+    def hidden(self, inputs: mx.array, cache: list[Any]) -> mx.array:
+        return self.heads.hidden(inputs, cache)
+
+    def main_logits(self, hidden: mx.array) -> mx.array:
+        return self.heads.main_logits(hidden)
+
+    def step(self, hidden, tokens, cache, at_start):
+        return self.heads.step(hidden, tokens, cache, at_start)
+
+    def logits(self, out: mx.array) -> mx.array:
+        # the head's last row is at position start + offset - 1; it predicts two ahead
+        target = self.sequence[self.start + self.rows[0].offset + 1]
+        vocab = self.heads.main.args.vocab_size
+        return mx.where(mx.arange(vocab) == target, 10.0, -10.0)[None, None]

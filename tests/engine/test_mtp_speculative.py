@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import mlx.core as mx
 import numpy as np
 import pytest
-from tiny_mtp import write_mtp_folder
+from tiny_mtp import OracleHeads, write_mtp_folder
 
 from vllm_mlx.engine.engine import Engine
 from vllm_mlx.engine.generation import GenerationRequest
@@ -17,7 +16,7 @@ from vllm_mlx.engine.prefix_cache import PrefixCache
 from vllm_mlx.engine.sampling import SamplingParams
 from vllm_mlx.engine.sources import ModelBatchSource
 from vllm_mlx.models.loader import load_model
-from vllm_mlx.models.mtp_heads import MtpHeads, load_mtp_heads
+from vllm_mlx.models.mtp_heads import load_mtp_heads
 from vllm_mlx.runtime import load_mtp
 
 PROMPT = "<|im_start|>user\nWrite a haiku about rivers<|im_end|>\n<|im_start|>assistant\n"
@@ -64,35 +63,6 @@ def test_the_same_tokens_as_plain_decoding(checkpoint, params, mtp_tokens):
     assert tokens_of(source, loaded.tokenizer, prompt, **params) == expected
     drafted, _ = source.spec_counts
     assert drafted >= 20  # "on": every step but the last proposes
-
-
-class OracleHeads:
-    """A head whose drafts are the main model's own next tokens (known from a plain run):
-    what a well-trained head proposes, so verification's accept path runs. Its rows are
-    counted through a trimmable cache, as the real head's are."""
-
-    def __init__(self, heads: MtpHeads, sequence: list[int], start: int):
-        self.heads, self.sequence, self.start = heads, sequence, start
-        self.rows: list[Any] = []
-
-    def make_cache(self) -> list[Any]:
-        self.rows = self.heads.make_cache()
-        return self.rows
-
-    def hidden(self, inputs: mx.array, cache: list[Any]) -> mx.array:
-        return self.heads.hidden(inputs, cache)
-
-    def main_logits(self, hidden: mx.array) -> mx.array:
-        return self.heads.main_logits(hidden)
-
-    def step(self, hidden, tokens, cache, at_start):
-        return self.heads.step(hidden, tokens, cache, at_start)
-
-    def logits(self, out: mx.array) -> mx.array:
-        # the head's last row is at position start + offset - 1; it predicts two ahead
-        target = self.sequence[self.start + self.rows[0].offset + 1]
-        vocab = self.heads.main.args.vocab_size
-        return mx.where(mx.arange(vocab) == target, 10.0, -10.0)[None, None]
 
 
 @pytest.mark.parametrize("mtp_tokens", [1, 4])

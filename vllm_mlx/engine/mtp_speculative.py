@@ -122,6 +122,7 @@ class MtpSpeculator:
         trim_prompt_cache(self.cache, k - accepted)
         trim_prompt_cache(self.head_cache, max(0, k - 1))  # the chain's own rows
         self._feed(hidden[:, : accepted + 1], [d.token for d in decided])
+        mx.eval(self.out)  # the head's rows now: a paused request would grow one lazy graph
         self.tokens += [self.pending, *proposals[:accepted]]
         self.pending = decided[-1].token
         self.remaining -= len(decided)

@@ -1,0 +1,110 @@
+"""Multi-token-prediction drafts side by side in one run: one greedy stream without the
+head (`--mtp off`), with the checkpoint's head (`on` and `auto`), and with a head that
+proposes the model's own next tokens (every draft accepted: the upper bound, which
+measures what verification costs and gains), rounds alternating.
+
+    LD_PRELOAD=/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0 \\
+        python benchmarks/bench_mtp.py [--model FOLDER] [--tokens 48] [--rounds 3]
+
+``--model``: a checkpoint that carries its MTP head (DeepSeek-V3/R1, GLM-4.5, MiMo);
+without it, a random-weight 61-layer DeepSeek-V3 checkpoint from the tests (its own head
+is never right, so `on` measures the cost of rejected drafts). Reports decode tok/s
+(after the first token), CPU ms per token, the acceptance, and whether each output equals
+the output without the head.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from vllm_mlx.engine.engine import Engine
+from vllm_mlx.engine.generation import GenerationRequest
+from vllm_mlx.engine.sampling import SamplingParams
+from vllm_mlx.engine.sources import ModelBatchSource
+from vllm_mlx.models.loader import load_model
+from vllm_mlx.models.mtp_heads import load_mtp_heads
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))  # the tests' checkpoints
+from tiny_mtp import OracleHeads, write_mtp_folder  # noqa: E402
+
+PROMPT = "Write a short Python function that returns the sum of a list, then explain it."
+
+
+def run(loaded, heads, mode: str, k: int, prompt: list[int], tokens: int) -> dict:
+    source = ModelBatchSource(loaded.model, mtp_heads=heads, mtp=mode, mtp_tokens=k)
+    engine = Engine(source, loaded.tokenizer)
+    ban_eos = {t: -1e9 for t in loaded.tokenizer.eos_token_ids}
+    params = SamplingParams(max_tokens=tokens, temperature=0, logit_bias=ban_eos)
+    stamps, cpu, out = [], [], []
+    try:
+        for chunk in engine.generate_sync(GenerationRequest(prompt, params)):
+            stamps.append(time.perf_counter())
+            cpu.append(time.process_time())
+            out += chunk.token_ids
+    finally:
+        engine.close()
+    decoded = len(out) - 1
+    drafted, accepted = source.spec_counts
+    return {
+        "tok_s": decoded / (stamps[-1] - stamps[0]),
+        "cpu_ms": 1000 * (cpu[-1] - cpu[0]) / decoded,
+        "accepted": f"{accepted}/{drafted}",
+        "tokens": out,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model")
+    parser.add_argument("--tokens", type=int, default=48)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    if args.model:
+        folder = Path(args.model)
+    else:
+        tmp = Path(tempfile.mkdtemp(prefix="bench-mtp-"))
+        folder = write_mtp_folder(tmp / "deepseek_v3", "deepseek_v3")
+    loaded = load_model(str(folder), cpu_weights="float32", progress=False)
+    heads = load_mtp_heads(folder, loaded.model)
+    assert heads is not None, f"{folder} carries no MTP head"
+    prompt = loaded.tokenizer.encode(PROMPT)
+    plain = run(loaded, None, "off", 1, prompt, args.tokens)["tokens"]
+
+    def right() -> OracleHeads:
+        return OracleHeads(heads, prompt + plain + [0] * 8, start=0)
+
+    variants = {
+        "off": lambda: (None, "off", 1),
+        "on k=1": lambda: (heads, "on", 1),
+        "auto k=1": lambda: (heads, "auto", 1),
+        "right k=1": lambda: (right(), "on", 1),
+        "right k=3": lambda: (right(), "on", 3),
+    }
+    results: dict[str, list[dict]] = {name: [] for name in variants}
+    for _ in range(args.rounds):
+        for name, make in variants.items():
+            results[name].append(run(loaded, *make(), prompt, args.tokens))
+    print(f"load average {os.getloadavg()[0]:.1f}, {folder.name}, {args.tokens} tokens")
+    base = [r["tok_s"] for r in results["off"]]
+    for name, rounds in results.items():
+        ratios = [r["tok_s"] / b for r, b in zip(rounds, base, strict=True)]
+        row = {
+            "variant": name,
+            "tok_s": round(statistics.median(r["tok_s"] for r in rounds), 1),
+            "vs_off_each_round": [round(x, 2) for x in ratios],
+            "cpu_ms": round(statistics.median(r["cpu_ms"] for r in rounds), 2),
+            "accepted": rounds[-1]["accepted"],
+            "same_tokens": all(r["tokens"] == plain for r in rounds),
+        }
+        print(json.dumps(row))
+
+
+if __name__ == "__main__":
+    main()
