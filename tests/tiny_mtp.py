@@ -90,9 +90,12 @@ def config_of(arch: str, vocab: int) -> dict[str, Any]:
     }
 
 
-def write_mtp_folder(path: Path, arch: str, *, seed: int = 0, with_head: bool = True) -> Path:
-    """A checkpoint folder of ``arch`` (``glm4_moe`` or ``mimo``); ``with_head=False``: the
-    same main model without its MTP tensors (what mlx-lm's conversion leaves)."""
+def write_mtp_folder(
+    path: Path, arch: str, *, seed: int = 0, with_head: bool = True, fp8: bool = False
+) -> Path:
+    """A checkpoint folder of ``arch``; ``with_head=False``: the same main model without its
+    MTP tensors (what mlx-lm's conversion leaves); ``fp8``: the head's projections stored as
+    DeepSeek-V3 releases them, float8 (e4m3) with a ``weight_scale_inv`` per 128x128 block."""
     embedded = resolve_model(None, progress=False)
     path.mkdir(parents=True, exist_ok=True)
     for name in TOKENIZER_FILES:
@@ -107,7 +110,8 @@ def write_mtp_folder(path: Path, arch: str, *, seed: int = 0, with_head: bool = 
     model.lm_head.weight = 4 * mx.random.normal(model.lm_head.weight.shape)
     weights = _released(dict(tree_flatten(model.parameters())), args)
     if with_head:
-        weights |= head_tensors(arch, args, config)
+        head = head_tensors(arch, args, config)
+        weights |= as_fp8(head) if fp8 else head
     mx.save_safetensors(str(path / "model.safetensors"), weights)
     (path / "config.json").write_text(json.dumps(config, indent=2))
     return path
@@ -145,6 +149,39 @@ def head_tensors(arch: str, args: Any, config: dict[str, Any]) -> dict[str, mx.a
             value = value + 0.1 * mx.random.normal(value.shape)
         own[name] = value
     return _released({prefix + k: v for k, v in own.items()}, args)
+
+
+def as_fp8(weights: dict[str, mx.array]) -> dict[str, mx.array]:
+    """The projections (2-D ``*_proj.weight``) as float8 with block scales, the rest as is."""
+    out = {}
+    for name, value in weights.items():
+        if value.ndim != 2 or not name.endswith("_proj.weight"):
+            out[name] = value
+            continue
+        blocks = [-(-d // 128) for d in value.shape]
+        scale = mx.random.uniform(0.5, 2.0, blocks)
+        spread = mx.repeat(mx.repeat(scale, 128, axis=0), 128, axis=1)
+        out[name] = mx.to_fp8(value / spread[: value.shape[0], : value.shape[1]])
+        out[name + "_scale_inv"] = scale
+    return out
+
+
+def dequantized(weights: dict[str, mx.array]) -> dict[str, mx.array]:
+    """``as_fp8``'s tensors back to float32: float8 times its block's scale, rounded to
+    bfloat16 as the release's dequantization gives them."""
+    out = {}
+    for name, value in weights.items():
+        if name.endswith("_scale_inv"):
+            continue
+        scale = weights.get(name + "_scale_inv")
+        if scale is not None:
+            spread = mx.repeat(mx.repeat(scale, 128, axis=0), 128, axis=1)
+            full = (
+                mx.from_fp8(value, dtype=mx.bfloat16) * spread[: value.shape[0], : value.shape[1]]
+            )
+            value = full.astype(mx.bfloat16)
+        out[name] = value.astype(mx.float32)
+    return out
 
 
 def _released(weights: dict[str, mx.array], args: Any) -> dict[str, mx.array]:

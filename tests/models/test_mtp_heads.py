@@ -11,7 +11,7 @@ import pytest
 from mlx.utils import tree_flatten
 from mlx_lm.models.base import create_causal_mask
 from mlx_lm.models.cache import make_prompt_cache
-from tiny_mtp import reference_block, write_mtp_folder
+from tiny_mtp import dequantized, reference_block, write_mtp_folder
 
 from vllm_mlx.models.loader import load_model
 from vllm_mlx.models.mtp_heads import carried_tensors, header_names, load_mtp_heads
@@ -112,3 +112,27 @@ def test_the_head_reads_its_cache_as_one_long_call(folder, loaded):
     first = heads.step(hidden[:, :4], tokens[:, 1:5], cache, at_start=True)
     rest = heads.step(hidden[:, 4:], tokens[:, 5:], cache, at_start=False)
     assert mx.allclose(mx.concatenate([first, rest], axis=1), whole, atol=1e-5)
+
+
+def test_a_float8_head_is_dequantized_as_the_release_is(tmp_path):
+    """DeepSeek-V3's released head is float8 with block scales: loaded, it computes what the
+    same head stored dequantized computes."""
+    fp8 = write_mtp_folder(tmp_path / "fp8", "deepseek_v3", seed=3, fp8=True)
+    raw = mx.load(str(fp8 / "model.safetensors"))
+    assert isinstance(raw, dict) and "model.layers.61.eh_proj.weight_scale_inv" in raw
+    assert raw["model.layers.61.self_attn.kv_b_proj.weight"].dtype == mx.uint8
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for file in fp8.iterdir():
+        if file.suffix != ".safetensors":
+            (plain / file.name).write_bytes(file.read_bytes())
+    mx.save_safetensors(str(plain / "model.safetensors"), dequantized(raw))
+    outputs = []
+    for folder in (fp8, plain):
+        loaded = load_model(str(folder), cpu_weights="float32", progress=False)
+        heads = load_mtp_heads(folder, loaded.model)
+        assert heads is not None
+        tokens = mx.array([[5, 17, 300, 42, 9, 1000]])
+        h = heads.hidden(tokens[:, :-1], make_prompt_cache(loaded.model))
+        outputs.append(heads.logits(heads.step(h, tokens[:, 1:], heads.make_cache(), True)))
+    assert mx.allclose(outputs[0], outputs[1], atol=1e-4)
