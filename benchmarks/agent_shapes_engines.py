@@ -322,11 +322,14 @@ class LlamaCpp:
                 from llama_cpp import Llama
                 from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
-                # a draft makes llama-cpp-python keep every position's logits: a context
-                # sized for this row only
+                # a draft makes llama-cpp-python keep every position's logits (a context
+                # sized for this row only), but it sizes that buffer from ``logits_all``
+                # alone: without it the buffer has n_batch rows and the first batch past
+                # them fails to broadcast into a (0,)-shaped slice
                 self._lookup = Llama(
                     self.path,
                     n_ctx=len(ids) + tokens + 16,
+                    logits_all=True,
                     draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10),
                     **self._common(),
                 )
