@@ -3,9 +3,10 @@
 An agent re-emits what it just read (a file it edits, the JSON a tool returned), so the
 tokens that followed the latest n-gram's previous occurrence in the prompt and output are
 often the next ones. ``NgramIndex`` proposes them; ``engine/lookup_verify.py`` scores them
-with one forward pass for every running sequence and keeps what the request's own sampler
-would have produced. ``Throttle`` stops a request proposing while its proposals are
-rejected (ordinary chat), so lookup costs little where it does not pay.
+with one forward pass for the rows that propose (beside the other rows' one-token step)
+and keeps what the request's own sampler would have produced. ``Throttle`` stops a
+request proposing while its proposals are rejected (ordinary chat), so lookup costs little
+where it does not pay.
 """
 
 from __future__ import annotations

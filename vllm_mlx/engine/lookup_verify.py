@@ -1,32 +1,39 @@
-"""Prompt-lookup proposals verified inside mlx-lm's continuous batch.
+"""Drafts (prompt lookup's, or any drafter's) verified inside mlx-lm's continuous batch.
 
 mlx-lm's ``GenerationBatch`` keeps, between steps, every sequence's cache (the tokens it
-has emitted) and a pending token sampled but not yet fed. A lookup step feeds each row its
-pending token followed by its proposals (rows with fewer are padded; their padding is
-causal, so it changes nothing before it) as one ``[B, 1 + k]`` forward pass, then decides
-each row's positions in order with the row's own logits processors and sampler
-(``speculative.resample``): greedy keeps a proposal while it is the argmax, a seeded
+has emitted) and a pending token sampled but not yet fed. A verify step feeds each row its
+pending token followed by its draft (rows with fewer are padded; their padding is causal,
+so it changes nothing before it) as one ``[B, 1 + k]`` forward pass, then decides each
+row's positions in order with the row's own logits processors and sampler
+(``speculative.resample``): greedy keeps a draft token while it is the argmax, a seeded
 request draws each position with its own next key as plain decoding would (the same
-tokens), an unseeded one accepts a proposal ``d`` with probability ``p(d)`` and otherwise
-draws from ``p`` without ``d`` (exactly ``p``). On the native kernels a row of a block has
-the one-row decode step's bits (``tests/native/test_row_invariance.py``), so the verified
-logits are the ones plain decoding computes.
+tokens), an unseeded one accepts a draft token ``d`` with probability ``p(d)`` and
+otherwise draws from ``p`` without ``d`` (exactly ``p``). On the native kernels a row of a
+block has the one-row decode step's bits (``tests/native/test_row_invariance.py``), so the
+verified logits are the ones plain decoding computes.
 
-A step runs only when every row proposes, and every row then keeps as many new positions
-as the row that kept fewest (its pending token and accepted proposals, or its correction),
-so the batch's cache is trimmed once for all rows, with no per-row shift of the cache. A
-row's decisions past that point are taken back (its processors' context shortened, a
-seeded sampler's key restored) and decided again next step: they were exact draws, and
-where the cut falls depends only on decisions already made, so the tokens keep their
-distribution (and a seed its tokens). The sequences carry no stop sequences (the engine
-decides stops), so only ``max_tokens`` ends one here; proposals stop one short of it.
+A batch's rows share one cache end, so every row of a verify keeps as many new positions
+as the row that kept fewest (its pending token and accepted drafts, or its correction),
+and the cache is trimmed once for all rows, with no per-row shift. A row's decisions past
+that point are taken back (its processors' context shortened, a seeded sampler's key
+restored) and decided again next step: they were exact draws, and where the cut falls
+depends only on decisions already made, so the tokens keep their distribution (and a seed
+its tokens). In a mixed batch (some rows draft, others do not) the drafting rows move into
+the generator's second batch (``FairBatchGenerator.drafting_batch``, a copy of their
+caches, once), which verifies while the first takes its ordinary one-token step: two
+forward passes a step, each batch aligned at its own cache end. A row that stops drafting
+goes back after ``LINGER`` steps without a draft (meanwhile its batch takes plain steps),
+or at once when a neighbour in that batch drafts. The sequences carry no stop sequences
+(the engine decides stops), so only ``max_tokens`` ends one here; drafts stop one short of
+it.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import mlx.core as mx
 from mlx_lm.models.cache import BatchKVCache
@@ -40,6 +47,50 @@ from .speculative import resample
 # gives the verified log-probabilities plain decoding's bits.
 _token_loop = importlib.import_module("mlx_lm.generate")
 
+# Steps a row of the drafting batch may go without a draft before it rejoins the others
+# (a miss or two inside a copied file should not cost two cache copies).
+LINGER = 4
+
+
+class Drafter(Protocol):
+    """Per-row draft tokens for the verify step, keyed by generator uid."""
+
+    def propose(self, uid: int, cached: list[int], pending: int, k: int) -> list[int]:
+        """Up to ``k`` tokens to follow ``pending`` (the row's next input, not yet in its
+        cache), given ``cached`` (the tokens in its cache)."""
+
+    def record(self, uid: int, proposed: int, accepted: int) -> None:
+        """What a verify kept of the row's draft."""
+
+    def forget(self, uid: int) -> None: ...
+
+    def reset(self) -> None: ...
+
+
+class NgramDrafter:
+    """Prompt lookup's drafts: each row's n-gram index, throttled under ``auto``."""
+
+    def __init__(self, mode: LookupMode):
+        self.mode = mode
+        self.rows: dict[int, RowLookup] = {}
+
+    def propose(self, uid: int, cached: list[int], pending: int, k: int) -> list[int]:
+        row = self.rows.get(uid)
+        if row is None:
+            row = self.rows[uid] = row_lookup(self.mode)
+        return row.proposal(cached, pending, k)
+
+    def record(self, uid: int, proposed: int, accepted: int) -> None:
+        row = self.rows.get(uid)
+        if row is not None:
+            row.record(proposed, accepted)
+
+    def forget(self, uid: int) -> None:
+        self.rows.pop(uid, None)
+
+    def reset(self) -> None:
+        self.rows.clear()
+
 
 @dataclass
 class Decided:
@@ -48,51 +99,110 @@ class Decided:
     key: mx.array | None  # the sampler's key before this decision (a seeded request's)
 
 
-class LookupDecoder:
-    """Prompt lookup for a ``BatchGenerator``'s generation batch; generator uids key the
-    per-sequence state."""
+def move_rows(gen: Any, rows: list[int], to_drafting: bool) -> None:
+    """Move ``rows`` of one of ``gen``'s generation batches into the other (their caches
+    copied; every row of a batch into an empty one: the batches swap, nothing copied)."""
+    source, target = (
+        (gen._generation_batch, gen.drafting_batch)
+        if to_drafting
+        else (gen.drafting_batch, gen._generation_batch)
+    )
+    if not rows:
+        return
+    if len(rows) == len(source) and not len(target):
+        gen._generation_batch, gen.drafting_batch = gen.drafting_batch, gen._generation_batch
+        return
+    part = copy.copy(source)  # filter() rebinds the lists and arrays it keeps
+    part.prompt_cache = [copy.copy(c) for c in source.prompt_cache]
+    part.filter(rows)
+    part._current_tokens, part._current_logprobs = None, []  # the last step's, unused
+    source.filter([i for i in range(len(source)) if i not in set(rows)])
+    target.extend(part)
 
-    def __init__(self, mode: LookupMode, num_tokens: int):
-        self.mode = mode
+
+class LookupDecoder:
+    """Draft verification for a ``FairBatchGenerator``'s generation batches; generator uids
+    key the per-sequence state. ``drafter``: where drafts come from (prompt lookup's n-gram
+    index by default)."""
+
+    def __init__(self, mode: LookupMode, num_tokens: int, drafter: Drafter | None = None):
         self.num_tokens = num_tokens
-        self.rows: dict[int, RowLookup] = {}
+        self.drafter: Drafter = drafter if drafter is not None else NgramDrafter(mode)
+        self._misses: dict[int, int] = {}  # drafting-batch uid -> steps without a draft
         self.drafted = self.accepted = 0
         self.verifies = 0
 
     def forget(self, uid: int) -> None:
-        self.rows.pop(uid, None)
+        self.drafter.forget(uid)
+        self._misses.pop(uid, None)
 
     def reset(self) -> None:
-        self.rows.clear()
+        self.drafter.reset()
+        self._misses.clear()
 
     def step(self, gen: Any) -> list[Any] | None:
-        """One lookup step of ``gen``'s generation batch (a list of mlx-lm responses, several
-        per sequence), or None when no sequence proposes or the batch cannot be verified
-        now (a prompt is being processed, a cache type that cannot be trimmed per row)."""
-        batch = gen._generation_batch
-        if (
-            not len(batch)
-            or len(gen._prompt_batch)
-            or gen._unprocessed_sequences
-            or any(type(c) is not BatchKVCache for c in batch.prompt_cache)
-        ):
+        """One decode step of ``gen``'s generation batches (a list of mlx-lm responses,
+        several per drafting sequence), or None for the plain step (no row drafts, and no
+        row waits in the drafting batch)."""
+        main, side = gen._generation_batch, gen.drafting_batch
+        if not self._verifiable(gen):
+            return main.next() + side.next() if len(side) else None
+        drafts = {**self._drafts(main), **self._drafts(side)}
+        if not len(side) and all(drafts.values()):
+            with mx.stream(gen.stream):
+                return self._verify(main, self._row_drafts(main, drafts))
+        if not len(side) and not any(drafts.values()):
             return None
+        # A mixed batch: drafting rows verify in the drafting batch, the others decode.
+        side_drafting = any(drafts[uid] for uid in side.uids)
+        back = []
+        for i, uid in enumerate(side.uids):
+            misses = 0 if drafts[uid] else self._misses.get(uid, 0) + 1
+            self._misses[uid] = misses
+            if misses and (side_drafting or misses > LINGER):
+                back.append(i)
+        move_rows(gen, back, to_drafting=False)
+        main = gen._generation_batch
+        move_rows(gen, [i for i, uid in enumerate(main.uids) if drafts[uid]], to_drafting=True)
+        main, side = gen._generation_batch, gen.drafting_batch
+        self._misses = {uid: self._misses.get(uid, 0) for uid in side.uids}
+        responses = main.next()
+        with mx.stream(gen.stream):
+            if len(side) and all(drafts[uid] for uid in side.uids):
+                return responses + self._verify(side, self._row_drafts(side, drafts))
+        return responses + side.next()
+
+    @staticmethod
+    def _verifiable(gen: Any) -> bool:
+        """Whether drafts can be verified now: no prompt being processed, caches that can
+        be trimmed per batch."""
+        batches = (gen._generation_batch, gen.drafting_batch)
+        return not (
+            len(gen._prompt_batch)
+            or gen._unprocessed_sequences
+            or any(type(c) is not BatchKVCache for b in batches for c in b.prompt_cache)
+        )
+
+    def _drafts(self, batch: Any) -> dict[int, list[int]]:
+        """Each row's draft (empty: none), by uid."""
+        if not len(batch):
+            return {}
         pending = batch._next_tokens.tolist()
-        proposals = []
+        drafts = {}
         for i, uid in enumerate(batch.uids):
-            row = self.rows.get(uid)
-            if row is None:
-                row = self.rows[uid] = row_lookup(self.mode)
             room = batch.max_tokens[i] - batch._num_tokens[i] - 1
             if not isinstance(batch.samplers[i], RequestSampler):
                 room = 0  # resample reads the sampler's kind: the engine's samplers only
-            proposals.append(row.proposal(batch.tokens[i], pending[i], min(self.num_tokens, room)))
-        if not all(proposals):
-            return None  # each row keeps as many positions as the shortest: none gains
-        with mx.stream(gen.stream):
-            return self._verify(batch, pending, proposals)
+            k = min(self.num_tokens, room)
+            drafts[uid] = self.drafter.propose(uid, batch.tokens[i], pending[i], k)
+        return drafts
 
-    def _verify(self, batch: Any, pending: list[int], proposals: list[list[int]]) -> list[Any]:
+    @staticmethod
+    def _row_drafts(batch: Any, drafts: dict[int, list[int]]) -> list[list[int]]:
+        return [drafts[uid] for uid in batch.uids]
+
+    def _verify(self, batch: Any, proposals: list[list[int]]) -> list[Any]:
+        pending = batch._next_tokens.tolist()
         width = max(len(p) for p in proposals)
         inputs = [[t, *p, *[t] * (width - len(p))] for t, p in zip(pending, proposals, strict=True)]
         logits = batch.model(mx.array(inputs), cache=batch.prompt_cache)
@@ -108,7 +218,7 @@ class LookupDecoder:
             self._truncate(batch, i, rows, used)
             self.drafted += len(proposal)
             self.accepted += used - 1
-            self.rows[uid].record(len(proposal), len(rows) - 1)
+            self.drafter.record(uid, len(proposal), len(rows) - 1)
             emitted = [(pending[i], batch._next_logprobs[i])]
             emitted += [(r.token, r.logprobs) for r in rows[: used - 1]]
             batch.tokens[i].extend(t for t, _ in emitted)

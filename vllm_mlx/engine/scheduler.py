@@ -16,7 +16,10 @@ can replay them:
 
 ``FairBatchGenerator`` is mlx-lm's ``BatchGenerator`` run by that policy: each prompt in
 prefill is its own one-row batch (no padding to a neighbour's chunk), moved into the shared
-generation batch the step its prompt ends. A chunk is several model calls; the engine's own
+generation batch the step its prompt ends. Rows verifying drafts while others take one
+token (prompt lookup in a mixed batch) run in a second generation batch beside it,
+``drafting_batch``, with a cache of their own: each batch's rows stay aligned at its own
+cache end. A chunk is several model calls; the engine's own
 source stops it at the next call when a request waits for admission (``interrupt``), the
 tokens left over staying owed. Scheduling changes when work runs, never what it computes: a
 row's numbers depend neither on its neighbours nor on its chunk sizes.
@@ -29,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mlx_lm.generate import BatchGenerator, PromptProcessingBatch
+from mlx_lm.generate import BatchGenerator, GenerationBatch, PromptProcessingBatch
 
 # Prompt tokens one model call prefills: a step's chunk is several, so a request arriving
 # meanwhile waits for one call, not the chunk (per token, 32 cost as 256 do on the CPU).
@@ -141,6 +144,13 @@ class FairBatchGenerator(BatchGenerator):
         # A decode step of another kind (prompt lookup's verification): its responses, or
         # None for the plain one-token step.
         self.decode_with: Callable[[FairBatchGenerator], list[Any] | None] = lambda _: None
+        # The rows that decode_with moved out of the generation batch to verify their drafts
+        # (empty unless it does): decoding, they count as the generation batch's rows do.
+        self.drafting_batch = GenerationBatch.empty(self.model, self.sampler)
+
+    @property
+    def decoding_rows(self) -> int:
+        return len(self._generation_batch) + len(self.drafting_batch)
 
     @property
     def prompt_batches(self) -> list[PromptProcessingBatch]:
@@ -148,7 +158,7 @@ class FairBatchGenerator(BatchGenerator):
         return [p.batch for p in self._prefills]
 
     def _admit(self) -> None:
-        room = self.completion_batch_size - len(self._generation_batch) - len(self._prefills)
+        room = self.completion_batch_size - self.decoding_rows - len(self._prefills)
         while room > 0 and self._unprocessed_sequences:
             uid, segments, max_tokens, cache, tokens, sampler, processors, stops = (
                 self._unprocessed_sequences.popleft()
@@ -220,7 +230,7 @@ class FairBatchGenerator(BatchGenerator):
 
     def _next(self) -> tuple[list[Any], list[Any]]:
         self._admit()
-        decoding = len(self._generation_batch) > 0
+        decoding = self.decoding_rows > 0
         prefills = list(self._prefills)
         plan = self.schedule.plan([p.remaining for p in prefills], decoding)
         generation_responses = self._decode() if decoding and plan.decode else []
@@ -240,6 +250,9 @@ class FairBatchGenerator(BatchGenerator):
         for i, prefill in enumerate(self._prefills):
             if prefill.uid in wanted:
                 found[prefill.uid] = (1, i)
+        for i, uid in enumerate(self.drafting_batch.uids):
+            if uid in wanted:
+                found[uid] = (3, i)
         return found
 
     def extract_cache(self, uids: Any) -> dict[int, Any]:
@@ -248,6 +261,9 @@ class FairBatchGenerator(BatchGenerator):
             if stage == 1:
                 batch = self._prefills[idx].batch
                 results[uid] = (batch.extract_cache(0), batch.tokens[0])
+            elif stage == 3:
+                drafting = self.drafting_batch
+                results[uid] = (drafting.extract_cache(idx), drafting.tokens[idx])
         rest = [uid for uid in uids if uid not in results]
         return {**super().extract_cache(rest), **results} if rest else results
 
@@ -255,10 +271,14 @@ class FairBatchGenerator(BatchGenerator):
         caches = self.extract_cache(uids) if return_prompt_caches else {}
         wanted = set(uids)
         self._prefills = [p for p in self._prefills if p.uid not in wanted]
+        drafting = self.drafting_batch
+        if wanted & set(drafting.uids):
+            drafting.filter([i for i, uid in enumerate(drafting.uids) if uid not in wanted])
         super().remove(uids)
         return caches
 
     @property
     def prompt_cache_nbytes(self) -> int:
         held = sum(c.nbytes for p in self._prefills for c in p.batch.prompt_cache)
+        held += sum(c.nbytes for c in self.drafting_batch.prompt_cache)
         return int(super().prompt_cache_nbytes) + held

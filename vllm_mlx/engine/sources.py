@@ -217,7 +217,8 @@ class ModelBatchSource:
 
     def _batches(self) -> list[Any]:
         """The generator's batches whose calls the adapter rows must place."""
-        return [self._gen._generation_batch, *self._gen.prompt_batches]
+        gen = self._gen
+        return [gen._generation_batch, gen.drafting_batch, *gen.prompt_batches]
 
     def insert(
         self,

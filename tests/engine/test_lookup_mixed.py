@@ -1,0 +1,171 @@
+"""Drafts verified in a mixed batch: a row that drafts verifies while its neighbours take
+their ordinary one-token step in the same decode step, and every row's tokens and
+log-probabilities are plain decoding's, the neighbours' bit for bit."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from tiny_models import build_tiny_model
+
+from vllm_mlx import native
+from vllm_mlx.engine.lookup_verify import LookupDecoder, NgramDrafter
+from vllm_mlx.engine.sampling import SamplingParams, make_sampler
+from vllm_mlx.engine.sources import ModelBatchSource
+
+CODE = "def f(x):\n    return x + 1\n" * 6
+
+
+class ChosenRows(NgramDrafter):
+    """Prompt lookup's drafts for the rows in ``drafting`` only; the others never draft."""
+
+    def __init__(self, drafting: set[int]):
+        super().__init__("on")
+        self.drafting = drafting
+
+    def propose(self, uid: int, cached: list[int], pending: int, k: int) -> list[int]:
+        return super().propose(uid, cached, pending, k) if uid in self.drafting else []
+
+
+class MixedSpy(LookupDecoder):
+    """Records, for each verify, the rows verified and the rows decoding beside them."""
+
+    def __init__(self, drafter: NgramDrafter):
+        super().__init__("on", 4, drafter)
+        self.gen = None
+        self.seen: list[tuple[list[int], list[int]]] = []
+
+    def step(self, gen):
+        self.gen = gen
+        return super().step(gen)
+
+    def _verify(self, batch, proposals):
+        plain = self.gen._generation_batch
+        beside = [] if batch is plain else list(plain.uids)
+        self.seen.append((list(batch.uids), beside))
+        return super()._verify(batch, proposals)
+
+
+def run(source: ModelBatchSource, prompts: list[list[int]], params: dict, max_tokens: int):
+    """Every prompt's (tokens, log-probabilities), all inserted before the first step."""
+    out: dict[int, tuple[list[int], list[np.ndarray]]] = {}
+    for prompt in prompts:
+        uid, _ = source.insert(
+            prompt,
+            sampler=make_sampler(SamplingParams(**params)),
+            processors=[],
+            max_tokens=max_tokens,
+        )
+        out[uid] = ([], [])
+    done: set[int] = set()
+    while len(done) < len(out):
+        steps, ended = source.step()
+        for step in steps:
+            out[step.uid][0].append(step.token)
+            out[step.uid][1].append(np.array(step.logprobs))
+            if step.at_limit:
+                done.add(step.uid)
+        done.update(ended)
+    return list(out.values())
+
+
+def mixed_source(model, drafting: set[int]) -> tuple[ModelBatchSource, MixedSpy]:
+    source = ModelBatchSource(model, prompt_lookup="on", prompt_lookup_tokens=4)
+    spy = MixedSpy(ChosenRows(drafting))
+    source.lookup = spy
+    return source, spy
+
+
+def same_bits(got, want) -> bool:
+    return all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    return build_tiny_model(tokenizer, seed=5, arch="llama")
+
+
+@pytest.mark.parametrize("params", [{"temperature": 0}, {"temperature": 0.8, "seed": 7}])
+def test_a_drafting_row_verifies_beside_rows_that_decode(model, tokenizer, params):
+    """Row 0 (repeated code) drafts, rows 1 and 2 (chats) never do: the verify runs in the
+    same steps as their one-token decode, and nobody's tokens move (bits: on the native
+    kernels, below; MLX's own products differ with the batch's size)."""
+    prompts = [
+        tokenizer.encode(CODE),
+        tokenizer.encode("hello there, how are you?"),
+        tokenizer.encode("tell me a story about a bicycle"),
+    ]
+    plain = run(ModelBatchSource(model), prompts, params, 40)
+    source, spy = mixed_source(model, drafting={0})
+    got = run(source, prompts, params, 40)
+    assert [t for t, _ in got] == [t for t, _ in plain]
+    mixed = [(v, beside) for v, beside in spy.seen if beside]
+    if params["temperature"] == 0:  # a random model's sampled text seldom repeats
+        assert mixed and all(v == [0] and set(beside) <= {1, 2} for v, beside in mixed)
+        assert spy.accepted > 0
+
+
+def test_rows_that_stop_drafting_rejoin_the_batch(model, tokenizer):
+    """Two drafting rows and a chat; every row's tokens equal plain decoding's, and once
+    the drafts dry up every row decodes in the one batch again."""
+    prompts = [
+        tokenizer.encode(CODE),
+        tokenizer.encode("hello there"),
+        tokenizer.encode(CODE + "def g"),
+    ]
+    plain = run(ModelBatchSource(model), prompts, {"temperature": 0}, 30)
+    source, spy = mixed_source(model, drafting={0, 2})
+    got = run(source, prompts, {"temperature": 0}, 30)
+    assert [t for t, _ in got] == [t for t, _ in plain]
+    assert any(beside for _, beside in spy.seen)
+    assert spy.gen is not None and not len(spy.gen.drafting_batch)  # all finished
+
+
+def test_removing_a_drafting_row_mid_stream_leaves_the_others_unchanged(model, tokenizer):
+    prompts = [tokenizer.encode(CODE), tokenizer.encode("hello there, how are you?")]
+    plain = run(ModelBatchSource(model), prompts[1:], {"temperature": 0}, 20)
+    source, spy = mixed_source(model, drafting={0})
+    sampler = {"temperature": 0}
+    uids = [
+        source.insert(p, sampler=make_sampler(SamplingParams(**sampler)), processors=[],
+                      max_tokens=20)[0]
+        for p in prompts
+    ]  # fmt: skip
+    tokens: dict[int, list[int]] = {uid: [] for uid in uids}
+    while not spy.seen:
+        for step in source.step()[0]:
+            tokens[step.uid].append(step.token)
+    source.remove(uids[0])  # taken out of the drafting batch
+    assert spy.gen is not None and not len(spy.gen.drafting_batch)
+    while len(tokens[uids[1]]) < 20:
+        for step in source.step()[0]:
+            tokens[step.uid].append(step.token)
+    assert tokens[uids[1]] == plain[0][0]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not native.available(), reason="vllm_mlx.native is not built")
+def test_on_the_native_kernels_a_mixed_batch_keeps_every_rows_bits():
+    """The default model (int16 products, float16 KV cache): one row copying code drafts
+    while two chats decode; tokens and every log-probability equal plain decoding's."""
+    from vllm_mlx.models import load_model
+
+    loaded = load_model(None, progress=False)
+    chat = loaded.tokenizer.apply_chat_template
+    code = "def area(w, h):\n    return w * h\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n"
+    prompts = [
+        chat([{"role": "user", "content": f"Repeat this code exactly:\n{code}"}],
+             add_generation_prompt=True),
+        chat([{"role": "user", "content": "Name three rivers."}], add_generation_prompt=True),
+        chat([{"role": "user", "content": "What is a bicycle?"}], add_generation_prompt=True),
+    ]  # fmt: skip
+    for params in ({"temperature": 0}, {"temperature": 0.7, "seed": 3}):
+        plain = run(ModelBatchSource(loaded.model), prompts, params, 40)
+        source, spy = mixed_source(loaded.model, drafting={0})
+        got = run(source, prompts, params, 40)
+        assert any(beside for _, beside in spy.seen) and spy.accepted > 0
+        for (tokens, logprobs), (want, want_logprobs) in zip(got, plain, strict=True):
+            assert tokens == want
+            assert same_bits(logprobs, want_logprobs)
+    mx.clear_cache()
