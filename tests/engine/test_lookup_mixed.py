@@ -4,7 +4,6 @@ log-probabilities are plain decoding's, the neighbours' bit for bit."""
 
 from __future__ import annotations
 
-import mlx.core as mx
 import numpy as np
 import pytest
 from tiny_models import build_tiny_model
@@ -146,12 +145,9 @@ def test_removing_a_drafting_row_mid_stream_leaves_the_others_unchanged(model, t
 
 @pytest.mark.slow
 @pytest.mark.skipif(not native.available(), reason="vllm_mlx.native is not built")
-def test_on_the_native_kernels_a_mixed_batch_keeps_every_rows_bits():
+def test_on_the_native_kernels_a_mixed_batch_keeps_every_rows_bits(loaded):
     """The default model (int16 products, float16 KV cache): one row copying code drafts
     while two chats decode; tokens and every log-probability equal plain decoding's."""
-    from vllm_mlx.models import load_model
-
-    loaded = load_model(None, progress=False)
     chat = loaded.tokenizer.apply_chat_template
     code = "def area(w, h):\n    return w * h\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n"
     prompts = [
@@ -168,4 +164,3 @@ def test_on_the_native_kernels_a_mixed_batch_keeps_every_rows_bits():
         for (tokens, logprobs), (want, want_logprobs) in zip(got, plain, strict=True):
             assert tokens == want
             assert same_bits(logprobs, want_logprobs)
-    mx.clear_cache()
