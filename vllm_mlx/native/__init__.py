@@ -84,6 +84,7 @@ def status() -> dict[str, Any]:
         "enabled": enabled,
         "isa": kernels.isa(),
         "activations": kernels.activations(),
+        "int16_body": int16_body(),
         "threads": kernels.threads(),
         "kernels": list(KERNELS) if enabled else [],
         # None: no model in this process runs on them (e.g. float32 weights)
@@ -264,6 +265,22 @@ def set_activations(name: str) -> bool:
     "float" (exact to float rounding), for tests and benchmarks."""
     kernels = _load()[0]
     return kernels is not None and kernels.set_activations(name)
+
+
+def int16_body() -> str | None:
+    """Which body runs the int16 products: "vnni" (AVX-512 VNNI) or "avx2" (the same
+    bits), None when the library is not built or predates the choice."""
+    kernels = _load()[0]
+    return kernels.int16_body() if kernels is not None and hasattr(kernels, "int16_body") else None
+
+
+def set_int16_body(name: str) -> bool:
+    """Select the int16 products' body ("vnni" or "avx2"), for tests and benchmarks;
+    False when this CPU or build lacks it."""
+    kernels = _load()[0]
+    return (
+        kernels is not None and hasattr(kernels, "set_int16_body") and kernels.set_int16_body(name)
+    )
 
 
 def set_isa(name: str) -> bool:

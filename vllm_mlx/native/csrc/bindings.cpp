@@ -203,6 +203,13 @@ NB_MODULE(_kernels, m) {
       "name"_a,
       "Select 'int16' (default) or 'float' (exact) for single-row products.");
   m.def(
+      "int16_body", []() { return std::string(vmlx::int16_body()); }, "Which body runs the int16 products.");
+  m.def(
+      "set_int16_body",
+      [](const std::string& name) { return vmlx::set_int16_body(name.c_str()); },
+      "name"_a,
+      "Select 'vnni' (AVX-512 VNNI) or 'avx2' for the int16 products (the same bits); False when this CPU lacks it.");
+  m.def(
       "threads",
       []() { return vmlx::ThreadPool::instance().size(); },
       "Threads the kernels use.");

@@ -43,6 +43,22 @@ std::atomic<bool>& int16_selected() {
   return selected;
 }
 
+bool cpu_has_vnni() {
+#if defined(VMLX_HAVE_VNNI)
+  return vnni::supported();
+#else
+  return false;
+#endif
+}
+
+std::atomic<bool>& vnni_selected() {
+  static std::atomic<bool> selected{[] {
+    const char* env = std::getenv("VLLM_MLX_NATIVE_VNNI");
+    return cpu_has_vnni() && (env == nullptr || std::string(env) != "0");
+  }()};
+  return selected;
+}
+
 // Rows of the weight per task: a task should read at least ~32 KB of weights, so
 // the pool's hand-off stays small next to the work, and a prefill task's weight
 // block stays in L2 while every row of x passes over it.
@@ -77,6 +93,19 @@ bool set_activations(const char* name) {
   }
   int16_selected().store(wanted == "int16");
   return true;
+}
+
+const char* int16_body() {
+  return vnni_selected().load() ? "vnni" : "avx2";
+}
+
+bool set_int16_body(const char* name) {
+  const std::string wanted(name);
+  if (wanted == "avx2" || (wanted == "vnni" && cpu_has_vnni())) {
+    vnni_selected().store(wanted == "vnni");
+    return true;
+  }
+  return false;
 }
 
 const char* isa() {
@@ -270,6 +299,16 @@ struct Tasks {
 };
 
 #if defined(VMLX_HAVE_AVX2)
+using Int16Body = void (*)(const QmmArgs&, const avx2::Int16X*, int64_t, int64_t, int64_t);
+
+Int16Body vnni_body() {
+#if defined(VMLX_HAVE_VNNI)
+  return vnni::qmm_rows_int16;
+#else
+  return avx2::qmm_rows_int16; // never selected: cpu_has_vnni() is false
+#endif
+}
+
 // Rows of x (decode rows, one per sequence, or a prefill block's) through the int16 body;
 // false when x is not finite (then the float body runs). Each task unpacks each of its
 // weight rows once for up to 8 rows of x (further blocks of 8 read it again from L2),
@@ -297,11 +336,12 @@ bool qmm_many_int16(const QmmArgs* list, int count) {
   // thread_local: the tasks run on other threads, so hand them what this thread's hold
   const Tasks& tasks = plans.plan(list, count, pool.size());
   const avx2::Int16X* xs = rows.data();
+  const auto body = vnni_selected().load(std::memory_order_relaxed) ? vnni_body() : avx2::qmm_rows_int16;
   pool.parallel_for(tasks.count(), [&](int t) {
     int j;
     int64_t n0, n1;
     tasks.locate(list, t, j, n0, n1);
-    avx2::qmm_rows_int16(list[j], xs, a.M, n0, n1);
+    body(list[j], xs, a.M, n0, n1);
   });
   return true;
 }

@@ -165,6 +165,11 @@ inline bool sdpa_allowed(const SdpaArgs& a, int64_t b, int64_t h, int64_t i, int
 // always use float.
 const char* activations();
 bool set_activations(const char* name);
+// Which body runs the int16 products under the AVX2 instruction set: "vnni" (AVX-512
+// VNNI, the default where the CPU has it; VLLM_MLX_NATIVE_VNNI=0 keeps "avx2") or "avx2".
+// Both give the same bits. False if the name is unknown or the CPU lacks it.
+const char* int16_body();
+bool set_int16_body(const char* name);
 
 void qmm(const QmmArgs& args);
 // Several projections of one x (q/k/v, gate/up: same x, M, K, group size and bits) in
@@ -219,5 +224,12 @@ bool quantize_int16(const float* x, int64_t K, int group_size, int bits, Int16X&
 // each output the one-row product's bits whatever `rows` is.
 void qmm_rows_int16(const QmmArgs& a, const Int16X* xs, int64_t rows, int64_t n0, int64_t n1);
 } // namespace avx2
+
+// The same int16 products on AVX-512 VNNI (qmm_int16_vnni.cpp): the AVX2 body's bits,
+// 8 rows of x a pass. supported(): this CPU and build have it.
+namespace vnni {
+bool supported();
+void qmm_rows_int16(const QmmArgs& a, const avx2::Int16X* xs, int64_t rows, int64_t n0, int64_t n1);
+} // namespace vnni
 
 } // namespace vmlx
