@@ -34,6 +34,8 @@ from typing import Any
 
 from mlx_lm.generate import BatchGenerator, GenerationBatch, PromptProcessingBatch
 
+from .row_prefill import held_rows, last_logits, plain, started_generation
+
 # Prompt tokens one model call prefills: a step's chunk is several, so a request arriving
 # meanwhile waits for one call, not the chunk (per token, 32 cost as 256 do on the CPU).
 PREFILL_CALL = 32
@@ -117,6 +119,7 @@ class _Prefill:
     segments: list[list[int]]
     total: int
     done: int = 0
+    plain: bool = False  # the batch's cache is the sequence's plain one (row_prefill)
 
     @property
     def uid(self) -> int:
@@ -163,10 +166,11 @@ class FairBatchGenerator(BatchGenerator):
             uid, segments, max_tokens, cache, tokens, sampler, processors, stops = (
                 self._unprocessed_sequences.popleft()
             )
+            one_row = plain(cache)
             batch = PromptProcessingBatch(
                 model=self.model,
                 uids=[uid],
-                caches=[cache],
+                caches=[] if one_row else [cache],
                 tokens=[tokens],
                 prefill_step_size=self.prefill_step_size,
                 samplers=[sampler],
@@ -175,8 +179,10 @@ class FairBatchGenerator(BatchGenerator):
                 stop_sequences=[stops],
                 max_tokens=[max_tokens],
             )
+            if one_row:
+                batch.prompt_cache = cache
             total = sum(len(s) for s in segments)
-            self._prefills.append(_Prefill(batch, [list(s) for s in segments], total))
+            self._prefills.append(_Prefill(batch, [list(s) for s in segments], total, 0, one_row))
             room -= 1
 
     def _decode(self) -> list[Any]:
@@ -193,14 +199,21 @@ class FairBatchGenerator(BatchGenerator):
         """Up to ``n`` prompt tokens, in calls of at most ``PREFILL_CALL``, not past the
         current segment's end (a checkpoint's cache is read there), stopping early when
         ``interrupt()`` says a request waits to be admitted; the prompt moves into decoding
-        when only its last token is left."""
+        when only its last token is left. On a plain cache the call that ends the prompt
+        carries the last token too, and its logits give the first token."""
         head = prefill.segments[0]
         n = min(n, len(head) if len(prefill.segments) > 1 else len(head) - 1)
+        ends = prefill.plain and len(prefill.segments) == 2  # the head is the last segment
+        logits = None
         done = 0
         while done < n and not (done and self.interrupt()):
             call = min(n - done, PREFILL_CALL)
+            tokens = head[done : done + call]
             tic = time.perf_counter()
-            prefill.batch.prompt([head[done : done + call]])
+            if ends and done + call == len(head):
+                logits = last_logits(prefill.batch, tokens + prefill.segments[1])
+            else:
+                prefill.batch.prompt([tokens])
             self._counters.prompt_time += time.perf_counter() - tic
             done += call
         self._counters.prompt_tokens += done
@@ -218,8 +231,15 @@ class FairBatchGenerator(BatchGenerator):
                 )
             )
         if prefill.remaining == 0:
+            final = prefill.segments[0]
+            if prefill.plain and logits is None:  # only the last token was left
+                logits = last_logits(prefill.batch, final)
             self._prefills.remove(prefill)
-            generation = prefill.batch.generate([prefill.segments[0]])
+            if prefill.plain:
+                assert logits is not None
+                generation = started_generation(prefill.batch, final[0], logits)
+            else:
+                generation = prefill.batch.generate([final])
             self._generation_batch.extend(generation)
             responses.append(
                 PromptProcessingBatch.Response(
@@ -259,8 +279,10 @@ class FairBatchGenerator(BatchGenerator):
         results = {}
         for uid, (stage, idx) in self._find_uids(uids).items():
             if stage == 1:
-                batch = self._prefills[idx].batch
-                results[uid] = (batch.extract_cache(0), batch.tokens[0])
+                prefill = self._prefills[idx]
+                batch = prefill.batch
+                rows = held_rows(batch.prompt_cache) if prefill.plain else batch.extract_cache(0)
+                results[uid] = (rows, batch.tokens[0])
             elif stage == 3:
                 drafting = self.drafting_batch
                 results[uid] = (drafting.extract_cache(idx), drafting.tokens[idx])

@@ -1,0 +1,101 @@
+"""A prompt prefilled on its own plain KV cache, its first token read off its last call.
+
+mlx-lm's prompt batch merges a sequence's cache into a ``BatchKVCache`` (a copy of every
+cached row, and prompt blocks then take the unfused path: the fused native blocks need a
+plain cache's int offset), runs the prompt without its last token, then runs that token as
+a decode step of its own before the first token can be sampled. A one-row prefill needs
+none of that: when every layer's cache is mlx-lm's plain ``KVCache`` the prompt runs on it
+as it is (a prefix-cache hit's views, written copy-on-write), the last call carries the
+final token too and its last position's logits give the first token, and the cache joins
+the generation batch as a one-row ``BatchKVCache`` over the same arrays (no copy).
+
+Numbers do not change with this: every prompt of such a cache, cold or cached, runs this
+way, and a row's logits depend neither on its block nor on its neighbours (the native
+path's invariant).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlx.core as mx
+from mlx_lm.generate import GenerationBatch, PromptProcessingBatch
+from mlx_lm.models.cache import BatchKVCache, KVCache
+
+
+def plain(cache: list[Any] | None) -> bool:
+    """Whether every layer's cache is exactly mlx-lm's ``KVCache`` (the one-row path)."""
+    return bool(cache) and all(type(c) is KVCache for c in cache)
+
+
+def last_logits(batch: PromptProcessingBatch, tokens: list[int]) -> mx.array:
+    """Run ``tokens`` (ending with the prompt's final token) on a one-row prompt batch whose
+    ``prompt_cache`` is plain; the logits of the final position, ``[1, 1, vocab]``. The
+    batch's tokens gain all but the final one, which the first decode step records."""
+    batch.tokens[0] += tokens[:-1]
+    logits = batch.model(mx.array([tokens]), cache=batch.prompt_cache)[:, -1:, :]
+    mx.eval(logits, [c.state for c in batch.prompt_cache])
+    return logits
+
+
+def held_rows(cache: list[KVCache]) -> list[KVCache]:
+    """A plain cache's rows as new cache objects over its arrays (for the prefix cache;
+    MLX writes into a shared buffer by copying, so later writes never reach them)."""
+    held = []
+    for c in cache:
+        copy = KVCache()
+        if c.keys is not None:
+            copy.keys, copy.values = c.keys[..., : c.offset, :], c.values[..., : c.offset, :]
+            copy.offset = c.offset
+        held.append(copy)
+    return held
+
+
+def one_row_batch(cache: list[KVCache]) -> list[BatchKVCache]:
+    """A plain cache as a one-row ``BatchKVCache`` per layer over the same arrays; the plain
+    objects give theirs up (a buffer two objects hold cannot be written in place)."""
+    batched = []
+    for c in cache:
+        b = BatchKVCache([0])
+        if c.keys is not None:
+            b.keys, b.values = c.keys, c.values
+            b.offset = mx.array([c.offset], dtype=mx.int32)
+            b._idx = c.offset
+        c.keys = c.values = None
+        batched.append(b)
+    return batched
+
+
+class _Replayed:
+    """A model whose one call returns logits already computed (the first decode step of a
+    row whose prompt's last call produced them), so mlx-lm's own step processes and samples
+    them exactly as it would its model's."""
+
+    def __init__(self, logits: mx.array):
+        self.logits = logits
+
+    def __call__(self, inputs: mx.array, cache: Any = None) -> mx.array:
+        return self.logits
+
+
+def started_generation(
+    batch: PromptProcessingBatch, final_token: int, logits: mx.array
+) -> GenerationBatch:
+    """A one-row prompt batch whose prompt has run (``last_logits``) as a generation batch
+    whose first token is sampled from ``logits`` (pending, as after mlx-lm's first step)."""
+    generation = GenerationBatch(
+        _Replayed(logits),
+        batch.uids,
+        mx.array([final_token]),
+        one_row_batch(batch.prompt_cache),
+        batch.tokens,
+        batch.samplers,
+        batch.fallback_sampler,
+        batch.logits_processors,
+        batch.stop_sequences,
+        batch.max_tokens,
+    )
+    generation.model = batch.model
+    batch.uids, batch.prompt_cache, batch.tokens = [], [], []
+    batch.samplers, batch.logits_processors, batch.max_tokens = [], [], []
+    return generation
