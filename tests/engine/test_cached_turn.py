@@ -4,6 +4,7 @@ numbers are the cold run's, alone and beside a running neighbour."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from mlx_lm.models import cache as mlx_cache
 from same_numbers import SAMPLING, assert_same, run
@@ -48,7 +49,7 @@ class CallSpy:
         return self.model(inputs, cache=cache, **kwargs)
 
 
-def test_a_hit_runs_its_suffix_once_and_copies_no_cache_into_a_batch(
+def test_a_hit_runs_its_suffix_once_and_copies_no_cache_in_or_out_of_a_batch(
     loaded, turn, monkeypatch
 ) -> None:
     prefix, suffix = turn
@@ -65,6 +66,14 @@ def test_a_hit_runs_its_suffix_once_and_copies_no_cache_into_a_batch(
         return merge(cls, caches)
 
     monkeypatch.setattr(mlx_cache.BatchKVCache, "merge", classmethod(counted))
+    extract = mlx_cache.BatchKVCache.extract
+    extracts: list[int] = []
+
+    def copied_out(self, idx):
+        extracts.append(idx)
+        return extract(self, idx)
+
+    monkeypatch.setattr(mlx_cache.BatchKVCache, "extract", copied_out)
     sampler = make_sampler(SamplingParams(temperature=0))
     uid, cached = source.insert(prefix + suffix, sampler=sampler, processors=[], max_tokens=4)
     assert cached == len(prefix)
@@ -77,6 +86,9 @@ def test_a_hit_runs_its_suffix_once_and_copies_no_cache_into_a_batch(
     assert merges == []
     while not any(s.at_limit for s in steps):
         steps, _ = source.step()
+    # a one-row batch hands its arrays to the prefix cache: no row copied out
+    assert extracts == []
+    assert source.prefix_cache.served(np.asarray(prefix + suffix + [0])) == len(prefix + suffix)
 
 
 @pytest.mark.parametrize("sampling", SAMPLING.values(), ids=SAMPLING.keys())

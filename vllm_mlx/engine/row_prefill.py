@@ -9,6 +9,9 @@ as it is (a prefix-cache hit's views, written copy-on-write), the last call carr
 final token too and its last position's logits give the first token, and the cache joins
 the generation batch as a one-row ``BatchKVCache`` over the same arrays (no copy).
 
+A one-row generation batch hands a finished sequence's cache over the same way, as plain
+caches over its arrays, where mlx-lm copies the row out.
+
 Numbers do not change with this: every prompt of such a cache, cold or cached, runs this
 way, and a row's logits depend neither on its block nor on its neighbours (the native
 path's invariant).
@@ -25,7 +28,7 @@ from mlx_lm.models.cache import BatchKVCache, KVCache
 
 def plain(cache: list[Any] | None) -> bool:
     """Whether every layer's cache is exactly mlx-lm's ``KVCache`` (the one-row path)."""
-    return bool(cache) and all(type(c) is KVCache for c in cache)
+    return cache is not None and len(cache) > 0 and all(type(c) is KVCache for c in cache)
 
 
 def last_logits(batch: PromptProcessingBatch, tokens: list[int]) -> mx.array:
@@ -66,6 +69,27 @@ def one_row_batch(cache: list[KVCache]) -> list[BatchKVCache]:
     return batched
 
 
+class OneRowExtracts(GenerationBatch):
+    """mlx-lm's generation batch whose only row's cache comes out without a copy: the
+    batch's arrays as plain caches (then the batch drops them, or a later write into them
+    copies first, as MLX does for any shared buffer)."""
+
+    def extract_cache(self, idx: int) -> list[Any]:
+        layers = self.prompt_cache
+        if len(self.uids) != 1 or not all(
+            type(c) is BatchKVCache and c.keys is not None for c in layers
+        ):
+            return super().extract_cache(idx)
+        if any(c.left_padding.tolist() != [0] for c in layers):
+            return super().extract_cache(idx)
+        rows = []
+        for c in layers:
+            plain_row = KVCache()
+            plain_row.keys, plain_row.values, plain_row.offset = c.keys, c.values, c._idx
+            rows.append(plain_row)
+        return rows
+
+
 class _Replayed:
     """A model whose one call returns logits already computed (the first decode step of a
     row whose prompt's last call produced them), so mlx-lm's own step processes and samples
@@ -83,8 +107,9 @@ def started_generation(
 ) -> GenerationBatch:
     """A one-row prompt batch whose prompt has run (``last_logits``) as a generation batch
     whose first token is sampled from ``logits`` (pending, as after mlx-lm's first step)."""
+    replayed: Any = _Replayed(logits)  # called as the model, once
     generation = GenerationBatch(
-        _Replayed(logits),
+        replayed,
         batch.uids,
         mx.array([final_token]),
         one_row_batch(batch.prompt_cache),

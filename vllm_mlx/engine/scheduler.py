@@ -34,7 +34,7 @@ from typing import Any
 
 from mlx_lm.generate import BatchGenerator, GenerationBatch, PromptProcessingBatch
 
-from .row_prefill import held_rows, last_logits, plain, started_generation
+from .row_prefill import OneRowExtracts, held_rows, last_logits, plain, started_generation
 
 # Prompt tokens one model call prefills: a step's chunk is several, so a request arriving
 # meanwhile waits for one call, not the chunk (per token, 32 cost as 256 do on the CPU).
@@ -139,6 +139,7 @@ class FairBatchGenerator(BatchGenerator):
 
     def __init__(self, model: Any, *, schedule: PrefillSchedule, **kwargs: Any):
         super().__init__(model, prefill_step_size=schedule.chunk, **kwargs)
+        self._generation_batch.__class__ = OneRowExtracts  # a finished row's cache: no copy
         self.schedule = schedule
         self._prefills: list[_Prefill] = []
         self._prefilled = 0  # prompt tokens the current step has prefilled
