@@ -114,3 +114,12 @@ def test_a_paused_request_proposes_again_once_its_sequence_has_grown_by_the_paus
 def test_modes():
     assert row_lookup("auto").throttle is not None
     assert row_lookup("on").throttle is None
+
+
+def test_a_split_verify_pays_only_when_the_drafts_outweigh_a_second_forward():
+    throttle = Throttle()
+    sure = 6.0  # five proposals, all accepted, plus the bonus
+    assert throttle.split_pays([sure], 5, plain_rows=1)  # 7 tokens for 3.25 steps' cost
+    assert not throttle.split_pays([sure], 5, plain_rows=3)  # 9 for 3.25 against 4 for 1
+    assert not throttle.split_pays([throttle.expected(5)], 5, plain_rows=1)  # the prior
+    assert throttle.expected(0) == 1.0

@@ -9,6 +9,7 @@ import pytest
 from tiny_models import build_tiny_model
 
 from vllm_mlx import native
+from vllm_mlx.engine.lookup import LookupMode
 from vllm_mlx.engine.lookup_verify import LookupDecoder, NgramDrafter
 from vllm_mlx.engine.sampling import SamplingParams, make_sampler
 from vllm_mlx.engine.sources import ModelBatchSource
@@ -19,8 +20,8 @@ CODE = "def f(x):\n    return x + 1\n" * 6
 class ChosenRows(NgramDrafter):
     """Prompt lookup's drafts for the rows in ``drafting`` only; the others never draft."""
 
-    def __init__(self, drafting: set[int]):
-        super().__init__("on")
+    def __init__(self, drafting: set[int], mode: LookupMode = "on"):
+        super().__init__(mode)
         self.drafting = drafting
 
     def propose(self, uid: int, cached: list[int], pending: int, k: int) -> list[int]:
@@ -69,9 +70,11 @@ def run(source: ModelBatchSource, prompts: list[list[int]], params: dict, max_to
     return list(out.values())
 
 
-def mixed_source(model, drafting: set[int]) -> tuple[ModelBatchSource, MixedSpy]:
-    source = ModelBatchSource(model, prompt_lookup="on", prompt_lookup_tokens=4)
-    spy = MixedSpy(ChosenRows(drafting))
+def mixed_source(
+    model, drafting: set[int], mode: LookupMode = "on"
+) -> tuple[ModelBatchSource, MixedSpy]:
+    source = ModelBatchSource(model, prompt_lookup=mode, prompt_lookup_tokens=4)
+    spy = MixedSpy(ChosenRows(drafting, mode))
     source.lookup = spy
     return source, spy
 
@@ -103,6 +106,18 @@ def test_a_drafting_row_verifies_beside_rows_that_decode(model, tokenizer, param
     if params["temperature"] == 0:  # a random model's sampled text seldom repeats
         assert mixed and all(v == [0] and set(beside) <= {1, 2} for v, beside in mixed)
         assert spy.accepted > 0
+
+
+def test_auto_keeps_one_drafting_row_beside_three_chats_in_the_one_batch(model, tokenizer):
+    """A second forward costs more than one row's drafts bring four rows: ``auto`` decodes
+    them all together (no split), and the tokens are plain decoding's."""
+    prompts = [tokenizer.encode(CODE), *(tokenizer.encode(f"chat number {i}") for i in range(3))]
+    plain = run(ModelBatchSource(model), prompts, {"temperature": 0}, 30)
+    source, spy = mixed_source(model, drafting={0}, mode="auto")
+    got = run(source, prompts, {"temperature": 0}, 30)
+    assert [t for t, _ in got] == [t for t, _ in plain]
+    assert not any(beside for _, beside in spy.seen)
+    assert spy.gen is not None and not len(spy.gen.drafting_batch)
 
 
 def test_rows_that_stop_drafting_rejoin_the_batch(model, tokenizer):

@@ -100,6 +100,20 @@ class Throttle:
                 best, best_gain = k, gain
         return best, best_gain
 
+    def expected(self, k: int) -> float:
+        """Tokens a verify of ``k`` proposals is expected to yield (``1 + alpha + ...``)."""
+        alpha = self.accepted / (self.accepted + self.rejections)
+        return sum(alpha**j for j in range(k + 1))
+
+    def split_pays(self, expected: list[float], k: int, plain_rows: int) -> bool:
+        """Whether verifying drafts beside ``plain_rows`` rows that decode pays the batch:
+        a second forward (a decode step plus ``cost_per_token`` per position, for the
+        longest draft ``k``) must bring ``min_gain`` times the plain step's tokens per cost.
+        ``expected``: what each drafting row's verify yields."""
+        tokens = plain_rows + sum(expected)
+        cost = 2 + self.cost_per_token * k
+        return tokens / cost >= self.min_gain * (plain_rows + len(expected))
+
     def record(self, proposed: int, accepted: int, emitted: int) -> None:
         if proposed <= 0:
             return

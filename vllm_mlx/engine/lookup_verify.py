@@ -23,9 +23,12 @@ the generator's second batch (``FairBatchGenerator.drafting_batch``, a copy of t
 caches, once), which verifies while the first takes its ordinary one-token step: two
 forward passes a step, each batch aligned at its own cache end. A row that stops drafting
 goes back after ``LINGER`` steps without a draft (meanwhile its batch takes plain steps),
-or at once when a neighbour in that batch drafts. The sequences carry no stop sequences
-(the engine decides stops), so only ``max_tokens`` ends one here; drafts stop one short of
-it.
+or at once when a neighbour in that batch drafts. The second forward costs about a decode
+step of its own, so under ``auto`` the split runs only when the drafting rows' expected
+tokens pay for it across the batch (``Throttle.split_pays``): with several plain rows
+beside one drafting row it seldom does, and every row then decodes in the one batch. The
+sequences carry no stop sequences (the engine decides stops), so only ``max_tokens`` ends
+one here; drafts stop one short of it.
 """
 
 from __future__ import annotations
@@ -62,6 +65,10 @@ class Drafter(Protocol):
     def record(self, uid: int, proposed: int, accepted: int) -> None:
         """What a verify kept of the row's draft."""
 
+    def split_pays(self, drafts: dict[int, list[int]], plain_rows: int) -> bool:
+        """Whether verifying ``drafts`` (by uid) in a forward of their own, beside
+        ``plain_rows`` rows taking a one-token step, is worth its cost to the batch."""
+
     def forget(self, uid: int) -> None: ...
 
     def reset(self) -> None: ...
@@ -84,6 +91,17 @@ class NgramDrafter:
         row = self.rows.get(uid)
         if row is not None:
             row.record(proposed, accepted)
+
+    def split_pays(self, drafts: dict[int, list[int]], plain_rows: int) -> bool:
+        """``on``: always; ``auto``: by the rows' throttles (their acceptance so far)."""
+        throttles = [(self.rows[uid].throttle, len(d)) for uid, d in drafts.items()]
+        if not throttles or any(t is None for t, _ in throttles):
+            return True
+        k = max(n for _, n in throttles)
+        expected = [t.expected(n) for t, n in throttles if t is not None]
+        first = throttles[0][0]
+        assert first is not None
+        return first.split_pays(expected, k, plain_rows)
 
     def forget(self, uid: int) -> None:
         self.rows.pop(uid, None)
@@ -153,7 +171,13 @@ class LookupDecoder:
                 return self._verify(main, self._row_drafts(main, drafts))
         if not len(side) and not any(drafts.values()):
             return None
-        # A mixed batch: drafting rows verify in the drafting batch, the others decode.
+        # A mixed batch: drafting rows verify in the drafting batch, the others decode, when
+        # that pays the batch (else every row decodes in the one batch).
+        drafting = {uid: d for uid, d in drafts.items() if d}
+        if drafting and not self.drafter.split_pays(drafting, len(drafts) - len(drafting)):
+            move_rows(gen, list(range(len(side))), to_drafting=False)
+            self._misses.clear()
+            return None
         side_drafting = any(drafts[uid] for uid in side.uids)
         back = []
         for i, uid in enumerate(side.uids):
