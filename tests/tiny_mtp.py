@@ -91,11 +91,21 @@ def config_of(arch: str, vocab: int) -> dict[str, Any]:
 
 
 def write_mtp_folder(
-    path: Path, arch: str, *, seed: int = 0, with_head: bool = True, fp8: bool = False
+    path: Path,
+    arch: str,
+    *,
+    seed: int = 0,
+    with_head: bool = True,
+    fp8: bool = False,
+    copies: bool = True,
+    embed_rows: int | None = None,
 ) -> Path:
     """A checkpoint folder of ``arch``; ``with_head=False``: the same main model without its
     MTP tensors (what mlx-lm's conversion leaves); ``fp8``: the head's projections stored as
-    DeepSeek-V3 releases them, float8 (e4m3) with a ``weight_scale_inv`` per 128x128 block."""
+    DeepSeek-V3 releases them, float8 (e4m3) with a ``weight_scale_inv`` per 128x128 block.
+    The next-n layer's ``embed_tokens`` and ``shared_head.head`` are copies of the main
+    model's embedding and ``lm_head``, as released; ``copies=False``: random ones of their
+    own; ``embed_rows``: its own embedding of that many rows (a padded vocabulary)."""
     embedded = resolve_model(None, progress=False)
     path.mkdir(parents=True, exist_ok=True)
     for name in TOKENIZER_FILES:
@@ -111,6 +121,15 @@ def write_mtp_folder(
     weights = _released(dict(tree_flatten(model.parameters())), args)
     if with_head:
         head = head_tensors(arch, args, config)
+        if arch != "mimo" and copies:
+            n = args.num_hidden_layers
+            head[f"model.layers.{n}.embed_tokens.weight"] = weights["model.embed_tokens.weight"]
+            head[f"model.layers.{n}.shared_head.head.weight"] = weights["lm_head.weight"]
+        if embed_rows is not None:
+            shape = (embed_rows, args.hidden_size)
+            head[f"model.layers.{args.num_hidden_layers}.embed_tokens.weight"] = mx.random.normal(
+                shape
+            )
         weights |= as_fp8(head) if fp8 else head
     mx.save_safetensors(str(path / "model.safetensors"), weights)
     (path / "config.json").write_text(json.dumps(config, indent=2))

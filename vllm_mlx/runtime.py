@@ -148,6 +148,7 @@ def estimate_for(
         prefix_cache_mb=options.cache.prefix_cache_mb,
         progress=progress,
         download=download,
+        mtp=options.model.mtp != "off" and options.model.draft_model is None,
     )
 
 

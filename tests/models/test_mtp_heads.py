@@ -13,8 +13,14 @@ from mlx_lm.models.base import create_causal_mask
 from mlx_lm.models.cache import make_prompt_cache
 from tiny_mtp import dequantized, reference_block, write_mtp_folder
 
+from vllm_mlx.models.fit import estimate
 from vllm_mlx.models.loader import load_model
-from vllm_mlx.models.mtp_heads import carried_tensors, header_names, load_mtp_heads
+from vllm_mlx.models.mtp_heads import (
+    carried_tensors,
+    copies_of_main,
+    header_names,
+    load_mtp_heads,
+)
 
 ARCHS = ("deepseek_v3", "glm4_moe", "mimo")
 
@@ -136,3 +142,84 @@ def test_a_float8_head_is_dequantized_as_the_release_is(tmp_path):
         h = heads.hidden(tokens[:, :-1], make_prompt_cache(loaded.model))
         outputs.append(heads.logits(heads.step(h, tokens[:, 1:], heads.make_cache(), True)))
     assert mx.allclose(outputs[0], outputs[1], atol=1e-4)
+
+
+def test_the_head_shares_the_main_models_embedding_and_output_head(folder, loaded):
+    """The released next-n layer's embedding and output head are copies of the main
+    model's: the head uses the main model's arrays and holds no vocabulary-sized one."""
+    heads = load_mtp_heads(folder, loaded.model)
+    assert heads is not None
+    assert heads.embedding() is loaded.model.model.embed_tokens
+    vocab = loaded.model.args.vocab_size
+    assert not any(a.shape[0] == vocab for _, a in tree_flatten(heads.layer.parameters()))
+    config = json.loads((folder / "config.json").read_text())
+    if config["model_type"] != "mimo":
+        n = config["num_hidden_layers"]
+        assert set(copies_of_main(folder, config)) == {
+            f"model.layers.{n}.embed_tokens.weight",
+            f"model.layers.{n}.shared_head.head.weight",
+        }
+        out = mx.random.normal((1, 3, loaded.model.args.hidden_size))
+        assert mx.array_equal(heads.logits(out), heads.main_logits(heads.layer.normed(out)))
+
+
+@pytest.mark.parametrize("kind", ["other values", "other shape"])
+def test_a_head_whose_own_tensors_differ_loads_them(tmp_path, kind):
+    """Same shape but other bytes in the sampled rows, or another shape (a padded
+    vocabulary): the head's own embedding (and output head) are loaded and used."""
+    vocab_rows = None if kind == "other values" else 49160
+    folder = write_mtp_folder(
+        tmp_path / "own", "glm4_moe", copies=kind == "other shape", embed_rows=vocab_rows
+    )
+    loaded = load_model(str(folder), cpu_weights="float32", progress=False)
+    heads = load_mtp_heads(folder, loaded.model)
+    assert heads is not None
+    raw = mx.load(str(folder / "model.safetensors"))
+    assert isinstance(raw, dict)
+    n = loaded.model.args.num_hidden_layers
+    own = raw[f"model.layers.{n}.embed_tokens.weight"]
+    embedding = heads.embedding()
+    assert embedding is not loaded.model.model.embed_tokens
+    assert mx.array_equal(embedding.weight, own)
+    assert ("head" in heads.layer.shared_head) == (kind == "other values")
+    tokens = mx.array([[5, 17, 300, 42]])
+    h = heads.hidden(tokens[:, :-1], make_prompt_cache(loaded.model))
+    out = heads.step(h, tokens[:, 1:], heads.make_cache(), at_start=False)
+    fused = mx.concatenate(
+        [
+            rms(own[tokens[0, 1:]][None], raw[f"model.layers.{n}.enorm.weight"]),
+            rms(h, raw[f"model.layers.{n}.hnorm.weight"]),
+        ],
+        axis=-1,
+    )
+    block, _ = reference_block(folder)
+    x = block(fused @ raw[f"model.layers.{n}.eh_proj.weight"].T, create_causal_mask(3), None)
+    assert mx.allclose(out, x, atol=1e-4)
+
+
+def held_bytes(module) -> int:
+    return sum(a.nbytes for _, a in tree_flatten(module.parameters()))
+
+
+@pytest.mark.parametrize("case", ["as released", "float8", "own embedding", "own values"])
+def test_the_fit_estimate_counts_what_the_head_holds(tmp_path, case):
+    """The estimate's weights are the main model's plus the head's own parameters (not the
+    copies it shares, DeepSeek-V3's float8 as the float32 it becomes); without the head
+    (``--mtp off``), the main model's alone."""
+    folder = write_mtp_folder(
+        tmp_path / "m",
+        "deepseek_v3",
+        fp8=case == "float8",
+        embed_rows=49160 if case == "own embedding" else None,
+        copies=case != "own values",
+    )
+    loaded = load_model(str(folder), cpu_weights="float32", progress=False)
+    heads = load_mtp_heads(folder, loaded.model)
+    assert heads is not None
+    main, head = held_bytes(loaded.model), held_bytes(heads.layer)
+    with_head = estimate(folder, 1024, weights="float32", on_cpu=True)
+    without = estimate(folder, 1024, weights="float32", on_cpu=True, mtp=False)
+    assert without.weights == main
+    assert with_head.weights == main + head
+    own = 49160 * loaded.model.args.hidden_size * 4
+    assert (head > own) == (case in ("own embedding", "own values"))

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from vllm_mlx.models.errors import ModelLoadError
 from vllm_mlx.models.hub import remote_facts
 from vllm_mlx.models.loader import CpuWeights, choose_weights, computes_on_cpu, context_length
+from vllm_mlx.models.mtp_heads import carried, copies_of_main, head_prefix, main_copies
 from vllm_mlx.models.names import parse_hub_ref
 from vllm_mlx.models.resolve import is_model_name, model_by_name, resolve_model
 
@@ -94,14 +95,16 @@ def estimate(
     kv_bits: int | None = None,
     kv_group_size: int = 64,
     prefix_cache_mb: int = 0,
+    mtp: bool = True,
 ) -> Estimate:
-    """The estimate for an MLX model folder (a converted GGUF included)."""
+    """The estimate for an MLX model folder (a converted GGUF included); ``mtp``: the
+    checkpoint's MTP head, if it carries one, is loaded too."""
     config = _json(folder / "config.json")
     available, source = usable_memory()
+    tensors = folder_tensors(folder)
+    float32 = weights == "float32"
     return Estimate(
-        weights=weight_bytes(
-            folder_tensors(folder), config, float32=weights == "float32", on_cpu=on_cpu
-        ),
+        weights=model_bytes(tensors, config, float32=float32, on_cpu=on_cpu, mtp=mtp, at=folder),
         kv_per_token=kv_bytes_per_token(config, kv_bits, kv_group_size, on_cpu=on_cpu),
         context=context,
         prefix_cache=prefix_cache_mb << 20,
@@ -121,12 +124,14 @@ def model_estimate(
     prefix_cache_mb: int = 0,
     progress: bool = True,
     download: bool = True,
+    mtp: bool = True,
 ) -> Estimate:
     """The estimate for ``spec`` at the context the server would allow: ``max_model_len``,
     else the model's, else ``default_context``. A model on disk is read there; a hub model
     not downloaded yet is downloaded first, or (``download=False``) estimated from its
-    config and safetensors headers on the hub."""
+    config and safetensors headers on the hub; ``mtp``: the MTP head is loaded too."""
     facts = None
+    folder: Path | None = None
     if not download and spec and is_model_name(spec) and not model_by_name(spec, download=False):
         ref = parse_hub_ref(spec)
         facts = remote_facts(ref) if ref is not None and ref.quant is None else None
@@ -138,7 +143,7 @@ def model_estimate(
     available, source = usable_memory()
     float32 = choose_weights(cpu_weights) == "float32"
     return Estimate(
-        weights=weight_bytes(tensors, config, float32=float32, on_cpu=on_cpu),
+        weights=model_bytes(tensors, config, float32=float32, on_cpu=on_cpu, mtp=mtp, at=folder),
         kv_per_token=kv_bytes_per_token(config, kv_bits, kv_group_size, on_cpu=on_cpu),
         context=max_model_len or context_length(config) or default_context,
         prefix_cache=prefix_cache_mb << 20,
@@ -202,6 +207,38 @@ def folder_tensors(folder: Path) -> dict[str, tuple[str, list[int]]]:
     for file in sorted(folder.glob("*.safetensors")):
         tensors.update(safetensors_header(file))
     return tensors
+
+
+def model_bytes(
+    tensors: dict[str, tuple[str, list[int]]],
+    config: dict,
+    *,
+    float32: bool,
+    on_cpu: bool,
+    mtp: bool,
+    at: Path | None = None,
+) -> int:
+    """The main model's weights (``weight_bytes``, without the MTP layers mlx-lm drops)
+    plus, with ``mtp``, the MTP head's: its first layer's tensors but the copies of the
+    main model's it shares, in the main model's float type (float32 on the CPU; DeepSeek-V3's
+    float8 dequantized, its scales gone). The copies are those the loader finds in the
+    folder ``at`` (``mtp_heads.copies_of_main``: headers and sampled rows); with no folder
+    (a hub model's headers) a tensor whose header matches the main model's counts as one."""
+    head = carried(tensors, config)
+    main = {n: t for n, t in tensors.items() if n not in head}
+    total = weight_bytes(main, config, float32=float32, on_cpu=on_cpu)
+    prefix = head_prefix(config)
+    if not mtp or not head or prefix is None:
+        return total
+    copies = main_copies(tensors, config) if at is None else copies_of_main(at, config)
+    shared = tuple(copy.removesuffix("weight") for copy in copies)
+    held = [
+        n
+        for n in head
+        if n.startswith(prefix) and not n.startswith(shared) and not n.endswith("_scale_inv")
+    ]
+    width = 4 if float32 or on_cpu else 2
+    return total + sum(math.prod(tensors[n][1]) * width for n in held)
 
 
 def weight_bytes(

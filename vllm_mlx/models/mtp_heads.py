@@ -14,7 +14,12 @@ The layouts, under the published checkpoints' key names (N = ``num_hidden_layers
   ``eh_proj`` (2D -> D over [embedding, hidden]), a decoder layer of the family (its
   ``self_attn``, ``mlp`` and two norms, built as layer N would be: a MoE layer where the
   model's are), ``shared_head.norm`` and ``shared_head.head`` (the logits) and
-  ``embed_tokens``; a checkpoint without its own head or embedding uses the main model's.
+  ``embed_tokens``. In the released checkpoints those last two are copies of the main
+  model's embedding and ``lm_head`` (several GB for DeepSeek-V3), so, as vLLM and SGLang
+  do, the head uses the main model's own arrays instead of reading the copies: a copy is
+  recognised from the headers (same shape, dtype and quantization companions) and a sample
+  of its rows (first, middle, last: equal bytes); one that differs, or is absent, is
+  loaded (when different) or taken from the main model (when absent).
   The block's output feeds the next chained step; the logits are the head over its norm.
 - MiMo (``mimo``): ``model.mtp_layers.{i}.`` holds ``hidden_layernorm``,
   ``token_layernorm``, ``input_proj`` over [hidden, embedding], a Qwen2-style block and
@@ -34,6 +39,7 @@ from __future__ import annotations
 import importlib
 import json
 import struct
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +52,13 @@ from mlx_lm.models.cache import KVCache
 NEXTN_OWN = ("enorm", "hnorm", "eh_proj", "shared_head", "embed_tokens")
 MIMO_OWN = ("hidden_layernorm", "token_layernorm", "input_proj", "final_layernorm")
 MAX_HEADER = 100 << 20  # bytes of a safetensors JSON header: far above any real one
+# the next-n layer's tensors that released checkpoints store as copies of the main model's
+MAIN_COPIES = {
+    "embed_tokens.weight": "model.embed_tokens.weight",
+    "shared_head.head.weight": "lm_head.weight",
+}
+COMPANIONS = (".scales", ".biases", "_scale_inv")  # quantization tensors beside a weight
+SAMPLED_ROWS = 3  # rows compared byte for byte to recognise a copy (first, middle, last)
 
 
 @dataclass(frozen=True)
@@ -70,25 +83,25 @@ LAYOUTS = {
 
 
 class SharedHead(nn.Module):
-    def __init__(self, dims: int, eps: float, vocab: int, own_head: bool):
+    def __init__(self, dims: int, eps: float, head: tuple[int, ...] | None):
         super().__init__()
         self.norm = nn.RMSNorm(dims, eps=eps)
-        if own_head:
-            self.head = nn.Linear(dims, vocab, bias=False)
+        if head is not None:
+            self.head = nn.Linear(head[1], head[0], bias=False)
 
 
 class NextN(nn.Module):
     """DeepSeek-V3's (and GLM-4.5's) next-n layer."""
 
-    def __init__(self, block: nn.Module, dims: int, eps: float, vocab: int, names: set[str]):
+    def __init__(self, block: nn.Module, dims: int, eps: float, shapes: dict[str, tuple]):
         super().__init__()
         self.enorm = nn.RMSNorm(dims, eps=eps)
         self.hnorm = nn.RMSNorm(dims, eps=eps)
         self.eh_proj = nn.Linear(2 * dims, dims, bias=False)
         self.block = block
-        self.shared_head = SharedHead(dims, eps, vocab, "shared_head.head.weight" in names)
-        if "embed_tokens.weight" in names:
-            self.embed_tokens = nn.Embedding(vocab, dims)
+        self.shared_head = SharedHead(dims, eps, shapes.get("shared_head.head.weight"))
+        if "embed_tokens.weight" in shapes:  # its own, not a copy of the main model's
+            self.embed_tokens = nn.Embedding(*shapes["embed_tokens.weight"])
 
     def fuse(self, embedded: mx.array, hidden: mx.array) -> mx.array:
         return self.eh_proj(mx.concatenate([self.enorm(embedded), self.hnorm(hidden)], axis=-1))
@@ -103,7 +116,7 @@ class NextN(nn.Module):
 class MiMoMtp(nn.Module):
     """MiMo's MTP layer."""
 
-    def __init__(self, block: nn.Module, dims: int, eps: float, vocab: int, names: set[str]):
+    def __init__(self, block: nn.Module, dims: int, eps: float, shapes: dict[str, tuple]):
         super().__init__()
         self.hidden_layernorm = nn.RMSNorm(dims, eps=eps)
         self.token_layernorm = nn.RMSNorm(dims, eps=eps)
@@ -145,14 +158,18 @@ class MtpHeads:
             return main.model.embed_tokens.as_linear(hidden)
         return main.lm_head(hidden)
 
+    def embedding(self) -> nn.Module:
+        """The head's token embedding: its own, or the main model's (shared, not copied)."""
+        layer = self.layer
+        return layer["embed_tokens"] if "embed_tokens" in layer else self.main.model.embed_tokens
+
     def step(
         self, hidden: mx.array, tokens: mx.array, cache: list[Any], at_start: bool
     ) -> mx.array:
         """The head's output for rows (``hidden`` [1, L, D], the next ``tokens`` [1, L]);
         ``at_start``: the first row is absolute position 0 (its embedding is zeroed)."""
         layer = self.layer
-        embed = layer["embed_tokens"] if "embed_tokens" in layer else self.main.model.embed_tokens
-        embedded = embed(tokens)
+        embedded = self.embedding()(tokens)
         if at_start:
             keep = (mx.arange(tokens.shape[1]) > 0).astype(embedded.dtype)
             embedded = embedded * keep[None, :, None]
@@ -184,12 +201,90 @@ def tensor_files(path: Path) -> dict[str, Path]:
 
 def header_names(file: Path) -> list[str]:
     """The tensor names a safetensors file's JSON header lists (no tensor is read)."""
+    return list(header_entries(file))
+
+
+def header_entries(file: Path) -> dict[str, dict[str, Any]]:
+    """A safetensors file's header: tensor name -> its ``dtype``, ``shape`` and
+    ``data_offsets`` (made absolute in the file)."""
     with file.open("rb") as f:
         (size,) = struct.unpack("<Q", f.read(8))
         if size > MAX_HEADER:
             raise ValueError(f"{file}: a safetensors header of {size} bytes")
         header = json.loads(f.read(size))
-    return [name for name in header if name != "__metadata__"]
+    entries = {}
+    for name, entry in header.items():
+        if name != "__metadata__":
+            start, end = entry["data_offsets"]
+            entries[name] = entry | {"data_offsets": (8 + size + start, 8 + size + end)}
+    return entries
+
+
+def carried(tensors: Mapping[str, Any], config: dict[str, Any]) -> set[str]:
+    """The names among ``tensors`` that are the checkpoint's MTP layers' (empty when the
+    family has no MTP head this module builds)."""
+    layout = LAYOUTS.get(config.get("model_type", ""))
+    if layout is None:
+        return set()
+    if layout.family == "mimo":
+        return {n for n in tensors if n.startswith("model.mtp_layers.")}
+    first = int(config["num_hidden_layers"])
+    layers = range(first, first + int(config.get("num_nextn_predict_layers") or 1))
+    return {n for n in tensors if n.startswith(tuple(f"model.layers.{i}." for i in layers))}
+
+
+def head_prefix(config: dict[str, Any]) -> str | None:
+    """Where the first MTP layer's tensors are named (None: no family this module builds)."""
+    layout = LAYOUTS.get(config.get("model_type", ""))
+    return None if layout is None else layout.prefix(config)
+
+
+def main_copies(
+    tensors: Mapping[str, tuple[str, Sequence[int]]], config: dict[str, Any]
+) -> dict[str, str]:
+    """The first MTP layer's tensors whose headers say they are the main model's embedding
+    or output head stored again (same dtype and shape, same quantization companions):
+    head tensor name -> the main model's. ``tensors``: name -> (dtype, shape)."""
+    layout = LAYOUTS.get(config.get("model_type", ""))
+    if layout is None or layout.own is not NEXTN_OWN:
+        return {}
+    prefix = layout.prefix(config)
+    found = {}
+    for own, main in MAIN_COPIES.items():
+        if main not in tensors and config.get("tie_word_embeddings"):
+            main = "model.embed_tokens.weight"
+        name = prefix + own
+        if (
+            name in tensors
+            and main in tensors
+            and _described(tensors, name) == _described(tensors, main)
+        ):
+            found[name] = main
+    return found
+
+
+def _described(tensors: Mapping[str, tuple[str, Sequence[int]]], name: str) -> list[Any]:
+    base = name.removesuffix(".weight")
+    names = [name, *(base + c for c in COMPANIONS), *(name + c for c in COMPANIONS)]
+    return [(n[len(base) :], tensors[n][0], list(tensors[n][1])) for n in names if n in tensors]
+
+
+def same_rows(a: tuple[Path, dict[str, Any]], b: tuple[Path, dict[str, Any]]) -> bool:
+    """Whether two tensors of one shape and dtype (file, header entry) hold the same bytes
+    in SAMPLED_ROWS of their rows: the evidence that one is a copy, without reading either."""
+    rows = int(a[1]["shape"][0]) if a[1]["shape"] else 1
+    start_a, end_a = a[1]["data_offsets"]
+    start_b, end_b = b[1]["data_offsets"]
+    if end_a - start_a != end_b - start_b:
+        return False
+    width = (end_a - start_a) // max(rows, 1)
+    with a[0].open("rb") as fa, b[0].open("rb") as fb:
+        for row in sorted({0, rows // 2, rows - 1})[:SAMPLED_ROWS]:
+            fa.seek(start_a + row * width)
+            fb.seek(start_b + row * width)
+            if fa.read(width) != fb.read(width):
+                return False
+    return True
 
 
 def carried_tensors(path: Path, config: dict[str, Any]) -> dict[str, Path]:
@@ -212,12 +307,16 @@ def load_mtp_heads(path: Path, main: Any) -> MtpHeads | None:
         return None
     layout = LAYOUTS[config["model_type"]]
     prefix = layout.prefix(config)
+    for copy in copies_of_main(path, config):
+        base = copy.removesuffix(".weight")
+        for name in (copy, *(base + c for c in COMPANIONS), *(copy + c for c in COMPANIONS)):
+            found.pop(name, None)  # never read: the head uses the main model's array
     raw: dict[str, mx.array] = {}
     for file in sorted(set(found.values())):
         arrays = mx.load(str(file))  # lazy: only the head's tensors are ever read
         assert isinstance(arrays, dict)
         raw.update({n[len(prefix) :]: arrays[n] for n in found if found[n] == file})
-    layer = _build(main, layout, set(raw))
+    layer = _build(main, layout, {n: tuple(a.shape) for n, a in raw.items()})
     layer.load_weights(list(_block_weights(main, layout, raw).items()), strict=True)
     norm = main.model.norm.weight
     layer.set_dtype(norm.dtype)  # the main model's float type (float32 on the CPU path)
@@ -225,7 +324,19 @@ def load_mtp_heads(path: Path, main: Any) -> MtpHeads | None:
     return MtpHeads(main, layer, layout)
 
 
-def _build(main: Any, layout: Layout, names: set[str]) -> nn.Module:
+def copies_of_main(path: Path, config: dict[str, Any]) -> list[str]:
+    """The head's tensors that are copies of the main model's (``main_copies`` by the
+    headers, confirmed by ``same_rows``)."""
+    files = tensor_files(path)
+    entries: dict[str, dict[str, Any]] = {}
+    for file in sorted(set(files.values())):
+        entries.update(header_entries(file))
+    described = {n: (e["dtype"], e["shape"]) for n, e in entries.items()}
+    pairs = main_copies(described, config).items()
+    return [n for n, m in pairs if same_rows((files[n], entries[n]), (files[m], entries[m]))]
+
+
+def _build(main: Any, layout: Layout, shapes: dict[str, tuple[int, ...]]) -> nn.Module:
     family = importlib.import_module(type(main).__module__)  # the model's own mlx-lm module
     args = main.args
     if layout.family == "deepseek_v3":
@@ -235,7 +346,7 @@ def _build(main: Any, layout: Layout, names: set[str]) -> nn.Module:
     else:
         block = family.TransformerBlock(args)
     kind = MiMoMtp if layout.family == "mimo" else NextN
-    return kind(block, args.hidden_size, args.rms_norm_eps, args.vocab_size, names)
+    return kind(block, args.hidden_size, args.rms_norm_eps, shapes)
 
 
 def _block_weights(main: Any, layout: Layout, raw: dict[str, mx.array]) -> dict[str, mx.array]:
