@@ -1,11 +1,16 @@
 """Shared fixtures: the real default model served over real HTTP and loaded in-process, once
 per test session each, the embedding models server, and the tiny tokenizer the in-process model
-tests use."""
+tests use. Every httpx client of the test process shares one default TLS context."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import importlib
+import os
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -14,6 +19,30 @@ sys.path.insert(0, str(Path(__file__).parent))
 from embedding_models import write_embedding_models_dir  # noqa: E402
 from servers import cli_server  # noqa: E402
 from tiny_models import build_tiny_tokenizer  # noqa: E402
+
+
+def _share_the_default_tls_context(transports: ModuleType) -> None:
+    """Each httpx client (the openai, anthropic and ollama SDKs' too, on httpx or httpx2)
+    builds a TLS context from the CA bundle, 30-150 ms here, and the tests build thousands of
+    clients, all for plain-HTTP loopback. The default context (verify=True, no client
+    certificate) is built once per CA setting instead; any other argument builds its own."""
+    build = transports.create_ssl_context
+
+    @functools.cache
+    def built(trust_env: bool, cafile: str | None, capath: str | None):
+        return build(verify=True, trust_env=trust_env)
+
+    def create(verify=True, cert=None, trust_env=True):
+        if verify is not True or cert is not None:
+            return build(verify=verify, cert=cert, trust_env=trust_env)
+        return built(trust_env, os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+
+    transports.create_ssl_context = create
+
+
+for _name in ("httpx._transports.default", "httpx2._transports.default"):
+    with contextlib.suppress(ImportError):
+        _share_the_default_tls_context(importlib.import_module(_name))
 
 
 @pytest.fixture(scope="session")

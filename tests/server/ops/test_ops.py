@@ -335,7 +335,8 @@ def assert_401_in_shape(response: httpx.Response, path: str) -> None:
 
 
 def test_every_route_but_health_requires_the_key(runtime):
-    with serving(runtime, api_key=KEY) as (base, _, app):
+    # one client for every request: httpx.request builds a TLS context per call
+    with serving(runtime, api_key=KEY) as (base, _, app), httpx.Client(base_url=base) as client:
         routes = protected_routes(app)
         assert ("GET", "/metrics") in routes and ("POST", "/v1/chat/completions") in routes
         wrong = [
@@ -353,10 +354,10 @@ def test_every_route_but_health_requires_the_key(runtime):
         for method, path in routes:
             body = BODIES.get(path, {})
             for headers in wrong:
-                r = httpx.request(method, f"{base}{path}", json=body, headers=headers)
+                r = client.request(method, path, json=body, headers=headers)
                 assert_401_in_shape(r, path)
             for headers in right:
-                r = httpx.request(method, f"{base}{path}", json=body, headers=headers, timeout=60)
+                r = client.request(method, path, json=body, headers=headers, timeout=60)
                 assert r.status_code != 401, (method, path, headers)
                 if path in BODIES or path in ("/v1/models", "/metrics"):
                     assert r.status_code == 200, (method, path, r.text)
