@@ -33,7 +33,7 @@ from mlx_lm.models.cache import trim_prompt_cache
 from ..protocols import LogitsProcessor
 from .lookup import Throttle
 from .sampling import RequestSampler
-from .speculative import Decided, decide
+from .speculative import Decided, Verifying
 
 MtpMode = Literal["auto", "on", "off"]
 MTP_MODES: tuple[MtpMode, ...] = ("auto", "on", "off")
@@ -59,7 +59,7 @@ class Heads(Protocol):
         """The head's logits from its output rows: the token after the next one."""
 
 
-class MtpSpeculator:
+class MtpSpeculator(Verifying):
     """One sequence decoded with its model's MTP head; ``cache`` holds the main model's KV
     of ``tokens``, ``pending`` is the next token to feed (emitted, not yet in the cache)."""
 
@@ -111,21 +111,14 @@ class MtpSpeculator:
             k = self.throttle.tokens(len(self.tokens), k)
         proposals = self._propose(k)
         hidden = self.heads.hidden(mx.array([[self.pending, *proposals]]), self.cache)
-        logits = self.heads.main_logits(hidden)[0]
-        context = [*self.tokens, self.pending]
-        decided = decide(logits, context, proposals, self.processors, self.sampler)
+        emitted = len(self.tokens)
+        decided = self.settle(self.heads.main_logits(hidden)[0], proposals)
         accepted = len(decided) - 1
-        self.drafted += k
-        self.accepted += accepted
         if k and self.throttle is not None:
-            self.throttle.record(k, accepted, len(self.tokens))
-        trim_prompt_cache(self.cache, k - accepted)
+            self.throttle.record(k, accepted, emitted)
         trim_prompt_cache(self.head_cache, max(0, k - 1))  # the chain's own rows
         self._feed(hidden[:, : accepted + 1], [d.token for d in decided])
         mx.eval(self.out)  # the head's rows now: a paused request would grow one lazy graph
-        self.tokens += [self.pending, *proposals[:accepted]]
-        self.pending = decided[-1].token
-        self.remaining -= len(decided)
         return decided
 
     def _propose(self, k: int) -> list[int]:

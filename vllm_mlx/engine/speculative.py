@@ -87,7 +87,36 @@ def decide(
     return decided
 
 
-class SoloSpeculator:
+class Verifying:
+    """What a drafted sequence running alone keeps (the target's ``cache`` of ``tokens``,
+    the ``pending`` token, the counts) and how a verify settles it, whatever proposed."""
+
+    cache: list[Any]
+    tokens: list[int]
+    pending: int
+    remaining: int
+    drafted: int
+    accepted: int
+    sampler: RequestSampler
+    processors: list[LogitsProcessor]
+
+    def settle(self, logits: mx.array, proposals: list[int]) -> list[Decided]:
+        """The positions decided from the target's ``logits`` over the pending token and
+        ``proposals``; counted, the target's cache trimmed back to the accepted tokens and
+        the sequence advanced past them (the proposer's own state is the caller's)."""
+        context = [*self.tokens, self.pending]
+        decided = decide(logits, context, proposals, self.processors, self.sampler)
+        accepted = len(decided) - 1
+        self.drafted += len(proposals)
+        self.accepted += accepted
+        trim_prompt_cache(self.cache, len(proposals) - accepted)
+        self.tokens += [self.pending, *proposals[:accepted]]
+        self.pending = decided[-1].token
+        self.remaining -= len(decided)
+        return decided
+
+
+class SoloSpeculator(Verifying):
     """One sequence decoded with a draft model; ``cache`` holds the KV of ``tokens``, and
     ``pending`` is the next token to feed (emitted, not yet in the cache)."""
 
@@ -123,12 +152,8 @@ class SoloSpeculator:
         k = max(0, min(self.num_draft, self.remaining - 1))
         proposals = self._propose(k)
         logits = self.model(mx.array([[self.pending, *proposals]]), cache=self.cache)[0]
-        context = [*self.tokens, self.pending]
-        decided = decide(logits, context, proposals, self.processors, self.sampler)
+        decided = self.settle(logits, proposals)
         accepted = len(decided) - 1
-        self.drafted += k
-        self.accepted += accepted
-        trim_prompt_cache(self.cache, k - accepted)
         # The draft was fed pending + proposals[:-1]; keep it up to the last accepted one.
         if k == 0:
             self.draft_pending = [*self.draft_pending, decided[-1].token]
@@ -137,9 +162,6 @@ class SoloSpeculator:
             self.draft_pending = [decided[-1].token]
         else:
             self.draft_pending = [proposals[-1], decided[-1].token]
-        self.tokens += [self.pending, *proposals[:accepted]]
-        self.pending = decided[-1].token
-        self.remaining -= len(decided)
         return decided
 
     def _propose(self, k: int) -> list[int]:
