@@ -151,6 +151,7 @@ class FairBatchGenerator(BatchGenerator):
         # The rows that decode_with moved out of the generation batch to verify their drafts
         # (empty unless it does): decoding, they count as the generation batch's rows do.
         self.drafting_batch = GenerationBatch.empty(self.model, self.sampler)
+        self.drafting_batch.__class__ = OneRowExtracts  # the batches swap roles
 
     @property
     def decoding_rows(self) -> int:
