@@ -23,7 +23,12 @@ from typing import Any
 
 import mlx.core as mx
 from mlx_lm.generate import GenerationBatch, PromptProcessingBatch
+from mlx_lm.models import llama, qwen2, qwen3
 from mlx_lm.models.cache import BatchKVCache, KVCache
+
+# Models whose call is their decoder's hidden states through the output head, nothing else
+# (read in mlx-lm): the prompt's last call can run the head over its final position only.
+_HEAD_OVER_HIDDEN = (llama.Model, qwen2.Model, qwen3.Model)
 
 
 def plain(cache: list[Any] | None) -> bool:
@@ -36,9 +41,21 @@ def last_logits(batch: PromptProcessingBatch, tokens: list[int]) -> mx.array:
     ``prompt_cache`` is plain; the logits of the final position, ``[1, 1, vocab]``. The
     batch's tokens gain all but the final one, which the first decode step records."""
     batch.tokens[0] += tokens[:-1]
-    logits = batch.model(mx.array([tokens]), cache=batch.prompt_cache)[:, -1:, :]
+    logits = _final_logits(batch.model, mx.array([tokens]), batch.prompt_cache)
     mx.eval(logits, [c.state for c in batch.prompt_cache])
     return logits
+
+
+def _final_logits(model: Any, inputs: mx.array, cache: list[Any]) -> mx.array:
+    """The final position's logits; where the model is a plain decoder and head, the head
+    runs over that position alone (the others' logits are never read; a row's logits are
+    the same bits in any number of rows, so this changes no number)."""
+    if type(model) not in _HEAD_OVER_HIDDEN:
+        return model(inputs, cache=cache)[:, -1:, :]
+    hidden = model.model(inputs, cache)[:, -1:, :]
+    if model.args.tie_word_embeddings:
+        return model.model.embed_tokens.as_linear(hidden)
+    return model.lm_head(hidden)
 
 
 def held_rows(cache: list[KVCache]) -> list[KVCache]:
