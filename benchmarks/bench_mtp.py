@@ -21,43 +21,22 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from vllm_mlx.engine.engine import Engine
-from vllm_mlx.engine.generation import GenerationRequest
-from vllm_mlx.engine.sampling import SamplingParams
 from vllm_mlx.engine.sources import ModelBatchSource
 from vllm_mlx.models.loader import load_model
 from vllm_mlx.models.mtp_heads import load_mtp_heads
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))  # the tests' checkpoints
+from bench_speculative import PROMPT, greedy_stream  # noqa: E402
 from tiny_mtp import OracleHeads, write_mtp_folder  # noqa: E402
-
-PROMPT = "Write a short Python function that returns the sum of a list, then explain it."
 
 
 def run(loaded, heads, mode: str, k: int, prompt: list[int], tokens: int) -> dict:
     source = ModelBatchSource(loaded.model, mtp_heads=heads, mtp=mode, mtp_tokens=k)
-    engine = Engine(source, loaded.tokenizer)
-    ban_eos = {t: -1e9 for t in loaded.tokenizer.eos_token_ids}
-    params = SamplingParams(max_tokens=tokens, temperature=0, logit_bias=ban_eos)
-    stamps, cpu, out = [], [], []
-    try:
-        for chunk in engine.generate_sync(GenerationRequest(prompt, params)):
-            stamps.append(time.perf_counter())
-            cpu.append(time.process_time())
-            out += chunk.token_ids
-    finally:
-        engine.close()
-    decoded = len(out) - 1
-    drafted, accepted = source.spec_counts
-    return {
-        "tok_s": decoded / (stamps[-1] - stamps[0]),
-        "cpu_ms": 1000 * (cpu[-1] - cpu[0]) / decoded,
-        "accepted": f"{accepted}/{drafted}",
-        "tokens": out,
-    }
+    result = greedy_stream(source, loaded.tokenizer, prompt, tokens)
+    drafted, accepted = result.pop("drafted"), result.pop("accepted")
+    return {**result, "accepted": f"{accepted}/{drafted}"}
 
 
 def main() -> None:

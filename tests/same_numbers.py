@@ -17,6 +17,23 @@ SAMPLING = {"greedy": {"temperature": 0}, "seeded": {"temperature": 0.9, "seed":
 Run = tuple[list[np.ndarray], list[int], int, list[np.ndarray]]
 
 
+def drain(
+    source: ModelBatchSource, out: dict[int, tuple[list[int], list[np.ndarray]]]
+) -> list[tuple[list[int], list[np.ndarray]]]:
+    """Step ``source`` until every row in ``out`` (by uid) ends, each step's token and
+    log-probabilities appended to its row; the rows in insertion order."""
+    done: set[int] = set()
+    while len(done) < len(out):
+        steps, ended = source.step()
+        for step in steps:
+            out[step.uid][0].append(step.token)
+            out[step.uid][1].append(np.array(step.logprobs))
+            if step.at_limit:
+                done.add(step.uid)
+        done.update(ended)
+    return list(out.values())
+
+
 def run(
     source: ModelBatchSource,
     prompts: list[list[int]],

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from same_numbers import drain
 from tiny_models import build_tiny_model
 
 from vllm_mlx import native
@@ -58,16 +59,7 @@ def run(source: ModelBatchSource, prompts: list[list[int]], params: dict, max_to
             max_tokens=max_tokens,
         )
         out[uid] = ([], [])
-    done: set[int] = set()
-    while len(done) < len(out):
-        steps, ended = source.step()
-        for step in steps:
-            out[step.uid][0].append(step.token)
-            out[step.uid][1].append(np.array(step.logprobs))
-            if step.at_limit:
-                done.add(step.uid)
-        done.update(ended)
-    return list(out.values())
+    return drain(source, out)
 
 
 def mixed_source(

@@ -10,6 +10,7 @@ from collections.abc import Callable
 import mlx.core as mx
 import numpy as np
 import pytest
+from same_numbers import drain
 from tiny_models import build_tiny_model
 
 from vllm_mlx import native
@@ -31,16 +32,7 @@ def run_batch(source: ModelBatchSource, requests: list[Request], max_tokens: int
             prompt, sampler=sampler, processors=processors(), max_tokens=max_tokens
         )
         out[uid] = ([], [])
-    done: set[int] = set()
-    while len(done) < len(out):
-        steps, ended = source.step()
-        for step in steps:
-            out[step.uid][0].append(step.token)
-            out[step.uid][1].append(np.array(step.logprobs))
-            if step.at_limit:
-                done.add(step.uid)
-        done.update(ended)
-    return list(out.values())
+    return drain(source, out)
 
 
 @pytest.fixture(scope="module")

@@ -368,33 +368,27 @@ class ModelBatchSource:
 
     def _start_solo(self, prompt, cache, cached, sampler, processors, max_tokens):
         self._solo_uid -= 1
-        if self.mtp_heads is not None:
-            self._solo = MtpSpeculator(
-                self.model,
-                self.mtp_heads,
-                prompt=prompt,
-                cache=cache if cache is not None else make_prompt_cache(self.model),
-                cached=cached,
-                sampler=sampler,
-                processors=processors,
-                max_tokens=max_tokens,
-                num_draft=self.mtp_tokens,
-                prefill_step_size=self.prefill_step_size,
-                throttle=Throttle() if self.mtp == "auto" else None,
-            )
-            return self._solo_uid, cached
-        self._solo = SoloSpeculator(
-            self.model,
-            self.draft_model,
+        common = dict(
             prompt=prompt,
             cache=cache if cache is not None else make_prompt_cache(self.model),
             cached=cached,
             sampler=sampler,
             processors=processors,
             max_tokens=max_tokens,
-            num_draft=self.num_draft_tokens,
             prefill_step_size=self.prefill_step_size,
         )
+        if self.mtp_heads is not None:
+            self._solo = MtpSpeculator(
+                self.model,
+                self.mtp_heads,
+                num_draft=self.mtp_tokens,
+                throttle=Throttle() if self.mtp == "auto" else None,
+                **common,
+            )
+        else:
+            self._solo = SoloSpeculator(
+                self.model, self.draft_model, num_draft=self.num_draft_tokens, **common
+            )
         return self._solo_uid, cached
 
     def _hand_over(self) -> None:
