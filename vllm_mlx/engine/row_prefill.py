@@ -58,6 +58,26 @@ def _final_logits(model: Any, inputs: mx.array, cache: list[Any]) -> mx.array:
     return model.lm_head(hidden)
 
 
+def reserve(cache: list[KVCache], ahead: int) -> None:
+    """Room in each layer's buffers for ``ahead`` more positions, allocated once: mlx-lm's
+    cache grows by 256 positions, copying every row each time and holding the old and new
+    buffers while the call that grows it runs, so a long prompt would copy its cache once
+    per 256 tokens. The size is the next multiple of the cache's step past the positions
+    (the first decoded token's room too), what growing would reach; the rows are the same
+    values, so no number changes. A layer with no buffer yet is left to its first call."""
+    for c in cache:
+        if c.keys is None or c.values is None:
+            continue
+        size = (c.offset + ahead) // c.step * c.step + c.step
+        if c.keys.shape[2] >= c.offset + ahead:
+            continue
+        keys = mx.zeros((*c.keys.shape[:2], size, c.keys.shape[3]), c.keys.dtype)
+        values = mx.zeros((*c.values.shape[:2], size, c.values.shape[3]), c.values.dtype)
+        keys[..., : c.offset, :] = c.keys[..., : c.offset, :]
+        values[..., : c.offset, :] = c.values[..., : c.offset, :]
+        c.keys, c.values = keys, values
+
+
 def held_rows(cache: list[KVCache]) -> list[KVCache]:
     """A plain cache's rows as new cache objects over its arrays (for the prefix cache;
     MLX writes into a shared buffer by copying, so later writes never reach them)."""

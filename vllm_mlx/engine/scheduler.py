@@ -34,7 +34,14 @@ from typing import Any
 
 from mlx_lm.generate import BatchGenerator, GenerationBatch, PromptProcessingBatch
 
-from .row_prefill import OneRowExtracts, held_rows, last_logits, plain, started_generation
+from .row_prefill import (
+    OneRowExtracts,
+    held_rows,
+    last_logits,
+    plain,
+    reserve,
+    started_generation,
+)
 
 # Prompt tokens one model call prefills: a step's chunk is several, so a request arriving
 # meanwhile waits for one call, not the chunk (per token, 32 cost as 256 do on the CPU).
@@ -202,7 +209,8 @@ class FairBatchGenerator(BatchGenerator):
         current segment's end (a checkpoint's cache is read there), stopping early when
         ``interrupt()`` says a request waits to be admitted; the prompt moves into decoding
         when only its last token is left. On a plain cache the call that ends the prompt
-        carries the last token too, and its logits give the first token."""
+        carries the last token too, and its logits give the first token; its cache holds
+        the whole prompt's room from its second call on (``reserve``)."""
         head = prefill.segments[0]
         n = min(n, len(head) if len(prefill.segments) > 1 else len(head) - 1)
         ends = prefill.plain and len(prefill.segments) == 2  # the head is the last segment
@@ -212,6 +220,8 @@ class FairBatchGenerator(BatchGenerator):
             call = min(n - done, PREFILL_CALL)
             tokens = head[done : done + call]
             tic = time.perf_counter()
+            if prefill.plain:  # the whole prompt's room at once, not 256 positions a time
+                reserve(prefill.batch.prompt_cache, prefill.remaining - done + 1)
             if ends and done + call == len(head):
                 logits = last_logits(prefill.batch, tokens + prefill.segments[1])
             else:
