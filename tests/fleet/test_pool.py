@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import math
+from pathlib import Path
 
 import pytest
 from models_dir import write_models_dir
+from tiny_mtp import write_mtp_folder
 
 from vllm_mlx.fleet.catalog import build_catalog
 from vllm_mlx.fleet.pool import (
@@ -19,7 +21,9 @@ from vllm_mlx.fleet.pool import (
     PoolFull,
     PoolLimits,
     UnknownModel,
+    weights_in_memory,
 )
+from vllm_mlx.models.fit import estimate
 from vllm_mlx.options import RuntimeOptions
 from vllm_mlx.runtime import build_runtime
 
@@ -117,6 +121,24 @@ def test_memory_limit_evicts_or_refuses(catalog):
     tiny = pool_of(catalog, recorder, max_memory_bytes=min(on_disk) // 4)
     with pytest.raises(ModelTooLarge, match="over --max-memory-gb"):
         asyncio.run(tiny.load("coder"))
+
+
+@pytest.mark.parametrize("copies", [True, False], ids=["head copies", "head's own"])
+def test_a_loads_measured_memory_counts_its_mtp_head_once(tmp_path, copies):
+    """What the pool counts for a loaded model with an MTP head is what the fit estimate
+    says the load holds: the head's own parameters beside the model's, the embedding and
+    output head it shares with the model (the checkpoint's copies) once."""
+    folder = str(write_mtp_folder(tmp_path / "m", "deepseek_v3", copies=copies))
+    measured = {}
+    for mtp in ("on", "off"):
+        options = RuntimeOptions.of(cpu_weights="float32", mtp=mtp, prompt_lookup="off")
+        runtime = build_runtime(folder, options, progress=False)
+        measured[mtp] = weights_in_memory(runtime)
+        runtime.close()
+    for mtp, with_head in (("on", True), ("off", False)):
+        fit = estimate(Path(folder), 1024, weights="float32", on_cpu=True, mtp=with_head)
+        assert measured[mtp] == fit.weights
+    assert measured["on"] > measured["off"]
 
 
 def test_idle_models_unload_after_the_ttl_busy_ones_stay(catalog):

@@ -147,9 +147,19 @@ class Lease:
 
 
 def weights_in_memory(runtime: Runtime) -> int:
-    """Bytes of the model's parameters as loaded (float32 on a CPU can be 5x the file)."""
-    leaves = cast("list[tuple[str, Any]]", tree_flatten(runtime.loaded.model.parameters()))
-    return sum(int(value.nbytes) for _, value in leaves)
+    """Bytes of the parameters a load holds (float32 on a CPU can be 5x the file): the
+    model's, its draft model's and its multi-token-prediction head's, each array once (the
+    head uses the model's embedding and output head where the checkpoint's are copies)."""
+    source = runtime.engine.source
+    heads = getattr(source, "mtp_heads", None)
+    modules = [runtime.loaded.model, getattr(source, "draft_model", None)]
+    modules.append(heads.layer if heads is not None else None)
+    held: dict[int, int] = {}
+    for module in modules:
+        if module is not None:
+            leaves = cast("list[tuple[str, Any]]", tree_flatten(module.parameters()))
+            held.update((id(value), int(value.nbytes)) for _, value in leaves)
+    return sum(held.values())
 
 
 class ModelPool:
