@@ -4,11 +4,15 @@ proposes the model's own next tokens (every draft accepted: the upper bound, whi
 measures what verification costs and gains), rounds alternating.
 
     LD_PRELOAD=/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0 \\
-        python benchmarks/bench_mtp.py [--model FOLDER] [--tokens 48] [--rounds 3]
+        python benchmarks/bench_mtp.py [--model DIR | --arch qwen3_next] [--tokens 48] [--rounds 3]
 
-``--model``: a checkpoint that carries its MTP head (DeepSeek-V3/R1, GLM-4.5, MiMo);
-without it, a random-weight 61-layer DeepSeek-V3 checkpoint from the tests (its own head
-is never right, so `on` measures the cost of rejected drafts). Reports decode tok/s
+``--model``: a checkpoint that carries its MTP head (DeepSeek-V3/R1, GLM-4.5, MiMo,
+Qwen3-Next);
+without it, a random-weight checkpoint from the tests, ``--arch`` (a 61-layer DeepSeek-V3
+by default; ``qwen3_next``: its recurrent layers restored and re-run after a rejection).
+Its own head is never right, so `on` measures the cost of rejected drafts; "right" heads
+propose the model's own tokens, "right k=3 miss 3" every third one wrong (chains kept in
+part). Reports decode tok/s
 (after the first token), CPU ms per token, the acceptance, and whether each output equals
 the output without the head.
 """
@@ -42,6 +46,7 @@ def run(loaded, heads, mode: str, k: int, prompt: list[int], tokens: int) -> dic
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model")
+    parser.add_argument("--arch", default="deepseek_v3")
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
@@ -49,15 +54,15 @@ def main() -> None:
         folder = Path(args.model)
     else:
         tmp = Path(tempfile.mkdtemp(prefix="bench-mtp-"))
-        folder = write_mtp_folder(tmp / "deepseek_v3", "deepseek_v3")
+        folder = write_mtp_folder(tmp / args.arch, args.arch)
     loaded = load_model(str(folder), cpu_weights="float32", progress=False)
     heads = load_mtp_heads(folder, loaded.model)
     assert heads is not None, f"{folder} carries no MTP head"
     prompt = loaded.tokenizer.encode(PROMPT)
     plain = run(loaded, None, "off", 1, prompt, args.tokens)["tokens"]
 
-    def right() -> OracleHeads:
-        return OracleHeads(heads, prompt + plain + [0] * 8, start=0)
+    def right(miss: int = 0) -> OracleHeads:
+        return OracleHeads(heads, prompt + plain + [0] * 8, start=0, miss=miss)
 
     variants = {
         "off": lambda: (None, "off", 1),
@@ -65,6 +70,7 @@ def main() -> None:
         "auto k=1": lambda: (heads, "auto", 1),
         "right k=1": lambda: (right(), "on", 1),
         "right k=3": lambda: (right(), "on", 3),
+        "right k=3 miss 3": lambda: (right(3), "on", 3),
     }
     results: dict[str, list[dict]] = {name: [] for name in variants}
     for _ in range(args.rounds):

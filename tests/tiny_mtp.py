@@ -7,7 +7,10 @@ which DeepSeek-V3's shares: ``model.layers.{N}.enorm``,
 ``hnorm``, ``eh_proj``, ``shared_head.{norm,head}``, ``embed_tokens`` and a MoE decoder
 layer whose experts are stored one by one, ``mlp.experts.{e}.gate_proj.weight``) and
 ``mimo`` (``model.mtp_layers.0.{hidden,token}_layernorm``, ``input_proj``, a Qwen2-style
-block, ``final_layernorm``). The main model's tensors are mlx-lm's own classes' parameters;
+block, ``final_layernorm``) and ``qwen3_next`` (linear and full attention alternating, MoE
+layers; ``mtp.fc``, ``mtp.pre_fc_norm_{embedding,hidden}``, a full-attention MoE layer
+``mtp.layers.0.*`` and ``mtp.norm``; its norms zero-centred and its experts one by one, as
+released). The main model's tensors are mlx-lm's own classes' parameters;
 the head's are those of the family's decoder layer built as layer N, renamed as released.
 ``reference_block`` builds the head's decoder block on its own from the file's tensors (the
 experts stacked and DeepSeek's ``kv_b_proj`` split here, not by the code under test), so a
@@ -23,13 +26,29 @@ from typing import Any
 
 import mlx.core as mx
 from mlx.utils import tree_flatten
-from mlx_lm.models import deepseek_v3, glm4_moe, mimo
+from mlx_lm.models import deepseek_v3, glm4_moe, mimo, qwen3_next
 
 from vllm_mlx.models.mtp_heads import MtpHeads
 from vllm_mlx.models.resolve import resolve_model
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
-FAMILIES = {"deepseek_v3": deepseek_v3, "glm4_moe": glm4_moe, "mimo": mimo}
+FAMILIES = {
+    "deepseek_v3": deepseek_v3,
+    "glm4_moe": glm4_moe,
+    "mimo": mimo,
+    "qwen3_next": qwen3_next,
+}
+# Qwen3-Next's RMSNorms that its raw checkpoints store zero-centred (the weight is 1 + w)
+CENTRED = (
+    "input_layernorm.weight",
+    "post_attention_layernorm.weight",
+    "q_norm.weight",
+    "k_norm.weight",
+    "model.norm.weight",
+    "mtp.norm.weight",
+    "pre_fc_norm_hidden.weight",
+    "pre_fc_norm_embedding.weight",
+)
 
 
 def config_of(arch: str, vocab: int) -> dict[str, Any]:
@@ -51,6 +70,25 @@ def config_of(arch: str, vocab: int) -> dict[str, Any]:
     }
     if arch == "mimo":
         return common
+    if arch == "qwen3_next":
+        return common | {
+            "num_hidden_layers": 4,
+            "full_attention_interval": 2,  # linear, full, linear, full
+            "linear_num_value_heads": 4,
+            "linear_num_key_heads": 2,
+            "linear_key_head_dim": 8,
+            "linear_value_head_dim": 8,
+            "linear_conv_kernel_dim": 4,
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+            "decoder_sparse_step": 1,
+            "shared_expert_intermediate_size": 32,
+            "mlp_only_layers": [],
+            "moe_intermediate_size": 16,
+            "head_dim": 8,
+            "partial_rotary_factor": 0.25,
+            "norm_topk_prob": True,
+        }
     if arch == "deepseek_v3":
         return common | {
             "hidden_size": 16,
@@ -121,7 +159,7 @@ def write_mtp_folder(
     weights = _released(dict(tree_flatten(model.parameters())), args)
     if with_head:
         head = head_tensors(arch, args, config)
-        if arch != "mimo" and copies:
+        if arch in ("deepseek_v3", "glm4_moe") and copies:
             n = args.num_hidden_layers
             head[f"model.layers.{n}.embed_tokens.weight"] = weights["model.embed_tokens.weight"]
             head[f"model.layers.{n}.shared_head.head.weight"] = weights["lm_head.weight"]
@@ -140,6 +178,21 @@ def head_tensors(arch: str, args: Any, config: dict[str, Any]) -> dict[str, mx.a
     dims, vocab, n = args.hidden_size, args.vocab_size, args.num_hidden_layers
     rand = lambda *shape: 0.5 * mx.random.normal(shape)  # noqa: E731
     norm = lambda: 1 + 0.1 * mx.random.normal((dims,))  # noqa: E731
+    if arch == "qwen3_next":
+        # the next-n layer is a full-attention decoder layer (a MoE one, as the model's are)
+        block = qwen3_next.Qwen3NextDecoderLayer(args, args.full_attention_interval - 1)
+        prefix = "mtp."
+        own = {
+            "fc.weight": rand(dims, 2 * dims),
+            "pre_fc_norm_embedding.weight": norm(),
+            "pre_fc_norm_hidden.weight": norm(),
+            "norm.weight": norm(),
+        }
+        for name, value in tree_flatten(block.parameters()):
+            if name.endswith("norm.weight"):
+                value = value + 0.1 * mx.random.normal(value.shape)
+            own[f"layers.0.{name}"] = value
+        return _released({prefix + k: v for k, v in own.items()}, args)
     if arch == "mimo":
         block = mimo.TransformerBlock(args)
         prefix = "model.mtp_layers.0."
@@ -204,10 +257,16 @@ def dequantized(weights: dict[str, mx.array]) -> dict[str, mx.array]:
 
 
 def _released(weights: dict[str, mx.array], args: Any) -> dict[str, mx.array]:
-    """mlx-lm's stacked experts (``switch_mlp``) stored one by one, and DeepSeek's split
-    attention (``embed_q``, ``unembed_out``) as the one ``kv_b_proj`` it is released as."""
+    """mlx-lm's stacked experts (``switch_mlp``) stored one by one, DeepSeek's split
+    attention (``embed_q``, ``unembed_out``) as the one ``kv_b_proj`` it is released as, and
+    Qwen3-Next's norms zero-centred and its convolutions channels-first, as released."""
     out = {}
     for name, value in weights.items():
+        if args.model_type == "qwen3_next":
+            if name.endswith(CENTRED):
+                value = value - 1.0
+            elif name.endswith("conv1d.weight"):
+                value = value.moveaxis(2, 1)
         if ".mlp.switch_mlp." in name:
             for e in range(value.shape[0]):
                 out[name.replace(".switch_mlp.", f".experts.{e}.")] = value[e]
@@ -228,8 +287,11 @@ def reference_block(path: Path) -> tuple[Any, dict[str, mx.array]]:
     args = FAMILIES[arch].ModelArgs.from_dict(config)
     raw = mx.load(str(path / "model.safetensors"))
     assert isinstance(raw, dict)
-    prefix = "model.mtp_layers.0." if arch == "mimo" else f"model.layers.{n}."
-    if arch == "mimo":
+    prefixes = {"mimo": "model.mtp_layers.0.", "qwen3_next": "mtp.layers.0."}
+    prefix = prefixes.get(arch, f"model.layers.{n}.")
+    if arch == "qwen3_next":
+        block = qwen3_next.Qwen3NextDecoderLayer(args, args.full_attention_interval - 1)
+    elif arch == "mimo":
         block = mimo.TransformerBlock(args)
     elif arch == "glm4_moe":
         block = glm4_moe.DecoderLayer(args, n)
@@ -244,7 +306,7 @@ def reference_block(path: Path) -> tuple[Any, dict[str, mx.array]]:
             head, rest = name.split(".experts.", 1)
             expert, tail = rest.split(".", 1)
             if expert == "0":
-                count = args.n_routed_experts
+                count = getattr(args, "n_routed_experts", None) or args.num_experts
                 stacked = [local[f"{head}.experts.{e}.{tail}"] for e in range(count)]
                 weights[f"{head}.switch_mlp.{tail}"] = mx.stack(stacked)
         elif name.endswith("kv_b_proj.weight"):
@@ -253,6 +315,8 @@ def reference_block(path: Path) -> tuple[Any, dict[str, mx.array]]:
             base = name[: -len("kv_b_proj.weight")]
             weights[base + "embed_q.weight"] = v[:, : args.qk_nope_head_dim].swapaxes(-1, -2)
             weights[base + "unembed_out.weight"] = v[:, args.qk_nope_head_dim :]
+        elif arch == "qwen3_next" and name.endswith(CENTRED):
+            weights[name] = value + 1.0
         else:
             weights[name] = value
     block.load_weights(list(weights.items()), strict=True)
@@ -263,10 +327,12 @@ def reference_block(path: Path) -> tuple[Any, dict[str, mx.array]]:
 class OracleHeads:
     """A head whose drafts are the main model's own next tokens (known from a plain run):
     what a well-trained head proposes, so verification's accept path runs. Its rows are
-    counted through a trimmable cache, as the real head's are."""
+    counted through a trimmable cache, as the real head's are. ``miss``: every miss-th
+    position of the sequence is proposed wrong (so a chain is accepted in part)."""
 
-    def __init__(self, heads: MtpHeads, sequence: list[int], start: int):
+    def __init__(self, heads: MtpHeads, sequence: list[int], start: int, miss: int = 0):
         self.heads, self.sequence, self.start = heads, sequence, start
+        self.miss = miss
         self.rows: list[Any] = []
 
     def make_cache(self) -> list[Any]:
@@ -284,6 +350,7 @@ class OracleHeads:
 
     def logits(self, out: mx.array) -> mx.array:
         # the head's last row is at position start + offset - 1; it predicts two ahead
-        target = self.sequence[self.start + self.rows[0].offset + 1]
+        at = self.start + self.rows[0].offset + 1
+        target = self.sequence[at] + (1 if self.miss and at % self.miss == 0 else 0)
         vocab = self.heads.main.args.vocab_size
         return mx.where(mx.arange(vocab) == target, 10.0, -10.0)[None, None]

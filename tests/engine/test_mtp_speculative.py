@@ -4,16 +4,20 @@ rows kept in step with the sequence, and the switch."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
+import mlx.core as mx
 import numpy as np
 import pytest
+from mlx_lm.models.cache import make_prompt_cache
 from tiny_mtp import OracleHeads, write_mtp_folder
 
 from vllm_mlx.engine.engine import Engine
 from vllm_mlx.engine.generation import GenerationRequest
+from vllm_mlx.engine.mtp_speculative import MtpSpeculator
 from vllm_mlx.engine.prefix_cache import PrefixCache
-from vllm_mlx.engine.sampling import SamplingParams
+from vllm_mlx.engine.sampling import RequestSampler, SamplingParams
 from vllm_mlx.engine.sources import ModelBatchSource
 from vllm_mlx.models.loader import load_model
 from vllm_mlx.models.mtp_heads import load_mtp_heads
@@ -22,7 +26,7 @@ from vllm_mlx.runtime import load_mtp
 PROMPT = "<|im_start|>user\nWrite a haiku about rivers<|im_end|>\n<|im_start|>assistant\n"
 
 
-@pytest.fixture(scope="module", params=("deepseek_v3", "glm4_moe", "mimo"))
+@pytest.fixture(scope="module", params=("deepseek_v3", "glm4_moe", "mimo", "qwen3_next"))
 def checkpoint(request, tmp_path_factory):
     folder = write_mtp_folder(tmp_path_factory.mktemp(request.param), request.param, seed=4)
     loaded = load_model(str(folder), cpu_weights="float32", progress=False)
@@ -32,7 +36,9 @@ def checkpoint(request, tmp_path_factory):
 
 
 # the 61-layer DeepSeek-V3 checkpoint runs the exactness tests; the longer runs skip it
-LIGHT = pytest.mark.parametrize("checkpoint", ["glm4_moe", "mimo"], indirect=True)
+LIGHT = pytest.mark.parametrize("checkpoint", ["glm4_moe", "mimo", "qwen3_next"], indirect=True)
+# trimmable main caches: a prefix is served from any longer entry
+TRIMMABLE = pytest.mark.parametrize("checkpoint", ["glm4_moe", "mimo"], indirect=True)
 
 
 def tokens_of(source: ModelBatchSource, tokenizer: Any, prompt: list[int], **params) -> list[int]:
@@ -67,6 +73,7 @@ def test_the_same_tokens_as_plain_decoding(checkpoint, params, mtp_tokens):
 
 @pytest.mark.parametrize("mtp_tokens", [1, 4])
 def test_right_drafts_are_all_accepted(checkpoint, mtp_tokens):
+    """A right head's every draft is kept, and the head's rows match the main cache."""
     loaded, heads = checkpoint
     prompt = loaded.tokenizer.encode(PROMPT)
     expected = tokens_of(ModelBatchSource(loaded.model), loaded.tokenizer, prompt, max_tokens=30)
@@ -116,7 +123,7 @@ def test_off_and_the_runtime_switch(checkpoint, tmp_path):
         load_mtp(bare, "on")
 
 
-@LIGHT
+@TRIMMABLE
 def test_a_prompt_served_from_the_prefix_cache(checkpoint):
     """The head's context starts after a cached prefix; the tokens are still plain
     decoding's, and a right head is still always accepted."""
@@ -137,3 +144,91 @@ def test_a_prompt_served_from_the_prefix_cache(checkpoint):
     assert tokens_of(right, loaded.tokenizer, second, max_tokens=16) == expected[1]
     drafted, accepted = right.spec_counts
     assert drafted > 0 and accepted == drafted
+
+
+@pytest.mark.parametrize("checkpoint", ["glm4_moe", "qwen3_next"], indirect=True)
+def test_a_chain_accepted_in_part_leaves_the_cache_plain_decoding_has(checkpoint):
+    """Chains of 3 kept in part (every third position proposed wrong): the tokens are plain
+    decoding's, and after them the main cache holds what prefilling those tokens gives
+    (Qwen3-Next: its recurrent layers restored and the accepted tokens run again)."""
+    loaded, heads = checkpoint
+    prompt = loaded.tokenizer.encode(PROMPT)
+    expected = tokens_of(ModelBatchSource(loaded.model), loaded.tokenizer, prompt, max_tokens=24)
+    oracle = OracleHeads(heads, prompt + expected + [0] * 4, start=0, miss=3)
+    solo = MtpSpeculator(
+        loaded.model,
+        oracle,
+        prompt=prompt,
+        cache=make_prompt_cache(loaded.model),
+        cached=0,
+        sampler=RequestSampler(SamplingParams(temperature=0)),
+        processors=[],
+        max_tokens=24,
+        num_draft=3,
+        prefill_step_size=256,
+        throttle=None,
+    )
+    counts = []
+    tokens: list[int] = []
+    while solo.remaining > 0:
+        decided = solo.step()
+        counts.append(len(decided) - 1)
+        tokens += [d.token for d in decided]
+    assert tokens == expected
+    assert 0 < solo.accepted < solo.drafted
+    assert {1, 2} <= set(counts)  # chains kept in part, not only all or none
+    cache, held = solo.held()
+    assert held == prompt + expected[:-1]
+    plain = make_prompt_cache(loaded.model)
+    loaded.model(mx.array([held]), cache=plain)
+    for got, want in zip(cache, plain, strict=True):
+        for a, b in zip(arrays(got.state), arrays(want.state), strict=True):
+            assert a.shape == b.shape and mx.allclose(a, b, atol=1e-4)
+
+
+def arrays(state: Any) -> list[mx.array]:
+    """A layer cache's arrays: a KV cache's keys and values, a recurrent layer's states."""
+    found = []
+    for part in state:
+        found += arrays(part) if isinstance(part, (list, tuple)) else [part]
+    return [a for a in found if isinstance(a, mx.array)]
+
+
+@pytest.mark.parametrize("checkpoint", ["qwen3_next"], indirect=True)
+def test_a_second_request_takes_the_recurrent_cache_into_the_batch(checkpoint):
+    """Qwen3-Next decoded with its head while alone, then moved (its attention and recurrent
+    caches) into the batch when a second request arrives: both get plain decoding's tokens."""
+    loaded, heads = checkpoint
+    first = loaded.tokenizer.encode(PROMPT)
+    second = loaded.tokenizer.encode("<|im_start|>user\nName a colour<|im_end|>\n")
+    plain = ModelBatchSource(loaded.model)
+    expected = [
+        tokens_of(plain, loaded.tokenizer, p, max_tokens=n) for p, n in ((first, 80), (second, 12))
+    ]
+    source = ModelBatchSource(
+        loaded.model, prefix_cache=PrefixCache(64 << 20), mtp_heads=heads, mtp="on", mtp_tokens=2
+    )
+    engine = Engine(source, loaded.tokenizer)
+    results: dict[str, list[int]] = {}
+    started = threading.Event()
+
+    def long_one() -> None:
+        request = GenerationRequest(first, SamplingParams(max_tokens=80, temperature=0), [])
+        out: list[int] = []
+        for chunk in engine.generate_sync(request):
+            out += chunk.token_ids
+            started.set()
+        results["first"] = out
+
+    try:
+        thread = threading.Thread(target=long_one)
+        thread.start()
+        assert started.wait(120)
+        request = GenerationRequest(second, SamplingParams(max_tokens=12, temperature=0), [])
+        results["second"] = [t for c in engine.generate_sync(request) for t in c.token_ids]
+        thread.join()
+    finally:
+        engine.close()
+    assert [results["first"], results["second"]] == expected
+    assert source.spec_counts[0] > 0
+    assert source.handovers == 1

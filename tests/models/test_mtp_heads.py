@@ -22,7 +22,7 @@ from vllm_mlx.models.mtp_heads import (
     load_mtp_heads,
 )
 
-ARCHS = ("deepseek_v3", "glm4_moe", "mimo")
+ARCHS = ("deepseek_v3", "glm4_moe", "mimo", "qwen3_next")
 
 
 @pytest.fixture(scope="module", params=ARCHS)
@@ -42,7 +42,10 @@ def rms(x: mx.array, weight: mx.array, eps: float = 1e-5) -> mx.array:
 def test_the_head_is_found_by_the_released_names(folder):
     config = json.loads((folder / "config.json").read_text())
     found = carried_tensors(folder, config)
-    if config["model_type"] == "mimo":
+    if config["model_type"] == "qwen3_next":
+        assert {"mtp.fc.weight", "mtp.norm.weight", "mtp.pre_fc_norm_hidden.weight"} <= set(found)
+        assert "mtp.layers.0.mlp.experts.3.down_proj.weight" in found
+    elif config["model_type"] == "mimo":
         assert "model.mtp_layers.0.input_proj.weight" in found
         assert "model.mtp_layers.0.self_attn.q_proj.bias" in found
     else:
@@ -81,7 +84,20 @@ def test_the_head_computes_the_family_forward_from_the_files_tensors(folder, loa
 
     n = loaded.model.args.num_hidden_layers
     causal = create_causal_mask(h.shape[1])
-    if loaded.model.model_type == "mimo":
+    if loaded.model.model_type == "qwen3_next":
+        p = "mtp."
+        centred = lambda name: 1.0 + raw[p + name]  # noqa: E731
+        e = raw["model.embed_tokens.weight"][tokens[0, 1:]][None]  # position 0 not zeroed
+        joined = mx.concatenate(
+            [
+                rms(e, centred("pre_fc_norm_embedding.weight")),
+                rms(h, centred("pre_fc_norm_hidden.weight")),
+            ],
+            axis=-1,
+        )
+        x = rms(block(joined @ raw[p + "fc.weight"].T, causal, None), centred("norm.weight"), 1e-5)
+        logits = x @ raw["lm_head.weight"].T
+    elif loaded.model.model_type == "mimo":
         p = "model.mtp_layers.0."
         e = raw["model.embed_tokens.weight"][tokens[0, 1:]][None]
         e = e * (mx.arange(e.shape[1]) > 0)[None, :, None]
@@ -153,7 +169,7 @@ def test_the_head_shares_the_main_models_embedding_and_output_head(folder, loade
     vocab = loaded.model.args.vocab_size
     assert not any(a.shape[0] == vocab for _, a in tree_flatten(heads.layer.parameters()))
     config = json.loads((folder / "config.json").read_text())
-    if config["model_type"] != "mimo":
+    if config["model_type"] in ("deepseek_v3", "glm4_moe"):
         n = config["num_hidden_layers"]
         assert set(copies_of_main(folder, config)) == {
             f"model.layers.{n}.embed_tokens.weight",
@@ -223,3 +239,16 @@ def test_the_fit_estimate_counts_what_the_head_holds(tmp_path, case):
     assert with_head.weights == main + head
     own = 49160 * loaded.model.args.hidden_size * 4
     assert (head > own) == (case in ("own embedding", "own values"))
+
+
+def test_the_fit_estimate_counts_qwen3_nexts_head(tmp_path):
+    """Qwen3-Next's ``mtp.*`` tensors: not the main model's weights, and with the head
+    exactly the bytes it holds once loaded (its experts stacked, its norms offset)."""
+    folder = write_mtp_folder(tmp_path / "q", "qwen3_next")
+    loaded = load_model(str(folder), cpu_weights="float32", progress=False)
+    heads = load_mtp_heads(folder, loaded.model)
+    assert heads is not None
+    with_head = estimate(folder, 1024, weights="float32", on_cpu=True)
+    without = estimate(folder, 1024, weights="float32", on_cpu=True, mtp=False)
+    assert without.weights == held_bytes(loaded.model)
+    assert with_head.weights == without.weights + held_bytes(heads.layer)

@@ -1,10 +1,10 @@
 """Speculative decoding with the model's own multi-token-prediction head (``--mtp``).
 
-A model trained with MTP layers (DeepSeek-V3/R1, GLM-4.5, MiMo; ``models/mtp_heads.py``
-reads them) predicts the token after next from its last hidden state and the next token:
-a draft at the cost of one decoder layer, with no second model. Like a draft model it runs
-a sequence alone (``ModelBatchSource`` moves it into the batch when another request
-arrives), and its proposals are verified exactly as the draft model's are
+A model trained with MTP layers (DeepSeek-V3/R1, GLM-4.5, MiMo, Qwen3-Next;
+``models/mtp_heads.py`` reads them) predicts the token after next from its last hidden
+state and the next token: a draft at the cost of one decoder layer, with no second model.
+Like a draft model it runs a sequence alone (``ModelBatchSource`` moves it into the batch
+when another request arrives), and its proposals are verified exactly as the draft model's are
 (``speculative.decide``): greedy outputs are the tokens plain decoding gives, a seeded
 request draws each position with its own next key (the same tokens), an unseeded one keeps
 a proposal by exact rejection.
@@ -18,6 +18,14 @@ The head's cache starts where the request's prefill does: a prefix from the pref
 has no hidden states, so its positions are not in the head's context (a draft reads less
 context there; verification keeps the output exact either way).
 
+Qwen3-Next's main model mixes full attention with Gated DeltaNet layers whose caches (a
+convolution's last inputs and a recurrent state, ``ArraysCache``) hold no per-position
+history, so a verify cannot be trimmed back there. Their states are kept before each
+verify that proposes; after a partial accept they are restored, the attention layers'
+caches trimmed back to the same point, and the pending token and the accepted proposals
+run again (one more forward of accepted + 1 tokens; a full accept needs none). The
+decided tokens are the verify's either way, so the output stays plain decoding's.
+
 Under ``auto`` a ``lookup.Throttle`` decides per step how many tokens to propose from the
 acceptance so far, and stops proposing for a while (plain one-token steps, the head still
 fed) when drafts do not pay; ``on`` always proposes ``num_draft``.
@@ -28,7 +36,7 @@ from __future__ import annotations
 from typing import Any, Literal, Protocol
 
 import mlx.core as mx
-from mlx_lm.models.cache import trim_prompt_cache
+from mlx_lm.models.cache import ArraysCache, trim_prompt_cache
 
 from ..protocols import LogitsProcessor
 from .lookup import Throttle
@@ -59,6 +67,12 @@ class Heads(Protocol):
         """The head's logits from its output rows: the token after the next one."""
 
 
+def restorable(cache: list[Any]) -> bool:
+    """Whether a verify can be undone in every layer of ``cache``: trimmed, or (a recurrent
+    layer's ``ArraysCache``) restored from the states kept before it."""
+    return all(c.is_trimmable() or isinstance(c, ArraysCache) for c in cache)
+
+
 class MtpSpeculator(Verifying):
     """One sequence decoded with its model's MTP head; ``cache`` holds the main model's KV
     of ``tokens``, ``pending`` is the next token to feed (emitted, not yet in the cache)."""
@@ -87,6 +101,7 @@ class MtpSpeculator(Verifying):
         self.tokens = list(prompt[:-1])
         self.pending = prompt[-1]
         self.head_cache = heads.make_cache()
+        self.recurrent = [c for c in cache if not c.is_trimmable()]  # restored, not trimmed
         self.at_start = cached == 0  # the head's next row is absolute position 0
         self.out: mx.array | None = None  # the head's last row: it predicts after ``pending``
         self.drafted = self.accepted = 0
@@ -110,16 +125,29 @@ class MtpSpeculator(Verifying):
         if k and self.throttle is not None:
             k = self.throttle.tokens(len(self.tokens), k)
         proposals = self._propose(k)
-        hidden = self.heads.hidden(mx.array([[self.pending, *proposals]]), self.cache)
         emitted = len(self.tokens)
+        kept = [list(c.cache) for c in self.recurrent] if k else []
+        hidden = self.heads.hidden(mx.array([[self.pending, *proposals]]), self.cache)
         decided = self.settle(self.heads.main_logits(hidden)[0], proposals)
         accepted = len(decided) - 1
+        if kept and accepted < k:
+            self._replay(kept, emitted)
         if k and self.throttle is not None:
             self.throttle.record(k, accepted, emitted)
         trim_prompt_cache(self.head_cache, max(0, k - 1))  # the chain's own rows
         self._feed(hidden[:, : accepted + 1], [d.token for d in decided])
         mx.eval(self.out)  # the head's rows now: a paused request would grow one lazy graph
         return decided
+
+    def _replay(self, kept: list[list[Any]], before: int) -> None:
+        """The main cache back to its ``before`` tokens (the recurrent layers' ``kept``
+        states, the others trimmed), then the verify's accepted tokens run again."""
+        for layer, states in zip(self.recurrent, kept, strict=True):
+            layer.cache = states
+        for layer in self.cache:
+            if layer.is_trimmable():
+                layer.trim(layer.offset - before)
+        self.heads.hidden(mx.array([self.tokens[before:]]), self.cache)
 
     def _propose(self, k: int) -> list[int]:
         """``k`` greedy drafts: the head's last row, then the head run on its own output."""

@@ -24,7 +24,7 @@ from .generation import AdapterChoice
 from .kv_quant import quantized_prompt_cache
 from .lookup import LookupMode, Throttle
 from .lookup_verify import LookupDecoder
-from .mtp_speculative import Heads, MtpMode, MtpSpeculator
+from .mtp_speculative import Heads, MtpMode, MtpSpeculator, restorable
 from .prefix_cache import PrefixCache, common_prefix
 from .sampling import Sampler, computing_with, numerics_of
 from .scheduler import FairBatchGenerator, PrefillSchedule
@@ -143,15 +143,17 @@ class ModelBatchSource:
         self._gen = self._new_generator()
         # Speculative decoding (a draft model, else the model's MTP head) runs a sequence
         # alone (uids < 0) until a second one arrives; it needs caches both models can trim
-        # back to the accepted tokens.
+        # back to the accepted tokens (an MTP head also restores recurrent layers' states).
         self.draft_model = draft_model
         self.num_draft_tokens = num_draft_tokens
         self.mtp_heads = mtp_heads if draft_model is None and mtp != "off" else None
         self.mtp, self.mtp_tokens = mtp, mtp_tokens
-        drafting = (draft_model,) if draft_model is not None else ()
-        self.speculating = (draft_model is not None or self.mtp_heads is not None) and all(
-            can_trim_prompt_cache(make_prompt_cache(m)) for m in (model, *drafting)
-        )
+        if self.mtp_heads is not None:
+            self.speculating = restorable(make_prompt_cache(model))
+        else:
+            self.speculating = draft_model is not None and all(
+                can_trim_prompt_cache(make_prompt_cache(m)) for m in (model, draft_model)
+            )
         self._solo: SoloSpeculator | MtpSpeculator | None = None
         self._solo_uid = 0
         self._alias: dict[int, int] = {}  # generator uid -> the solo uid it started as

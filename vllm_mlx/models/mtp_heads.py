@@ -1,9 +1,9 @@
 """Multi-token-prediction heads, read from a checkpoint that ships them.
 
-DeepSeek-V3/R1, GLM-4.5 and MiMo are trained with extra "next-n" layers that predict the
-token after next from the main model's last hidden state and the next token's embedding.
-mlx-lm's ``sanitize`` drops their tensors at load, so this module finds them in the
-checkpoint's safetensors (their headers name every tensor), builds the head around the
+DeepSeek-V3/R1, GLM-4.5, MiMo and Qwen3-Next are trained with extra "next-n" layers that
+predict the token after next from the main model's last hidden state and the next token's
+embedding. mlx-lm's ``sanitize`` drops their tensors at load, so this module finds them in
+the checkpoint's safetensors (their headers name every tensor), builds the head around the
 family's own mlx-lm decoder block and hands the engine's MTP drafter
 (``engine/mtp_speculative.py``) what it asks of a head (``engine.mtp_speculative.Heads``).
 
@@ -25,13 +25,17 @@ The layouts, under the published checkpoints' key names (N = ``num_hidden_layers
   ``token_layernorm``, ``input_proj`` over [hidden, embedding], a Qwen2-style block and
   ``final_layernorm``, whose output feeds the next step and, through the main model's
   ``lm_head``, gives the logits.
+- Qwen3-Next (``qwen3_next``): ``mtp.`` holds ``pre_fc_norm_embedding`` and
+  ``pre_fc_norm_hidden``, ``fc`` over [embedding, hidden], a full-attention decoder layer
+  ``layers.{i}.`` (a MoE one in the released models) and ``norm``, whose output feeds the
+  next step and, through the main model's ``lm_head``, gives the logits. Its norms are
+  stored zero-centred (the weight is 1 + w), as the main model's are; its embedding at
+  position 0 is not zeroed (vLLM's ``qwen3_next_mtp.py`` does not).
 
 The hidden state is the main model's output after its final norm (what its ``lm_head``
-reads), and the embedding at absolute position 0 is zeroed, as the reference
+reads), and the embedding at absolute position 0 is zeroed where the reference
 implementations (vLLM's ``deepseek_mtp.py``, ``mimo_mtp.py``) do. Only the first next-n
-layer is used; chained drafts run it again on its own output. Qwen3-Next's ``mtp.*`` head
-is not built: its main model's linear-attention caches cannot be trimmed back to the
-accepted tokens, which verification needs.
+layer is used; chained drafts run it again on its own output.
 """
 
 from __future__ import annotations
@@ -51,6 +55,15 @@ from mlx_lm.models.cache import KVCache
 
 NEXTN_OWN = ("enorm", "hnorm", "eh_proj", "shared_head", "embed_tokens")
 MIMO_OWN = ("hidden_layernorm", "token_layernorm", "input_proj", "final_layernorm")
+QWEN3_NEXT_OWN = ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "fc", "norm")
+# Qwen3-Next's block norms its raw checkpoints store zero-centred (mlx-lm's sanitize adds
+# the 1 to a MoE checkpoint's; the head's own norms are always stored so)
+CENTRED_NORMS = (
+    "input_layernorm.weight",
+    "post_attention_layernorm.weight",
+    "q_norm.weight",
+    "k_norm.weight",
+)
 MAX_HEADER = 100 << 20  # bytes of a safetensors JSON header: far above any real one
 # the next-n layer's tensors that released checkpoints store as copies of the main model's
 MAIN_COPIES = {
@@ -68,17 +81,24 @@ class Layout:
     family: str
     own: tuple[str, ...]
     array_mask: bool  # the family's attention takes its causal mask as an array
+    fixed: str | None = None  # the first layer's prefix, when not the layer after the model's
+    every: str | None = None  # the prefix of all its MTP layers' tensors (with ``fixed``)
+    block: str = ""  # where the decoder block's tensors sit under the prefix
+    zero_first: bool = True  # the embedding at absolute position 0 is zeroed
 
     def prefix(self, config: dict[str, Any]) -> str:
-        if self.family == "mimo":
-            return "model.mtp_layers.0."
+        if self.fixed is not None:
+            return self.fixed
         return f"model.layers.{config['num_hidden_layers']}."
 
 
 LAYOUTS = {
     "deepseek_v3": Layout("deepseek_v3", NEXTN_OWN, array_mask=True),
     "glm4_moe": Layout("glm4_moe", NEXTN_OWN, array_mask=False),
-    "mimo": Layout("mimo", MIMO_OWN, array_mask=False),
+    "mimo": Layout("mimo", MIMO_OWN, False, fixed="model.mtp_layers.0.", every="model.mtp_layers."),
+    "qwen3_next": Layout(
+        "qwen3_next", QWEN3_NEXT_OWN, False, "mtp.", "mtp.", block="layers.0.", zero_first=False
+    ),
 }
 
 
@@ -135,6 +155,30 @@ class MiMoMtp(nn.Module):
         return out
 
 
+class Qwen3NextMtp(nn.Module):
+    """Qwen3-Next's MTP layer (``mtp.*``): a full-attention decoder layer over
+    ``fc`` of [embedding, hidden], each normed first; ``norm`` gives the output that feeds
+    the next step and, through the main model's ``lm_head``, the logits."""
+
+    def __init__(self, block: nn.Module, dims: int, eps: float, shapes: dict[str, tuple]):
+        super().__init__()
+        self.pre_fc_norm_embedding = nn.RMSNorm(dims, eps=eps)
+        self.pre_fc_norm_hidden = nn.RMSNorm(dims, eps=eps)
+        self.fc = nn.Linear(2 * dims, dims, bias=False)
+        self.block = block
+        self.norm = nn.RMSNorm(dims, eps=eps)
+
+    def fuse(self, embedded: mx.array, hidden: mx.array) -> mx.array:
+        joined = [self.pre_fc_norm_embedding(embedded), self.pre_fc_norm_hidden(hidden)]
+        return self.fc(mx.concatenate(joined, axis=-1))
+
+    def finish(self, x: mx.array) -> mx.array:
+        return self.norm(x)
+
+    def normed(self, out: mx.array) -> mx.array:
+        return out
+
+
 class MtpHeads:
     """A loaded model's first MTP layer and the main-model calls the drafter needs."""
 
@@ -170,7 +214,7 @@ class MtpHeads:
         ``at_start``: the first row is absolute position 0 (its embedding is zeroed)."""
         layer = self.layer
         embedded = self.embedding()(tokens)
-        if at_start:
+        if at_start and self.layout.zero_first:
             keep = (mx.arange(tokens.shape[1]) > 0).astype(embedded.dtype)
             embedded = embedded * keep[None, :, None]
         x = layer.fuse(embedded, hidden)
@@ -226,8 +270,8 @@ def carried(tensors: Mapping[str, Any], config: dict[str, Any]) -> set[str]:
     layout = LAYOUTS.get(config.get("model_type", ""))
     if layout is None:
         return set()
-    if layout.family == "mimo":
-        return {n for n in tensors if n.startswith("model.mtp_layers.")}
+    if layout.every is not None:
+        return {n for n in tensors if n.startswith(layout.every)}
     first = int(config["num_hidden_layers"])
     layers = range(first, first + int(config.get("num_nextn_predict_layers") or 1))
     return {n for n in tensors if n.startswith(tuple(f"model.layers.{i}." for i in layers))}
@@ -293,7 +337,13 @@ def carried_tensors(path: Path, config: dict[str, Any]) -> dict[str, Path]:
     if layout is None:
         return {}
     prefix = layout.prefix(config)
-    return {n: f for n, f in tensor_files(path).items() if n.startswith(prefix)}
+    later = prefix + "layers." if layout.block else None  # the layers after the first
+    return {
+        n: f
+        for n, f in tensor_files(path).items()
+        if n.startswith(prefix)
+        and (later is None or not n.startswith(later) or n.startswith(prefix + layout.block))
+    }
 
 
 def load_mtp_heads(path: Path, main: Any) -> MtpHeads | None:
@@ -339,25 +389,40 @@ def copies_of_main(path: Path, config: dict[str, Any]) -> list[str]:
 def _build(main: Any, layout: Layout, shapes: dict[str, tuple[int, ...]]) -> nn.Module:
     family = importlib.import_module(type(main).__module__)  # the model's own mlx-lm module
     args = main.args
-    if layout.family == "deepseek_v3":
+    if layout.family == "qwen3_next":
+        block = family.Qwen3NextDecoderLayer(args, args.full_attention_interval - 1)
+        if f"{layout.block}mlp.experts.0.up_proj.weight" in shapes:  # a MoE one, as released
+            block.mlp = family.Qwen3NextSparseMoeBlock(args)
+        else:
+            block.mlp = family.Qwen3NextMLP(args.hidden_size, args.intermediate_size)
+    elif layout.family == "deepseek_v3":
         block = family.DeepseekV3DecoderLayer(args, args.num_hidden_layers)
     elif layout.family == "glm4_moe":
         block = family.DecoderLayer(args, args.num_hidden_layers)
     else:
         block = family.TransformerBlock(args)
-    kind = MiMoMtp if layout.family == "mimo" else NextN
+    kinds = {"mimo": MiMoMtp, "qwen3_next": Qwen3NextMtp}
+    kind = kinds.get(layout.family, NextN)
     return kind(block, args.hidden_size, args.rms_norm_eps, shapes)
 
 
 def _block_weights(main: Any, layout: Layout, raw: dict[str, mx.array]) -> dict[str, mx.array]:
     """The head's tensors under its module's names. They go through the family's own
     ``sanitize`` as layer 0's (experts stacked, DeepSeek's fp8 dequantized and its
-    ``kv_b_proj`` split), so they take the form mlx-lm gives every other layer."""
+    ``kv_b_proj`` split, Qwen3-Next's zero-centred norms given their 1), so they take the
+    form mlx-lm gives every other layer."""
     start = "model.layers.0."
-    named = {start + n: a for n, a in raw.items()}
+    named = {start + n.removeprefix(layout.block): a for n, a in raw.items()}
     sanitized = main.sanitize(named) if hasattr(main, "sanitize") else named
     weights = {}
     for name, array in sanitized.items():
         local = name[len(start) :]
-        weights[local if local.split(".", 1)[0] in layout.own else f"block.{local}"] = array
+        own = local.split(".", 1)[0] in layout.own
+        if layout.family == "qwen3_next" and (
+            (own and local != "fc.weight") or (sanitized is named and local.endswith(CENTRED_NORMS))
+        ):
+            # a raw checkpoint's (only those carry the head): its own norms are always
+            # zero-centred, the block's too unless sanitize gave them their 1 (MoE ones)
+            array = array + 1.0
+        weights[local if own else f"block.{local}"] = array
     return weights

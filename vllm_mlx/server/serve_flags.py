@@ -202,8 +202,8 @@ def serve_flags(command: F) -> F:
     default="auto",
     show_default=True,
     help="Draft tokens with the checkpoint's multi-token-prediction head (DeepSeek-V3/R1, "
-    "GLM-4.5, MiMo) while one request runs; auto: when it carries one, paused while its "
-    "drafts are rejected; on: always (an error if it carries none).",
+    "GLM-4.5, MiMo, Qwen3-Next) while one request runs; auto: when it carries one, paused "
+    "while its drafts are rejected; on: always (an error if it carries none).",
 )
 @click.option(
     "--mtp-tokens",
