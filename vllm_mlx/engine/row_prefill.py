@@ -26,6 +26,8 @@ from mlx_lm.generate import GenerationBatch, PromptProcessingBatch
 from mlx_lm.models import llama, qwen2, qwen3
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
+from ..protocols import LayerCache
+
 # Models whose call is their decoder's hidden states through the output head, nothing else
 # (read in mlx-lm): the prompt's last call can run the head over its final position only.
 _HEAD_OVER_HIDDEN = (llama.Model, qwen2.Model, qwen3.Model)
@@ -78,10 +80,10 @@ def reserve(cache: list[KVCache], ahead: int) -> None:
         c.keys, c.values = keys, values
 
 
-def held_rows(cache: list[KVCache]) -> list[KVCache]:
+def held_rows(cache: list[KVCache]) -> list[LayerCache]:
     """A plain cache's rows as new cache objects over its arrays (for the prefix cache;
     MLX writes into a shared buffer by copying, so later writes never reach them)."""
-    held = []
+    held: list[LayerCache] = []
     for c in cache:
         copy = KVCache()
         if c.keys is not None:
@@ -111,7 +113,7 @@ class OneRowExtracts(GenerationBatch):
     batch's arrays as plain caches (then the batch drops them, or a later write into them
     copies first, as MLX does for any shared buffer)."""
 
-    def extract_cache(self, idx: int) -> list[Any]:
+    def extract_cache(self, idx: int) -> list[LayerCache]:
         layers = self.prompt_cache
         if len(self.uids) != 1 or not all(
             type(c) is BatchKVCache and c.keys is not None for c in layers
@@ -119,7 +121,7 @@ class OneRowExtracts(GenerationBatch):
             return super().extract_cache(idx)
         if any(c.left_padding.tolist() != [0] for c in layers):
             return super().extract_cache(idx)
-        rows = []
+        rows: list[LayerCache] = []
         for c in layers:
             plain_row = KVCache()
             plain_row.keys, plain_row.values, plain_row.offset = c.keys, c.values, c._idx

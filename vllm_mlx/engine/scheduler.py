@@ -34,6 +34,7 @@ from typing import Any
 
 from mlx_lm.generate import BatchGenerator, GenerationBatch, PromptProcessingBatch
 
+from ..protocols import LayerCache
 from .row_prefill import (
     OneRowExtracts,
     held_rows,
@@ -42,6 +43,9 @@ from .row_prefill import (
     reserve,
     started_generation,
 )
+
+# A sequence's cache taken out of the batch, and the tokens it holds.
+Extracted = tuple[list[LayerCache], list[int]]
 
 # Prompt tokens one model call prefills: a step's chunk is several, so a request arriving
 # meanwhile waits for one call, not the chunk (per token, 32 cost as 256 do on the CPU).
@@ -276,7 +280,7 @@ class FairBatchGenerator(BatchGenerator):
         self.schedule.ran(self._prefilled, started=len(self._prefills) < len(prefills))
         return prompt_responses, generation_responses
 
-    def _find_uids(self, uids: Any) -> dict[int, tuple[int, int]]:
+    def _find_uids(self, uids: Sequence[int]) -> dict[int, tuple[int, int]]:
         found = super()._find_uids(uids)
         wanted = set(uids)
         for i, prefill in enumerate(self._prefills):
@@ -287,8 +291,8 @@ class FairBatchGenerator(BatchGenerator):
                 found[uid] = (3, i)
         return found
 
-    def extract_cache(self, uids: Any) -> dict[int, Any]:
-        results = {}
+    def extract_cache(self, uids: Sequence[int]) -> dict[int, Extracted]:
+        results: dict[int, Extracted] = {}
         for uid, (stage, idx) in self._find_uids(uids).items():
             if stage == 1:
                 prefill = self._prefills[idx]
@@ -301,7 +305,9 @@ class FairBatchGenerator(BatchGenerator):
         rest = [uid for uid in uids if uid not in results]
         return {**super().extract_cache(rest), **results} if rest else results
 
-    def remove(self, uids: Any, return_prompt_caches: bool = False) -> dict[int, Any]:
+    def remove(
+        self, uids: Sequence[int], return_prompt_caches: bool = False
+    ) -> dict[int, Extracted]:
         caches = self.extract_cache(uids) if return_prompt_caches else {}
         wanted = set(uids)
         self._prefills = [p for p in self._prefills if p.uid not in wanted]
