@@ -182,16 +182,16 @@ def test_a_chain_accepted_in_part_leaves_the_cache_plain_decoding_has(checkpoint
     plain = make_prompt_cache(loaded.model)
     loaded.model(mx.array([held]), cache=plain)
     for got, want in zip(cache, plain, strict=True):
-        for a, b in zip(arrays(got.state), arrays(want.state), strict=True):
+        for a, b in zip(arrays(got), arrays(want), strict=True):
             assert a.shape == b.shape and mx.allclose(a, b, atol=1e-4)
 
 
-def arrays(state: Any) -> list[mx.array]:
-    """A layer cache's arrays: a KV cache's keys and values, a recurrent layer's states."""
-    found = []
-    for part in state:
-        found += arrays(part) if isinstance(part, (list, tuple)) else [part]
-    return [a for a in found if isinstance(a, mx.array)]
+def arrays(layer: Any) -> list[mx.array]:
+    """A layer cache's contents: a KV cache's keys and values up to its offset, a recurrent
+    layer's convolution and recurrent states."""
+    if hasattr(layer, "keys"):
+        return [layer.keys[..., : layer.offset, :], layer.values[..., : layer.offset, :]]
+    return list(layer.cache)
 
 
 @pytest.mark.parametrize("checkpoint", ["qwen3_next"], indirect=True)
@@ -232,3 +232,33 @@ def test_a_second_request_takes_the_recurrent_cache_into_the_batch(checkpoint):
     assert [results["first"], results["second"]] == expected
     assert source.spec_counts[0] > 0
     assert source.handovers == 1
+
+
+@pytest.mark.parametrize("checkpoint", ["qwen3_next"], indirect=True)
+def test_a_message_checkpoint_is_kept_while_decoding_alone(checkpoint):
+    """An untrimmable cache is served only from an entry that is exactly a prefix, so the
+    solo prefill stores the prompt's checkpoint as the batch does: a later prompt sharing
+    the messages up to it is served from there, with plain decoding's tokens."""
+    loaded, heads = checkpoint
+    encode = loaded.tokenizer.encode
+    system = encode("<|im_start|>system\nBe brief<|im_end|>\n")
+    first = system + encode(PROMPT)
+    second = system + encode("<|im_start|>user\nName a colour<|im_end|>\n")
+    plain = ModelBatchSource(loaded.model)
+    expected = [tokens_of(plain, loaded.tokenizer, p, max_tokens=12) for p in (first, second)]
+    cache = PrefixCache(64 << 20)
+    source = ModelBatchSource(loaded.model, prefix_cache=cache, mtp_heads=heads, mtp="on")
+    assert source.checkpointing and source.speculating
+    engine = Engine(source, loaded.tokenizer)
+    try:
+        got = []
+        for prompt in (first, second):
+            params = SamplingParams(max_tokens=12, temperature=0)
+            request = GenerationRequest(prompt, params, [], checkpoints=[len(system)])
+            # before the second: the first's checkpoint serves it
+            assert cache.servable(np.asarray(second, dtype=np.int32)) == len(system) * len(got)
+            got.append([t for c in engine.generate_sync(request) for t in c.token_ids])
+    finally:
+        engine.close()
+    assert got == expected
+    assert source.spec_counts[0] > 0

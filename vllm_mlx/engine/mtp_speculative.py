@@ -33,6 +33,7 @@ fed) when drafts do not pay; ``on`` always proposes ``num_draft``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
 import mlx.core as mx
@@ -44,6 +45,7 @@ from .sampling import RequestSampler
 from .speculative import Decided, Verifying
 
 MtpMode = Literal["auto", "on", "off"]
+Checkpoint = tuple[int, Callable[[list[int], list[Any]], None]]
 MTP_MODES: tuple[MtpMode, ...] = ("auto", "on", "off")
 
 
@@ -75,7 +77,9 @@ def restorable(cache: list[Any]) -> bool:
 
 class MtpSpeculator(Verifying):
     """One sequence decoded with its model's MTP head; ``cache`` holds the main model's KV
-    of ``tokens``, ``pending`` is the next token to feed (emitted, not yet in the cache)."""
+    of ``tokens``, ``pending`` is the next token to feed (emitted, not yet in the cache).
+    ``checkpoint``: (a prompt offset, what to call with the prompt up to it and the cache
+    holding exactly that) — an untrimmable cache's message checkpoint for the prefix cache."""
 
     def __init__(
         self,
@@ -91,6 +95,7 @@ class MtpSpeculator(Verifying):
         num_draft: int,
         prefill_step_size: int,
         throttle: Throttle | None,
+        checkpoint: Checkpoint | None = None,
     ):
         self.model, self.heads = model, heads
         self.sampler, self.processors = sampler, processors
@@ -105,13 +110,18 @@ class MtpSpeculator(Verifying):
         self.at_start = cached == 0  # the head's next row is absolute position 0
         self.out: mx.array | None = None  # the head's last row: it predicts after ``pending``
         self.drafted = self.accepted = 0
-        todo = prompt[cached:-1]
-        for start in range(0, len(todo), prefill_step_size):
-            chunk = todo[start : start + prefill_step_size]
-            hidden = heads.hidden(mx.array([chunk]), cache)
-            after = cached + start + 1
-            self._feed(hidden, prompt[after : after + len(chunk)])
-            mx.eval(self.out, [c.state for c in (*cache, *self.head_cache)])
+        cut = checkpoint[0] if checkpoint is not None else None
+        ends = [e for e in (cut, len(prompt) - 1) if e is not None]
+        begin = cached
+        for end in ends:
+            for start in range(begin, end, prefill_step_size):
+                chunk = prompt[start : min(start + prefill_step_size, end)]
+                hidden = heads.hidden(mx.array([chunk]), cache)
+                self._feed(hidden, prompt[start + 1 : start + 1 + len(chunk)])
+                mx.eval(self.out, [c.state for c in (*cache, *self.head_cache)])
+            if checkpoint is not None and end == cut:
+                checkpoint[1](list(prompt[:cut]), cache)
+            begin = end
 
     def _feed(self, hidden: mx.array, following: list[int]) -> None:
         """The head's rows for the main model's ``hidden`` states and the tokens after them."""

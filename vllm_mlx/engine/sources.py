@@ -25,7 +25,7 @@ from .kv_quant import quantized_prompt_cache
 from .lookup import LookupMode, Throttle
 from .lookup_verify import LookupDecoder
 from .mtp_speculative import Heads, MtpMode, MtpSpeculator, restorable
-from .prefix_cache import PrefixCache, common_prefix
+from .prefix_cache import PrefixCache, common_prefix, shared_copy
 from .sampling import Sampler, computing_with, numerics_of
 from .scheduler import FairBatchGenerator, PrefillSchedule
 from .speculative import SoloSpeculator
@@ -251,15 +251,15 @@ class ModelBatchSource:
             set_shift(cache, 0)  # text positions: no image before them
         if cache is None:
             cache = self._fresh_cache()
-        if self.speculating and self._solo is None and not self._in_batch and adapter is None:
-            return self._start_solo(prompt, cache, cached, sampler, processors, max_tokens)
-        if self._solo is not None:
-            self._hand_over()
         # The generator pauses at segment ends, where the cache holds exactly the prompt
         # up to a checkpoint (the last one before the final token; earlier ones are covered).
         cut = max((c for c in checkpoints if cached < c < len(prompt) - 1), default=None)
         if not self.checkpointing:
             cut = None
+        if self.speculating and self._solo is None and not self._in_batch and adapter is None:
+            return self._start_solo(prompt, cache, cached, sampler, processors, max_tokens, cut)
+        if self._solo is not None:
+            self._hand_over()
         segments = [prompt[cached:]] if cut is None else [prompt[cached:cut], prompt[cut:]]
         (uid,) = self._gen.insert_segments(
             [segments],
@@ -368,7 +368,7 @@ class ModelBatchSource:
                 cache, tokens = self._gen.extract_cache([r.uid])[r.uid]
                 self.prefix_cache.store(list(tokens), cache)  # base lane: only it is shared
 
-    def _start_solo(self, prompt, cache, cached, sampler, processors, max_tokens):
+    def _start_solo(self, prompt, cache, cached, sampler, processors, max_tokens, cut):
         self._solo_uid -= 1
         common = dict(
             prompt=prompt,
@@ -385,6 +385,7 @@ class ModelBatchSource:
                 self.mtp_heads,
                 num_draft=self.mtp_tokens,
                 throttle=Throttle() if self.mtp == "auto" else None,
+                checkpoint=None if cut is None else (cut, self._store_solo_checkpoint),
                 **common,
             )
         else:
@@ -392,6 +393,11 @@ class ModelBatchSource:
                 self.model, self.draft_model, num_draft=self.num_draft_tokens, **common
             )
         return self._solo_uid, cached
+
+    def _store_solo_checkpoint(self, tokens: list[int], cache: list[Any]) -> None:
+        """A solo prompt's checkpoint: views of its cache, which decoding goes on writing."""
+        if self.prefix_cache is not None:
+            self.prefix_cache.store(tokens, shared_copy(cache))
 
     def _hand_over(self) -> None:
         """Move the solo sequence into the batch: its cache, tokens and pending token."""
