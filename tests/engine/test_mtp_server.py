@@ -1,6 +1,6 @@
-"""`--mtp` through the real CLI server and the OpenAI SDK, on a tiny MiMo checkpoint that
-carries its MTP head: `on` answers greedy and seeded requests exactly as `off` does, and
-/metrics counts the head's drafts only when it is on."""
+"""`--mtp` through the real CLI server and the OpenAI SDK, on tiny MiMo and Qwen3-Next
+checkpoints that carry their MTP head: `on` answers greedy and seeded requests exactly as
+`off` does, and /metrics counts the head's drafts only when it is on."""
 
 from __future__ import annotations
 
@@ -17,10 +17,11 @@ pytestmark = pytest.mark.slow
 MESSAGES = [{"role": "user", "content": "Name three colours."}]
 
 
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory):
+@pytest.fixture(scope="module", params=["mimo", "qwen3_next"])
+def servers(request, tmp_path_factory):
+    arch = request.param
     tmp = tmp_path_factory.mktemp("mtp")
-    folder = str(write_mtp_folder(tmp / "mimo", "mimo", seed=2))
+    folder = str(write_mtp_folder(tmp / arch, arch, seed=2))
     flags = ("--cpu-weights", "float32", "--prompt-lookup", "off", "--prefix-cache-mb", "0")
     with (
         cli_server(
@@ -28,7 +29,7 @@ def servers(tmp_path_factory):
         ) as on,
         cli_server(folder, *flags, "--mtp", "off", log_path=tmp / "off.log") as off,
     ):
-        assert "MTP head: mimo layout" in (tmp / "on.log").read_text()
+        assert f"MTP head: {arch} layout" in (tmp / "on.log").read_text()
         yield on, off
 
 

@@ -57,8 +57,9 @@ def test_the_head_is_found_by_the_released_names(folder):
     assert set(found) <= set(header_names(folder / "model.safetensors"))
 
 
-def test_a_checkpoint_without_the_head_loads_none(tmp_path):
-    folder = write_mtp_folder(tmp_path / "plain", "mimo", with_head=False)
+@pytest.mark.parametrize("arch", ["mimo", "qwen3_next"])
+def test_a_checkpoint_without_the_head_loads_none(tmp_path, arch):
+    folder = write_mtp_folder(tmp_path / "plain", arch, with_head=False)
     loaded = load_model(str(folder), cpu_weights="float32", progress=False)
     assert load_mtp_heads(folder, loaded.model) is None
 
