@@ -91,6 +91,40 @@ def test_a_hit_runs_its_suffix_once_and_copies_no_cache_in_or_out_of_a_batch(
     assert source.prefix_cache.served(np.asarray(prefix + suffix + [0])) == len(prefix + suffix)
 
 
+@pytest.mark.parametrize("max_tokens", [1, 3])
+def test_a_row_s_last_token_runs_no_forward_after_it_and_its_prompt_stays_cached(
+    loaded, turn, max_tokens
+) -> None:
+    prefix, suffix = turn
+    source = ModelBatchSource(loaded.model, prefix_cache=PrefixCache(64 << 20))
+    run(source, [prefix], SAMPLING["greedy"], n=1)
+    spy = CallSpy(loaded.model)
+    source._gen.model = spy
+    source._gen._generation_batch.model = spy
+    sampler = make_sampler(SamplingParams(temperature=0))
+    source.insert(prefix + suffix, sampler=sampler, processors=[], max_tokens=max_tokens)
+    tokens: list[int] = []
+    ended = False
+    while not ended:
+        steps, _ = source.step()
+        tokens += [s.token for s in steps]
+        ended = any(s.at_limit for s in steps)
+    # the suffix's call, then one decode call per token but the last: nothing computes the
+    # logits after a row's last token (a one-token request's store waited for them)
+    assert spy.calls == [len(suffix)] + [1] * (max_tokens - 1)
+    assert len(tokens) == max_tokens
+    assert (
+        tokens
+        == run(
+            ModelBatchSource(loaded.model), [prefix + suffix], SAMPLING["greedy"], n=max_tokens + 1
+        )[0][1][:max_tokens]
+    )
+    # the entry holds what its cache holds: the prompt and the tokens before the last
+    held = prefix + suffix + tokens[:-1]
+    assert source.prefix_cache.served(np.asarray(held + [-1])) == len(held)
+    assert source.prefix_cache.served(np.asarray(held + tokens[-1:] + [-1])) == len(held)
+
+
 @pytest.mark.parametrize("sampling", SAMPLING.values(), ids=SAMPLING.keys())
 def test_a_hit_with_a_short_suffix_gives_the_cold_numbers(loaded, turn, sampling) -> None:
     prefix, suffix = turn

@@ -108,10 +108,26 @@ def one_row_batch(cache: list[KVCache]) -> list[BatchKVCache]:
     return batched
 
 
-class OneRowExtracts(GenerationBatch):
-    """mlx-lm's generation batch whose only row's cache comes out without a copy: the
-    batch's arrays as plain caches (then the batch drops them, or a later write into them
-    copies first, as MLX does for any shared buffer)."""
+class LeanGenerationBatch(GenerationBatch):
+    """mlx-lm's generation batch without two pieces of work nobody reads.
+
+    A step whose tokens are every row's last (``max_tokens``) runs no forward for the
+    tokens after them: mlx-lm's step computes the next token's logits ahead, and the
+    finished rows' caches, stored at once, would wait for that forward (a request of one
+    token, a prefill, waited a whole decode step for its first token). The rows then end
+    holding the tokens their cache holds: all but the last emitted one, whose keys nothing
+    computed. And a one-row batch's cache comes out without a copy: the batch's arrays as
+    plain caches (then the batch drops them, or a later write into them copies first, as
+    MLX does for any shared buffer)."""
+
+    def _step(self) -> tuple[list[int], list[mx.array]]:
+        if not self.uids or any(
+            n + 1 < limit for n, limit in zip(self._num_tokens, self.max_tokens, strict=True)
+        ):
+            return super()._step()
+        self._current_tokens, self._current_logprobs = self._next_tokens, self._next_logprobs
+        mx.eval(self._current_tokens, self._current_logprobs)
+        return self._current_tokens.tolist(), self._current_logprobs
 
     def extract_cache(self, idx: int) -> list[LayerCache]:
         layers = self.prompt_cache

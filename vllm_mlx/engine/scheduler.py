@@ -36,7 +36,7 @@ from mlx_lm.generate import BatchGenerator, GenerationBatch, PromptProcessingBat
 
 from ..protocols import LayerCache
 from .row_prefill import (
-    OneRowExtracts,
+    LeanGenerationBatch,
     held_rows,
     last_logits,
     plain,
@@ -150,7 +150,7 @@ class FairBatchGenerator(BatchGenerator):
 
     def __init__(self, model: Any, *, schedule: PrefillSchedule, **kwargs: Any):
         super().__init__(model, prefill_step_size=schedule.chunk, **kwargs)
-        self._generation_batch.__class__ = OneRowExtracts  # a finished row's cache: no copy
+        self._generation_batch.__class__ = LeanGenerationBatch  # no copy, no forward unread
         self.schedule = schedule
         self._prefills: list[_Prefill] = []
         self._prefilled = 0  # prompt tokens the current step has prefilled
@@ -162,7 +162,7 @@ class FairBatchGenerator(BatchGenerator):
         # The rows that decode_with moved out of the generation batch to verify their drafts
         # (empty unless it does): decoding, they count as the generation batch's rows do.
         self.drafting_batch = GenerationBatch.empty(self.model, self.sampler)
-        self.drafting_batch.__class__ = OneRowExtracts  # the batches swap roles
+        self.drafting_batch.__class__ = LeanGenerationBatch  # the batches swap roles
 
     @property
     def decoding_rows(self) -> int:
