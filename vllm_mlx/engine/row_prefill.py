@@ -125,9 +125,12 @@ class LeanGenerationBatch(GenerationBatch):
             n + 1 < limit for n, limit in zip(self._num_tokens, self.max_tokens, strict=True)
         ):
             return super()._step()
-        self._current_tokens, self._current_logprobs = self._next_tokens, self._next_logprobs
-        mx.eval(self._current_tokens, self._current_logprobs)
-        return self._current_tokens.tolist(), self._current_logprobs
+        tokens: mx.array = self._next_tokens
+        self._current_tokens = tokens  # type: ignore[assignment]  # mlx-lm's starts as None
+        self._current_logprobs = self._next_logprobs
+        mx.eval(tokens, self._current_logprobs)
+        emitted: list[int] = tokens.tolist()  # type: ignore[assignment]  # a 1-d array's
+        return emitted, self._current_logprobs
 
     def extract_cache(self, idx: int) -> list[LayerCache]:
         layers = self.prompt_cache
