@@ -10,12 +10,25 @@ from collections import Counter
 import mlx.core as mx
 import numpy as np
 import pytest
+from mlx_lm.models.cache import TokenBuffer
 from tiny_models import build_tiny_model
 
+from vllm_mlx import native
 from vllm_mlx.engine.engine import Engine
 from vllm_mlx.engine.generation import GenerationRequest
-from vllm_mlx.engine.sampling import SamplingParams, make_penalty_processors, make_sampler
+from vllm_mlx.engine.sampling import (
+    MLX_OPS,
+    Numerics,
+    SamplingParams,
+    computing_with,
+    log_normalize,
+    make_penalty_processors,
+    make_sampler,
+    process_rows,
+    sample_rows,
+)
 from vllm_mlx.engine.sources import ModelBatchSource, ReplayBatchSource
+from vllm_mlx.native.sampling import draw
 
 PROBS = [0.5, 0.3, 0.15, 0.05]  # token 3 is under min_p = 0.2 of the top (0.1)
 
@@ -92,3 +105,49 @@ def test_stop_token_ids_end_the_generation_without_the_stop_token(tokenizer):
         assert generate(engine, [1], max_tokens=3, stop_token_ids=[0]) == (ids[:3], "length")
     finally:
         engine.close()
+
+
+ROW_PARAMS = [  # one batch's rows: greedy, seeded draws of several filters, biases, penalties
+    SamplingParams(temperature=0.8, seed=1, logit_bias={3: -1e9}),
+    SamplingParams(temperature=0.0, logit_bias={3: -1e9, 7: 2.0}),
+    SamplingParams(temperature=0.8, seed=2, logit_bias={3: -1e9}),
+    SamplingParams(temperature=0.7, seed=3, top_p=0.9, repetition_penalty=1.3),
+    SamplingParams(temperature=0.8, seed=4),
+    SamplingParams(temperature=0.8, seed=5, logit_bias={5: 4.0}, presence_penalty=0.5),
+]
+
+
+def rows_alone(logits: mx.array, inputs: mx.array, history: list[list[int]]) -> list:
+    """Each row through its own processors, normalization and sampler, one row at a time
+    (mlx-lm's batch step on a batch of distinct samplers)."""
+    out = []
+    for e, params in enumerate(ROW_PARAMS):
+        row, context = logits[e : e + 1], TokenBuffer(history[e])
+        for processor in make_penalty_processors(params):
+            row = processor(context.update_and_fetch(inputs[e : e + 1]), row)
+        logprobs = log_normalize(row)
+        out.append((make_sampler(params)(logprobs).item(), np.array(logprobs[0])))
+    return out
+
+
+@pytest.mark.parametrize("native_draw", [False, True])
+def test_rows_processed_and_drawn_together_are_each_rows_own(native_draw):
+    if native_draw and not native.provides("sample"):
+        pytest.skip("vllm_mlx.native has no sample kernel")
+    numerics = Numerics(draw=draw, logsumexp=native.logsumexp) if native_draw else MLX_OPS
+    rng = np.random.default_rng(0)
+    vocab, rows = 64, len(ROW_PARAMS)
+    history = [rng.integers(0, vocab, 5).tolist() for _ in range(rows)]
+    inputs = mx.array(rng.integers(0, vocab, rows), dtype=mx.uint32)
+    with computing_with(numerics):
+        for step in range(4):
+            logits = mx.array(rng.normal(size=(rows, vocab)).astype(np.float32) * 3)
+            contexts = [TokenBuffer(h) for h in history]
+            processed, _ = process_rows(
+                logits, inputs, [make_penalty_processors(p) for p in ROW_PARAMS], contexts
+            )
+            logprobs = log_normalize(processed)
+            tokens = sample_rows([make_sampler(p) for p in ROW_PARAMS], logprobs).tolist()
+            for e, (token, alone) in enumerate(rows_alone(logits, inputs, history)):
+                assert tokens[e] == token, (step, e)
+                assert np.array_equal(np.array(logprobs[e]), alone), (step, e)

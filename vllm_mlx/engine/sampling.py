@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -167,10 +167,18 @@ class RequestSampler:
             return mx.random.split(key, rows)
         return (mx.random.uniform(shape=(rows, 2)) * 4294967296.0).astype(mx.uint32)
 
+    @property
+    def inv_temp(self) -> float:
+        return self._inv_temp
+
+    def draw_kernel(self, numerics: Numerics) -> Draw | None:
+        """The kernel this sampler draws with under ``numerics`` (None: MLX's ops)."""
+        return self._draw or numerics.draw
+
     def __call__(self, logprobs: mx.array) -> mx.array:
         if self.greedy:
             return mx.argmax(logprobs, axis=-1)
-        draw = self._draw or current_numerics().draw
+        draw = self.draw_kernel(current_numerics())
         if draw is not None and logprobs.ndim == 2:
             rows = logprobs.astype(mx.float32)
             # a temperature near 0 (1e-40 passes the APIs' bounds) overflows float32's 1/T:
@@ -184,11 +192,114 @@ def make_sampler(params: SamplingParams) -> RequestSampler:
     return RequestSampler(params)
 
 
+class LogitBias:
+    """An additive bias on some tokens (mlx-lm's logit-bias arithmetic: one float32 add per
+    biased entry), as an object a batched step recognizes, so it adds every row's bias in
+    one scatter instead of copying each row's logits out and back (``process_rows``)."""
+
+    def __init__(self, bias: dict[int, float]):
+        self.tokens = [int(t) for t in bias]
+        self.values = [float(v) for v in bias.values()]
+        self._indices = mx.array(self.tokens)
+        self._added = mx.array(self.values)
+
+    def __call__(self, tokens: mx.array, logits: mx.array) -> mx.array:
+        return logits.at[:, self._indices].add(self._added)
+
+
 def make_penalty_processors(params: SamplingParams) -> list[LogitsProcessor]:
-    """Repetition, presence and frequency penalties and logit bias, from mlx-lm."""
-    return make_logits_processors(
-        logit_bias=params.logit_bias or None,
+    """Logit bias, then repetition, presence and frequency penalties (mlx-lm's order)."""
+    bias: list[LogitsProcessor] = [LogitBias(params.logit_bias)] if params.logit_bias else []
+    return bias + make_logits_processors(
         repetition_penalty=params.repetition_penalty or None,
         presence_penalty=params.presence_penalty or None,
         frequency_penalty=params.frequency_penalty or None,
     )
+
+
+def process_rows(
+    logits: mx.array, inputs: mx.array, processors: Sequence[Sequence[LogitsProcessor]], contexts
+) -> tuple[mx.array, list[mx.array]]:
+    """Each row's processors over ``logits`` [B, V] (``inputs`` [B]: the tokens just fed),
+    as mlx-lm's batch step applies them row by row, with every row's leading ``LogitBias``
+    added in one scatter. Each row's context (its tokens so far, a ``TokenBuffer`` in
+    ``contexts``) takes its token whenever the row has processors. Returns the processed
+    logits and the contexts updated."""
+    updated: list[mx.array] = []
+    if not any(processors):
+        return logits, updated
+    rows: list[int] = []
+    columns: list[int] = []
+    added: list[float] = []
+    rest: list[tuple[int, mx.array, Sequence[LogitsProcessor]]] = []
+    for e, own in enumerate(processors):
+        if not own:
+            continue
+        context = contexts[e].update_and_fetch(inputs[e : e + 1])
+        updated.append(context)
+        if isinstance(own[0], LogitBias):
+            rows += [e] * len(own[0].tokens)
+            columns += own[0].tokens
+            added += own[0].values
+            own = own[1:]
+        if own:
+            rest.append((e, context, own))
+    if rows:
+        logits = logits.at[mx.array(rows), mx.array(columns)].add(mx.array(added))
+    if rest:
+        pieces = [logits[e : e + 1] for e in range(logits.shape[0])]
+        for e, context, own in rest:
+            for processor in own:
+                pieces[e] = processor(context, pieces[e])
+        logits = mx.concatenate(pieces, axis=0)
+    return logits, updated
+
+
+def sample_rows(samplers: Sequence[Sampler], logprobs: mx.array) -> mx.array:
+    """Each row's token from its own sampler over ``logprobs`` [B, V], the rows that draw
+    alike (greedy, or the same kernel, filters and temperature) in one call: every kernel
+    decides a row from that row and its random words alone, so a row's token is the one
+    its sampler gives it by itself. Random words are taken in row order."""
+    groups: dict[Any, list[int]] = {}
+    words: dict[Any, list[mx.array]] = {}
+    alone: list[int] = []
+    numerics = current_numerics()
+    for e, sampler in enumerate(samplers):
+        if isinstance(sampler, RequestSampler):
+            if sampler.greedy:
+                groups.setdefault("greedy", []).append(e)
+                continue
+            draw = sampler.draw_kernel(numerics)
+            if draw is not None and logprobs.ndim == 2:
+                key = (draw, sampler.filters, min(sampler.inv_temp, FLOAT32_MAX))
+                groups.setdefault(key, []).append(e)
+                words.setdefault(key, []).append(sampler.random_words(1))
+                continue
+        alone.append(e)
+    batch = logprobs.shape[0]
+    if len(groups) == 1 and not alone and len(next(iter(groups.values()))) == batch:
+        ((key, _),) = groups.items()
+        return _draw_group(key, logprobs, words.get(key))
+    order: list[int] = []
+    parts: list[mx.array] = []
+    for key, members in groups.items():
+        rows = logprobs[mx.array(members)]
+        parts.append(_draw_group(key, rows, words.get(key)))
+        order += members
+    for e in alone:
+        parts.append(samplers[e](logprobs[e : e + 1]))
+        order.append(e)
+    tokens = mx.concatenate(parts, axis=0)
+    where = [0] * batch
+    for position, e in enumerate(order):
+        where[e] = position
+    return tokens[mx.array(where)]
+
+
+def _draw_group(key: Any, rows: mx.array, words: list[mx.array] | None) -> mx.array:
+    if key == "greedy":
+        return mx.argmax(rows, axis=-1)
+    draw, filters, inv_temp = key
+    assert words is not None
+    bits = words[0] if len(words) == 1 else mx.concatenate(words, axis=0)
+    return draw(rows.astype(mx.float32), bits, filters, inv_temp)

@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import mlx.core as mx
 from mlx_lm.generate import BatchGenerator, GenerationBatch, PromptProcessingBatch
 
 from ..protocols import LayerCache
@@ -43,6 +44,7 @@ from .row_prefill import (
     reserve,
     started_generation,
 )
+from .sampling import Sampler, log_normalize, process_rows, sample_rows
 
 # A sequence's cache taken out of the batch, and the tokens it holds.
 Extracted = tuple[list[LayerCache], list[int]]
@@ -145,12 +147,49 @@ def _fewest_left(planned: tuple[_Prefill, int]) -> int:
     return planned[0].remaining
 
 
+class BatchedRows(GenerationBatch):
+    """mlx-lm's generation batch whose step treats the rows together after the model call:
+    every row's logit bias in one scatter, one draw for the rows that sample alike
+    (``sampling.process_rows`` / ``sample_rows``), instead of a slice, a copy and a sampler
+    call per row. Each row's numbers are those of mlx-lm's row-by-row step."""
+
+    def _step(self) -> tuple[list[int], list[mx.array]]:
+        inputs: Any = self._next_tokens  # mlx-lm declares the token fields None at first
+        self._current_tokens, self._current_logprobs = inputs, self._next_logprobs
+        logits = self.model(inputs[:, None], cache=self.prompt_cache)[:, -1, :]
+        rows = len(self.uids)
+        logits, contexts = process_rows(
+            logits, inputs, self.logits_processors or [[]] * rows, self._token_context
+        )
+        logprobs = log_normalize(logits)
+        own: list[Sampler | None] = list(self.samplers) if self.samplers else [None] * rows
+        samplers: list[Sampler] = [self.fallback_sampler if s is None else s for s in own]
+        if all(s is samplers[0] for s in samplers):
+            self._next_tokens = samplers[0](logprobs)
+        else:
+            self._next_tokens = sample_rows(samplers, logprobs)
+        self._next_logprobs = list(logprobs)
+        mx.async_eval(self._next_tokens, self._next_logprobs, contexts)
+        # the tokens fed this step, now that the next step is under way
+        mx.eval(inputs, self._current_logprobs)
+        fed = inputs.tolist()
+        for held, token in zip(self.tokens, fed, strict=True):
+            held.append(token)
+        return fed, self._current_logprobs
+
+
+class DecodeBatch(LeanGenerationBatch, BatchedRows):
+    """The batch the generator decodes in: ``LeanGenerationBatch``'s step (no forward after
+    every row's last token, a one-row cache out without a copy), whose forward steps are
+    ``BatchedRows``' (next in the method order, where the lean step defers to its base)."""
+
+
 class FairBatchGenerator(BatchGenerator):
     """mlx-lm's continuous batching with its steps chosen by a ``PrefillSchedule``."""
 
     def __init__(self, model: Any, *, schedule: PrefillSchedule, **kwargs: Any):
         super().__init__(model, prefill_step_size=schedule.chunk, **kwargs)
-        self._generation_batch.__class__ = LeanGenerationBatch  # no copy, no forward unread
+        self._generation_batch.__class__ = DecodeBatch
         self.schedule = schedule
         self._prefills: list[_Prefill] = []
         self._prefilled = 0  # prompt tokens the current step has prefilled
@@ -162,7 +201,7 @@ class FairBatchGenerator(BatchGenerator):
         # The rows that decode_with moved out of the generation batch to verify their drafts
         # (empty unless it does): decoding, they count as the generation batch's rows do.
         self.drafting_batch = GenerationBatch.empty(self.model, self.sampler)
-        self.drafting_batch.__class__ = LeanGenerationBatch  # the batches swap roles
+        self.drafting_batch.__class__ = DecodeBatch  # the batches swap roles
 
     @property
     def decoding_rows(self) -> int:
