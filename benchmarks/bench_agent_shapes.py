@@ -194,6 +194,7 @@ def one_round(index: int, workers: dict[str, Worker], size: dict, rec: Record, g
         prefix, suffix = prompt("text", size["cached_prefix"]), prompt("text", size["new"])
         for kind, answer in both("cached", prefix=prefix["ids"], suffix=suffix["ids"]).items():
             rec("cached ttft", kind, answer["s"])
+            rec("cached cpu", kind, answer["cpu_s"])
 
     def edit() -> None:
         edit = prompt("edit", size["edit_file"])
@@ -357,6 +358,7 @@ def table(rec: Record, size: dict, llama_note: str) -> str:
         "ours / llama.cpp ≤ 1",
         digits=3,
     )
+    side("the same turn's CPU seconds (the engine's process, all threads)", "cached cpu", digits=3)
     file_tokens = spread(get("edit file tokens", OURS), 0)
     side(f"edit ({file_tokens}-token file): decode tok/s, no lookup", "edit plain", digits=1)
     skipped = get("edit lookup skipped", OURS)
