@@ -1,7 +1,8 @@
 """The int16 products' AVX-512 VNNI body gives the AVX2 body's bits, and each row of a
 product of 1..8 rows (one pass over the weights serves 8 there, 4 on AVX2) equals the
 one-row product's, for every layout a decode step reads: 4/8 bits, group sizes 32-128,
-float32 and float16 scales, row lengths with fewer than 8 groups and with a ragged tail."""
+float32 and float16 scales, row lengths with fewer than 8 groups and with a ragged tail.
+Under int8 activations likewise: the VNNI body's vpdpbusd gives the AVX2 body's bits."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ pytestmark = [
 def body_restored():
     yield
     native.set_int16_body(BODIES[-1])
+    native.set_activations("int16")
 
 
 def product(x, w, scales, biases, group_size: int, bits: int, body: str) -> np.ndarray:
@@ -38,9 +40,11 @@ def product(x, w, scales, biases, group_size: int, bits: int, body: str) -> np.n
 @pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize(("group_size", "k"), [(32, 576), (32, 160), (64, 1536), (128, 384)])
 @pytest.mark.parametrize("half_scales", [False, True])
+@pytest.mark.parametrize("activations", ["int16", "int8"])
 def test_every_body_gives_each_row_its_one_row_bits(
-    body_restored: None, bits: int, group_size: int, k: int, half_scales: bool
+    body_restored: None, bits: int, group_size: int, k: int, half_scales: bool, activations: str
 ) -> None:
+    assert native.set_activations(activations)
     mx.random.seed(bits * 1000 + k)
     w, scales, biases = mx.quantize(mx.random.normal((203, k)), group_size=group_size, bits=bits)
     if half_scales:

@@ -234,14 +234,16 @@ def test_scales_and_biases_must_share_float32_or_float16(scales_dtype, biases_dt
         )
 
 
-def int16_bound(x: np.ndarray, w, scales, group_size: int, bits: int) -> np.ndarray:
-    """kernels.h's bound for the int16 body, per output: x rounded to sx_g * xq with
-    sx_g = max|x_g| / 32767 errs by at most sx_g / 2 per element, so y errs by at most
+def int_bound(
+    x: np.ndarray, w, scales, group_size: int, bits: int, levels: int = 32767
+) -> np.ndarray:
+    """kernels.h's bound for the integer bodies, per output: x rounded to sx_g * xq with
+    sx_g = max|x_g| / levels errs by at most sx_g / 2 per element, so y errs by at most
     sum_g |scale_g| * sum_k q_k * sx_g / 2 (plus float rounding, allowed separately)."""
     n, k = scales.shape[0], x.shape[-1]
     unit = mx.dequantize(w, mx.ones_like(scales), mx.zeros_like(scales), group_size, bits)
     q_sums = np.array(unit).reshape(n, k // group_size, group_size).sum(-1)
-    sx = np.abs(x).reshape(k // group_size, group_size).max(-1) / 32767
+    sx = np.abs(x).reshape(k // group_size, group_size).max(-1) / levels
     return (np.abs(np.array(scales, dtype=np.float32)) * q_sums * sx / 2).sum(-1)
 
 
@@ -251,7 +253,7 @@ def int16_bound(x: np.ndarray, w, scales, group_size: int, bits: int) -> np.ndar
 def test_int16_products_stay_within_their_bound(isa, case) -> None:
     """Rows of x (decode rows and prompt blocks alike) on the default body against MLX's
     float op, for float16 and float32 scales; each row's output is the one-row product's,
-    bit for bit, in any batch or block."""
+    bit for bit, in any batch or block. int8 activations likewise, with their 127 levels."""
     bits, group_size, k, n, m, seed = case
     assert native.status()["activations"] == "int16"
     w, half, full = half_weights(n, k, group_size, bits, seed)
@@ -259,15 +261,51 @@ def test_int16_products_stay_within_their_bound(isa, case) -> None:
     ref = np.array(
         mx.quantized_matmul(x, w, *full, transpose=True, group_size=group_size, bits=bits)
     )
-    got = np.array(native.quantized_matmul(x, w, *half, group_size, bits))
-    for row in range(m):
-        bound = int16_bound(np.array(x[row]), w, full[0], group_size, bits)
-        slack = 2e-5 * (1 + np.abs(ref[row]).max())
-        assert (np.abs(got[row] - ref[row]) <= bound + slack).all()
-        alone = np.array(native.quantized_matmul(x[row : row + 1], w, *half, group_size, bits))
-        assert np.array_equal(alone[0], got[row])
-    full_scales = np.array(native.quantized_matmul(x, w, *full, group_size, bits))
-    assert np.array_equal(full_scales, got)  # float16 scales are exact in float32
+    try:
+        for activations, levels in (("int16", 32767), ("int8", 127)):
+            assert native.set_activations(activations)
+            got = np.array(native.quantized_matmul(x, w, *half, group_size, bits))
+            for row in range(m):
+                bound = int_bound(np.array(x[row]), w, full[0], group_size, bits, levels)
+                slack = 2e-5 * (1 + np.abs(ref[row]).max())
+                assert (np.abs(got[row] - ref[row]) <= bound + slack).all(), activations
+                alone = native.quantized_matmul(x[row : row + 1], w, *half, group_size, bits)
+                assert np.array_equal(np.array(alone)[0], got[row]), activations
+            full_scales = np.array(native.quantized_matmul(x, w, *full, group_size, bits))
+            assert np.array_equal(full_scales, got)  # float16 scales are exact in float32
+    finally:
+        native.set_activations("int16")
+
+
+@pytest.mark.default_activations
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("rows", [1, 5])
+def test_int8_activations_give_the_product_of_x_rounded_to_127_levels(
+    isa, bits: int, rows: int
+) -> None:
+    """int8 activations are MLX's float product of x rounded per group to sx_g * xq,
+    |xq| <= 127, with the bias term on x's exact group sums (to float rounding), which
+    int16's products are not."""
+    if isa != "avx2":
+        pytest.skip("the integer bodies are AVX2's (elsewhere x stays float)")
+    w, scales, biases = mx.quantize(mx.random.normal((96, 256), key=mx.random.key(7)), 32, bits)
+    x = np.array(mx.random.normal((rows, 256), key=mx.random.key(8))) * 3
+    groups = x.reshape(rows, 8, 32)
+    sx = np.abs(groups).max(-1, keepdims=True) / np.float32(127)
+    # as the kernel: times 1/sx, to nearest even
+    rounded = (np.round(groups * (np.float32(1) / sx)) * sx).reshape(rows, 256)
+    zero = mx.zeros_like(biases)
+    ref = np.array(mx.quantized_matmul(mx.array(rounded), w, scales, zero, True, 32, bits))
+    ref += groups.sum(-1) @ np.array(biases).T
+    slack = 2e-5 * (1 + np.abs(ref).max())
+    try:
+        assert native.set_activations("int8") and native.status()["activations"] == "int8"
+        int8 = np.array(native.quantized_matmul(mx.array(x), w, scales, biases, 32, bits))
+    finally:
+        native.set_activations("int16")
+    int16 = np.array(native.quantized_matmul(mx.array(x), w, scales, biases, 32, bits))
+    assert np.abs(int8 - ref).max() <= slack
+    assert np.abs(int16 - ref).max() > 10 * slack
 
 
 @pytest.mark.default_activations
@@ -293,9 +331,9 @@ def test_int16_decode_products_leave_special_x_to_the_float_body(isa, bits: int,
 
 
 def test_a_bad_activations_switch_fails_the_load(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(native.ACTIVATIONS_ENV, "int8")
+    monkeypatch.setenv(native.ACTIVATIONS_ENV, "int4")
     with pytest.raises(ValueError, match=native.ACTIVATIONS_ENV):
         patch.enable(quantized_llama(4, 32))
     monkeypatch.setenv(native.ACTIVATIONS_ENV, "float")
     assert patch.enable(quantized_llama(4, 32)).linear > 0
-    assert not native.set_activations("int8") and native.set_activations("float")
+    assert not native.set_activations("int4") and native.set_activations("float")

@@ -40,7 +40,9 @@ KERNELS = (
     "sample",
 )
 DISABLE_ENV = "VLLM_MLX_NATIVE"  # "0" turns the kernels off without rebuilding
-ACTIVATIONS_ENV = "VLLM_MLX_NATIVE_ACTIVATIONS"  # "int16" (default) or "float" (read in C++)
+ACTIVATIONS_ENV = (
+    "VLLM_MLX_NATIVE_ACTIVATIONS"  # "int16" (default), "int8" or "float" (read in C++)
+)
 _routed: list[str] = []  # what patch.enable routed, latest last (for status())
 
 
@@ -256,13 +258,14 @@ def check_activations_env() -> None:
     """A bad ``VLLM_MLX_NATIVE_ACTIVATIONS`` fails the model load (the extension reads it
     itself, and would take any other value for the default)."""
     value = os.environ.get(ACTIVATIONS_ENV, "int16")
-    if value not in ("int16", "float"):
-        raise ValueError(f"{ACTIVATIONS_ENV} must be int16 or float, not {value!r}")
+    if value not in ("int16", "int8", "float"):
+        raise ValueError(f"{ACTIVATIONS_ENV} must be int16, int8 or float, not {value!r}")
 
 
 def set_activations(name: str) -> bool:
-    """Select how single-row products read x: "int16" (the default, bounded error) or
-    "float" (exact to float rounding), for tests and benchmarks."""
+    """Select how products read x: "int16" (the default, bounded error), "int8" (int8
+    activations' numbers, for the accuracy study) or "float" (exact to float rounding),
+    for tests and benchmarks."""
     kernels = _load()[0]
     return kernels is not None and kernels.set_activations(name)
 

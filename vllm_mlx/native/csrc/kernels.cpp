@@ -34,13 +34,19 @@ bool use_avx2() {
   return avx2_selected().load(std::memory_order_relaxed);
 }
 
-// VLLM_MLX_NATIVE_ACTIVATIONS=float selects the exact body for the whole process.
-std::atomic<bool>& int16_selected() {
-  static std::atomic<bool> selected{[] {
+// How x is read (VLLM_MLX_NATIVE_ACTIVATIONS for the whole process): the largest integer
+// a group of x is rounded to, 0 for the exact float body.
+int activation_levels(const std::string& name) {
+  return name == "float" ? 0 : name == "int8" ? 127 : name == "int16" ? 32767 : -1;
+}
+
+std::atomic<int>& int_levels() {
+  static std::atomic<int> levels{[] {
     const char* env = std::getenv("VLLM_MLX_NATIVE_ACTIVATIONS");
-    return env == nullptr || std::string(env) != "float";
+    const int chosen = env == nullptr ? 32767 : activation_levels(env);
+    return chosen < 0 ? 32767 : chosen;
   }()};
-  return selected;
+  return levels;
 }
 
 bool cpu_has_vnni() {
@@ -83,15 +89,16 @@ bool avx2_enabled() {
 }
 
 const char* activations() {
-  return int16_selected().load() ? "int16" : "float";
+  const int levels = int_levels().load();
+  return levels == 0 ? "float" : levels == 127 ? "int8" : "int16";
 }
 
 bool set_activations(const char* name) {
-  const std::string wanted(name);
-  if (wanted != "int16" && wanted != "float") {
+  const int levels = activation_levels(name);
+  if (levels < 0) {
     return false;
   }
-  int16_selected().store(wanted == "int16");
+  int_levels().store(levels);
   return true;
 }
 
@@ -321,13 +328,18 @@ bool qmm_many_int16(const QmmArgs* list, int count) {
   thread_local std::vector<int16_t> q;
   thread_local std::vector<float> scale, sum;
   thread_local std::vector<avx2::Int16X> rows;
+  thread_local std::vector<int8_t> q8;
+  const int levels = int_levels().load(std::memory_order_relaxed);
+  const bool vnni = vnni_selected().load(std::memory_order_relaxed);
+  const bool int8 = vnni && levels <= 127; // the VNNI body's vpdpbusd reads x's int8 copy
+  q8.resize(int8 ? a.M * a.K : 0);
   q.resize(a.M * a.K);
   scale.resize(a.M * per_row);
   sum.resize(a.M * per_row);
   rows.resize(a.M);
   for (int64_t m = 0; m < a.M; ++m) {
-    rows[m] = {q.data() + m * a.K, scale.data() + m * per_row, sum.data() + m * per_row};
-    if (!avx2::quantize_int16(a.x + m * a.K, a.K, a.group_size, a.bits, rows[m])) {
+    rows[m] = {q.data() + m * a.K, scale.data() + m * per_row, sum.data() + m * per_row, int8 ? q8.data() + m * a.K : nullptr};
+    if (!avx2::quantize_int16(a.x + m * a.K, a.K, a.group_size, a.bits, levels, rows[m])) {
       return false;
     }
   }
@@ -336,7 +348,7 @@ bool qmm_many_int16(const QmmArgs* list, int count) {
   // thread_local: the tasks run on other threads, so hand them what this thread's hold
   const Tasks& tasks = plans.plan(list, count, pool.size());
   const avx2::Int16X* xs = rows.data();
-  const auto body = vnni_selected().load(std::memory_order_relaxed) ? vnni_body() : avx2::qmm_rows_int16;
+  const auto body = vnni ? vnni_body() : avx2::qmm_rows_int16;
   pool.parallel_for(tasks.count(), [&](int t) {
     int j;
     int64_t n0, n1;
@@ -352,7 +364,7 @@ bool qmm_many_int16(const QmmArgs* list, int count) {
 void qmm_many(const QmmArgs* list, int count) {
   const QmmArgs& a = list[0];
 #if defined(VMLX_HAVE_AVX2)
-  if (use_avx2() && int16_selected().load(std::memory_order_relaxed) && a.group_size % 32 == 0 &&
+  if (use_avx2() && int_levels().load(std::memory_order_relaxed) != 0 && a.group_size % 32 == 0 &&
       qmm_many_int16(list, count)) {
     return;
   }

@@ -157,12 +157,14 @@ inline bool sdpa_allowed(const SdpaArgs& a, int64_t b, int64_t h, int64_t i, int
       a.mask[b * a.mask_strides[0] + h * a.mask_strides[1] + i * a.mask_strides[2] + l * a.mask_strides[3]];
 }
 
-// How decode products (up to 8 rows of x) read x: "int16" (the default) rounds each group of x
-// to int16 against its largest magnitude, x_k = sx_g * xq_k with sx_g = max|x_g| / 32767,
-// and sums integer products exactly: |y - y_float| <= sum_g |scale_g| * sum_k q_k * sx_g / 2
-// (relative ~2^-16 per group), 1.1-1.6x the speed of "float", which is exact to float
-// rounding like MLX. Each row's result is the same in any batch. Longer blocks (prefill)
-// always use float.
+// How products read x: "int16" (the default) rounds each group of x to integers against
+// its largest magnitude, x_k = sx_g * xq_k with sx_g = max|x_g| / L, L = 32767, and sums
+// integer products exactly: |y - y_float| <= sum_g |scale_g| * sum_k q_k * sx_g / 2
+// (relative ~2^-16 per group for int16), 1.1-1.6x the speed of "float", which is exact to
+// float rounding like MLX. "int8" is the same with L = 127 (relative ~2^-8 per group: the
+// numbers an int8-activation body would give; it runs the int16 body, so no faster; the
+// accuracy study in docs/native-kernels.md). Each row's result is the same in any batch
+// and any prompt block.
 const char* activations();
 bool set_activations(const char* name);
 // Which body runs the int16 products under the AVX2 instruction set: "vnni" (AVX-512
@@ -217,9 +219,12 @@ struct Int16X {
   int16_t* q;
   float* scale;
   float* sum;
+  int8_t* q8 = nullptr; // int8 activations on AVX-512 VNNI: x's int8 values, in its byte order
 };
-// False (and out unfinished) when x holds inf or nan: the float body takes those.
-bool quantize_int16(const float* x, int64_t K, int group_size, int bits, Int16X& out);
+// x rounded to |xq| <= levels per group (32767: int16; 127: int8's numbers), and into
+// out.q8 too when it is set (levels <= 127). False (and out unfinished) when x holds inf
+// or nan: the float body takes those.
+bool quantize_int16(const float* x, int64_t K, int group_size, int bits, int levels, Int16X& out);
 // Weight rows [n0, n1) for `rows` rows of x (xs[m]'s output row at a.y + m * a.N),
 // each output the one-row product's bits whatever `rows` is.
 void qmm_rows_int16(const QmmArgs& a, const Int16X* xs, int64_t rows, int64_t n0, int64_t n1);

@@ -35,9 +35,15 @@ constexpr bool X_OUTER = false; // 16 registers: the weight-row-outer order spil
 
 #include "qmm_int16_body.h"
 
+// The element at byte p of a 32-weight chunk as the VNNI int8 body lays out 8-bit weights
+// (4-bit ones keep element order): dword l holds the elements 2l, 2l+1, 16 + 2l, 17 + 2l.
+inline int perm8_bytes(int p) {
+  return (p % 4 < 2 ? 0 : 16) + 2 * (p / 4) + p % 2;
+}
+
 } // namespace
 
-bool quantize_int16(const float* x, int64_t K, int group_size, int bits, Int16X& out) {
+bool quantize_int16(const float* x, int64_t K, int group_size, int bits, int levels, Int16X& out) {
   const int64_t groups = K / group_size;
   const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   alignas(32) int32_t rounded[32];
@@ -57,7 +63,7 @@ bool quantize_int16(const float* x, int64_t K, int group_size, int bits, Int16X&
     if (!std::isfinite(amax) || !std::isfinite(sum)) {
       return false; // the float body propagates inf and nan as MLX does
     }
-    const float sx = amax / 32767.0f;
+    const float sx = amax / static_cast<float>(levels);
     for (int r = 0; r < INT16_ROWS; ++r) {
       out.sum[r * groups + g] = sum;
       out.scale[r * groups + g] = sx;
@@ -71,7 +77,13 @@ bool quantize_int16(const float* x, int64_t K, int group_size, int bits, Int16X&
       }
       for (int j = 0; j < 32; ++j) {
         const int32_t v = rounded[bits == 4 ? perm4(j) : j];
-        q[c + j] = static_cast<int16_t>(std::clamp(v, -32767, 32767));
+        q[c + j] = static_cast<int16_t>(std::clamp(v, -levels, levels));
+      }
+      if (out.q8 != nullptr) {
+        int8_t* q8 = out.q8 + g * group_size + c;
+        for (int j = 0; j < 32; ++j) {
+          q8[j] = static_cast<int8_t>(std::clamp(rounded[bits == 4 ? j : perm8_bytes(j)], -levels, levels));
+        }
       }
     }
   }

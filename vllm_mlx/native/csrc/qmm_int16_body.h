@@ -1,4 +1,4 @@
-// The int16 decode product's body (see qmm_int16_avx2.cpp), shared by the AVX2 file and
+// The integer decode products' body (see qmm_int16_avx2.cpp), shared by the AVX2 file and
 // the AVX-512 VNNI one (qmm_int16_vnni.cpp), which differ only in how a 32-element chunk's
 // exact integer dot is formed and in how many rows of x a pass serves. No include guard,
 // no namespace: each includer opens its own namespace (an anonymous one inside its
@@ -10,17 +10,11 @@
 //       sums of q[0]·x0 and q[1]·x1 pairwise, lane l = the pairs 2l, 2l+1 of both halves
 //       (vpmaddwd's lanes): every body's integer sums are the same numbers;
 //   constexpr bool X_OUTER       one-chunk groups (32) loop over x rows outside the weight
-//       rows: every unpacked weight row and two x vectors stay in registers (needs 32).
-inline __m256i dot32(const __m256i q[2], const int16_t* x) {
-  return dot32(q, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16)));
-}
-
-// Each output's float arithmetic (its lane sums in group order, the horizontal sum, the
-// bias term) is independent of M, of weight_rows and of the neighbours, so a row's result
-// is the one-row product's bits in every body.
-
-constexpr int64_t PREFETCH_BYTES = 2048;
-
+//       rows: every unpacked weight row and two x vectors stay in registers (needs 32);
+//   VMLX_INT8_X (optional)       x read as int8 (Int16X::q8) and vpdpbusd (AVX-512 VNNI):
+//       one instruction per 32-weight chunk, whose lane l sums the same four products as
+//       the int16 chunk's lane l (the bytes are laid out so), so the same integers.
+#ifndef VMLX_INT8_X
 // Element order of a 32-weight chunk of a 4-bit row as unpack16 yields it: the 16 even
 // elements (low nibbles), then the 16 odd ones.
 inline int perm4(int j) {
@@ -39,6 +33,61 @@ inline void unpack16(const uint8_t* p, __m256i w[2]) {
     w[1] = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
   }
 }
+
+struct Chunk { // a 32-weight chunk ready for chunk_dot
+  __m256i w[2];
+};
+struct XChunk { // x's 32 elements for one chunk
+  __m256i a, b;
+};
+
+template <int BITS>
+inline void unpack_chunk(const uint8_t* p, Chunk& c) {
+  unpack16<BITS>(p, c.w);
+}
+
+inline XChunk load_x(const Int16X& x, int64_t k) {
+  return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + k)), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + k + 16))};
+}
+
+inline __m256i chunk_dot(const Chunk& q, const XChunk& x) {
+  return dot32(q.w, x.a, x.b);
+}
+#else
+using Chunk = __m256i;  // 32 weights as unsigned bytes
+using XChunk = __m256i; // 32 elements of x as signed bytes, in the weights' byte order
+
+// Bytes 4l..4l+3 hold the four weights lane l of the int16 chunk sums: for 4 bits the
+// elements 4l..4l+3 in order (each byte's two nibbles side by side); for 8 bits the
+// elements 2l, 2l+1, 16 + 2l, 17 + 2l (quantize_int16 stores x's int8 copy to match).
+template <int BITS>
+inline void unpack_chunk(const uint8_t* p, Chunk& c) {
+  if constexpr (BITS == 4) {
+    const __m256i words = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    c = _mm256_and_si256(_mm256_or_si256(words, _mm256_slli_epi16(words, 4)), _mm256_set1_epi16(0x0F0F));
+  } else {
+    // 64-bit quarters A0 B0 | A1 B1 (A: bytes 0..15, B: 16..31), then per 128-bit lane the
+    // bytes 2l, 2l+1 of its A quarter and of its B quarter into dword l
+    const __m256i halves = _mm256_permute4x64_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), 0xD8);
+    const __m256i order = _mm256_setr_epi8(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15, 0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15);
+    c = _mm256_shuffle_epi8(halves, order);
+  }
+}
+
+inline XChunk load_x(const Int16X& x, int64_t k) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q8 + k));
+}
+
+inline __m256i chunk_dot(const Chunk& q, const XChunk& x) {
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, x);
+}
+#endif
+
+// Each output's float arithmetic (its lane sums in group order, the horizontal sum, the
+// bias term) is independent of M, of weight_rows and of the neighbours, so a row's result
+// is the one-row product's bits in every body.
+
+constexpr int64_t PREFETCH_BYTES = 2048;
 
 // For R consecutive rows (their groups are contiguous, as are x's R copies of sx and of
 // its group sums): scaled[i] = w_scale[i] * sx[i], and each row's bias term
@@ -111,22 +160,20 @@ inline void int_rows_m(const QmmArgs& a, const S* scales, const S* biases, const
   }
   for (int64_t g = 0; g < groups; ++g, w += group_bytes) {
     if constexpr (X_OUTER && C == 1) { // every weight row unpacked, then each x row loaded once
-      __m256i q[R][2];
+      Chunk q[R];
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const uint8_t* row = w + r * row_bytes;
         _mm_prefetch(reinterpret_cast<const char*>(row + ahead), _MM_HINT_T0);
-        unpack16<BITS>(row, q[r]);
+        unpack_chunk<BITS>(row, q[r]);
       }
 #pragma GCC unroll 8
       for (int m = 0; m < M; ++m) {
-        const int16_t* xq = xs[m].q + g * G;
-        const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
-        const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 16));
+        const XChunk xc = load_x(xs[m], g * G);
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {
           const float* scaled = buf + m * buf_stride + r * groups + g;
-          acc[r][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot32(q[r], x0, x1)), _mm256_broadcast_ss(scaled), acc[r][m]);
+          acc[r][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(chunk_dot(q[r], xc)), _mm256_broadcast_ss(scaled), acc[r][m]);
         }
       }
       continue;
@@ -135,18 +182,17 @@ inline void int_rows_m(const QmmArgs& a, const S* scales, const S* biases, const
     for (int r = 0; r < R; ++r) {
       const uint8_t* row = w + r * row_bytes;
       _mm_prefetch(reinterpret_cast<const char*>(row + ahead), _MM_HINT_T0);
-      __m256i q[C][2];
+      Chunk q[C];
 #pragma GCC unroll 4
       for (int c = 0; c < C; ++c) {
-        unpack16<BITS>(row + c * 32 * BITS / 8, q[c]);
+        unpack_chunk<BITS>(row + c * 32 * BITS / 8, q[c]);
       }
 #pragma GCC unroll 8
       for (int m = 0; m < M; ++m) {
-        const int16_t* xq = xs[m].q + g * G;
-        __m256i part = dot32(q[0], xq);
+        __m256i part = chunk_dot(q[0], load_x(xs[m], g * G));
 #pragma GCC unroll 4
         for (int c = 1; c < C; ++c) {
-          part = _mm256_add_epi32(part, dot32(q[c], xq + 32 * c));
+          part = _mm256_add_epi32(part, chunk_dot(q[c], load_x(xs[m], g * G + 32 * c)));
         }
         const float* scaled = buf + m * buf_stride + r * groups + g;
         acc[r][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(part), _mm256_broadcast_ss(scaled), acc[r][m]);
