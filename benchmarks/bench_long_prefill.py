@@ -5,12 +5,15 @@ hits both alike.
 
     LD_PRELOAD=/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0 \\
         python benchmarks/bench_long_prefill.py [--lengths 512,2048,4096,8192] [--rounds 2] \\
-        [--against /work/main]
+        [--prefix-cache on,off] [--against /work/main]
 
 Reports, per tree and length: prefill tok/s (wall, and per CPU-second of this process: all
 threads, which the machine's other work distorts far less), each as a ratio to its 2k value
-(the target: 8k >= 0.7 of 2k), the resident-memory high-water mark during that prefill, and
-the TTFT of 8 new tokens on a cached 2k prefix (wall and CPU), with the load average.
+(the target: 8k >= 0.7 of 2k), the resident-memory high-water mark during that prefill and
+what it adds to the resident size at the prompt's start (what the process already held,
+earlier prompts in the prefix cache among it, left out), MLX's own peak above its active
+memory at the start, and the TTFT of 8 new tokens on a cached 2k prefix (wall and CPU), with
+the load average. Each tree runs once with the prefix cache on and once off (no cached turn).
 """
 
 from __future__ import annotations
@@ -37,15 +40,20 @@ def _reset_peak_rss() -> None:
         pass
 
 
-def _peak_rss_mb() -> float:
+def _status_mb(field: str) -> float:
+    """A ``/proc/self/status`` size (``VmHWM``, ``VmRSS``) in MB."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return float("nan")
 
 
-def worker(lengths: list[int], prefix_tokens: int, suffix: int) -> dict[str, Any]:
+def worker(
+    lengths: list[int], prefix_tokens: int, suffix: int, prefix_cache: bool
+) -> dict[str, Any]:
     """One round in this process: each length cold, then the cached turn."""
+    import mlx.core as mx
+
     from vllm_mlx.engine.engine import Engine
     from vllm_mlx.engine.generation import GenerationRequest
     from vllm_mlx.engine.prefix_cache import PrefixCache
@@ -55,9 +63,8 @@ def worker(lengths: list[int], prefix_tokens: int, suffix: int) -> dict[str, Any
 
     rng = random.Random(0)
     loaded = load_model(None, progress=False)
-    engine = Engine(
-        ModelBatchSource(loaded.model, prefix_cache=PrefixCache(4 << 30)), loaded.tokenizer
-    )
+    cache = PrefixCache(4 << 30) if prefix_cache else None
+    engine = Engine(ModelBatchSource(loaded.model, prefix_cache=cache), loaded.tokenizer)
 
     def first_token(prompt: list[int]) -> tuple[float, float]:
         """(wall, CPU) seconds to the first streamed token of a 2-token greedy request (a
@@ -78,14 +85,22 @@ def worker(lengths: list[int], prefix_tokens: int, suffix: int) -> dict[str, Any
     try:
         first_token(tokens(64))  # warm-up
         for n in lengths:
+            mx.clear_cache()  # freed buffers MLX keeps would hide what this prompt adds
             _reset_peak_rss()
+            resident, active = _status_mb("VmRSS"), mx.get_active_memory()
+            mx.reset_peak_memory()
             wall, cpu = first_token(tokens(n))
+            peak = _status_mb("VmHWM")
             result["prefill"][n] = {
                 "tok_s": n / wall,
                 "tok_cpu_s": n / cpu,
-                "peak_rss_mb": _peak_rss_mb(),
+                "peak_rss_mb": peak,
+                "added_rss_mb": peak - resident,
+                "added_mlx_mb": (mx.get_peak_memory() - active) / (1 << 20),
                 "load": os.getloadavg()[0],
             }
+        if not prefix_cache:
+            return result
         prefix = tokens(prefix_tokens)
         first_token(prefix)
         turns = [first_token(prefix + tokens(suffix)) for _ in range(3)]
@@ -99,11 +114,13 @@ def worker(lengths: list[int], prefix_tokens: int, suffix: int) -> dict[str, Any
     return result
 
 
-def run_tree(tree: Path, lengths: list[int], prefix_tokens: int, suffix: int) -> dict[str, Any]:
+def run_tree(
+    tree: Path, lengths: list[int], prefix_tokens: int, suffix: int, prefix_cache: str
+) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=str(tree))
     args = [sys.executable, str(Path(__file__).resolve()), "--worker"]
     args += ["--lengths", ",".join(map(str, lengths)), "--prefix-tokens", str(prefix_tokens)]
-    args += ["--suffix-tokens", str(suffix)]
+    args += ["--suffix-tokens", str(suffix), "--prefix-cache", prefix_cache]
     out = subprocess.run(args, env=env, cwd=tree, check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -119,8 +136,10 @@ def summary(rounds: list[dict[str, Any]], lengths: list[int]) -> dict[str, Any]:
         for row in table.values():
             row["tok_s_vs_2k"] = round(row["tok_s"] / base["tok_s"], 2)
             row["tok_cpu_s_vs_2k"] = round(row["tok_cpu_s"] / base["tok_cpu_s"], 2)
-    turns = [r["cached_turn"] for r in rounds]
-    cached = {k: round(statistics.median(t[k] for t in turns), 3) for k in turns[0]}
+    turns = [r["cached_turn"] for r in rounds if "cached_turn" in r]
+    cached = (
+        {k: round(statistics.median(t[k] for t in turns), 3) for k in turns[0]} if turns else {}
+    )
     return {"kernels": rounds[0]["kernels"], "prefill": table, "cached_turn": cached}
 
 
@@ -130,23 +149,27 @@ def main() -> None:
     parser.add_argument("--prefix-tokens", type=int, default=2048)
     parser.add_argument("--suffix-tokens", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--prefix-cache", default="on,off", help="on, off or both (on,off)")
     parser.add_argument("--against", type=Path, help="another checkout to run side by side")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     lengths = [int(n) for n in args.lengths.split(",")]
     if args.worker:
-        print(json.dumps(worker(lengths, args.prefix_tokens, args.suffix_tokens)))
+        on = args.prefix_cache == "on"
+        print(json.dumps(worker(lengths, args.prefix_tokens, args.suffix_tokens, on)))
         return
     trees = {"this": HERE} | ({"against": args.against.resolve()} if args.against else {})
-    rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
+    runs = [(name, mode) for mode in args.prefix_cache.split(",") for name in trees]
+    rounds: dict[str, list[dict[str, Any]]] = {f"{n} cache {m}": [] for n, m in runs}
     for _ in range(args.rounds):
-        for name, tree in trees.items():
-            rounds[name].append(run_tree(tree, lengths, args.prefix_tokens, args.suffix_tokens))
-            print(name, json.dumps(rounds[name][-1]), file=sys.stderr, flush=True)
+        for name, mode in runs:
+            got = run_tree(trees[name], lengths, args.prefix_tokens, args.suffix_tokens, mode)
+            rounds[f"{name} cache {mode}"].append(got)
+            print(name, mode, json.dumps(got), file=sys.stderr, flush=True)
     report: dict[str, Any] = {name: summary(r, lengths) for name, r in rounds.items()}
-    if args.against:
-        ours, theirs = report["this"], report["against"]
+    if args.against and "this cache on" in report and "against cache on" in report:
+        ours, theirs = report["this cache on"], report["against cache on"]
         report["this_over_against"] = {
             "prefill_tok_cpu_s": {
                 n: round(ours["prefill"][n]["tok_cpu_s"] / theirs["prefill"][n]["tok_cpu_s"], 2)
