@@ -38,20 +38,27 @@ SAMPLED = {"temperature": 0.8, "seed": 1}
 
 def measured_prefill(run) -> dict:
     """A prefill's seconds to the first token (``run`` returns the submit time and the
-    stamps), its CPU seconds (this process: all threads) and the resident-memory high-water
+    stamps), its CPU seconds (this process: all threads), the resident-memory high-water
     mark during it (Linux: ``clear_refs`` 5 restarts ``VmHWM`` at the current resident
-    size), in GB."""
+    size) and what that adds to the resident size at its start (what the process already
+    held, earlier prompts in a prefix cache among it, left out), in GB."""
     status = Path("/proc/self/status")
+
+    def sizes() -> dict[str, float]:
+        lines = status.read_text().splitlines() if status.exists() else []
+        return {ln.split(":")[0]: int(ln.split()[1]) / (1 << 20) for ln in lines if "kB" in ln}
+
     try:
         Path("/proc/self/clear_refs").write_text("5")
     except OSError:
         pass
+    resident = sizes().get("VmRSS")
     cpu = time.process_time()
     start, stamps, _ = run()
     answer = {"s": stamps[0][0] - start, "cpu_s": time.process_time() - cpu}
-    for line in status.read_text().splitlines() if status.exists() else []:
-        if line.startswith("VmHWM:"):
-            answer["peak_gb"] = int(line.split()[1]) / (1 << 20)
+    peak = sizes().get("VmHWM")
+    if peak is not None and resident is not None:
+        answer["peak_gb"], answer["added_gb"] = peak, peak - resident
     return answer
 
 

@@ -156,6 +156,7 @@ def one_round(index: int, workers: dict[str, Worker], size: dict, rec: Record, g
                 rec(f"prefill {n} per CPU s", kind, n / answer["cpu_s"])
                 if "peak_gb" in answer:
                     rec(f"prefill {n} peak GB", kind, answer["peak_gb"])
+                    rec(f"prefill {n} added GB", kind, answer["added_gb"])
                 if key == "long":
                     rec("long alone s", kind, answer["s"])
 
@@ -314,6 +315,7 @@ def table(rec: Record, size: dict, llama_note: str) -> str:
         times(ratio_of(f"prefill {big} per CPU s", f"prefill {short} per CPU s", LLAMA)),
     )
     side(f"peak resident memory during the {big:,}-token prefill, GB", f"prefill {big} peak GB")
+    side("the same above the resident size at the prompt's start, GB", f"prefill {big} added GB")
     side("decode at temperature 0.8 (seeded), tok/s", "decode sampled", digits=1)
     side("decode greedy, same prompt, tok/s", "decode greedy", digits=1)
     own(
