@@ -45,6 +45,6 @@ def test_storing_a_finished_sequence_copies_none_of_its_cache() -> None:
     added = mx.get_peak_memory() - start
     stored = source.prefix_cache.nbytes - held
     assert len(source.prefix_cache) == 2
-    # the stored entry is the sequence's own buffers; evaluating every layer's pending write
-    # at once made a second copy of most of them (≈1.7 times the cache at the peak)
+    # the stored entry is the sequence's own buffers; a decode write still pending when the
+    # store evaluates them copies most of them (≈1.7 times the cache at the peak)
     assert stored < added <= 1.25 * stored, (added, stored)

@@ -161,12 +161,8 @@ class PrefixCache:
         if not tokens or not cache:
             return
         # A row extracted from a batch is a lazy slice of the whole batch's KV buffers:
-        # evaluate it now, or the entry would keep every row of that batch alive. Layer by
-        # layer: a step's pending writes then take each layer's buffer over in place once
-        # the first layer's has run the step that read them, where one evaluation of every
-        # layer copied them (a second cache, measured: tests/engine/test_row_prefill.py).
-        for c in cache:
-            mx.eval(c.state)
+        # evaluate it now, or the entry would keep every row of that batch alive.
+        mx.eval([c.state for c in cache])
         entry = self._insert(np.asarray(tokens, dtype=np.int32), cache, lane)
         disk = self._disk(lane)
         if entry is not None and disk is not None:
