@@ -162,12 +162,13 @@ def test_status_reports_the_kernels() -> None:
     # every compute entry point of the extension is listed, and nothing else
     extension = native._extension()
     helpers = {"isa", "set_isa", "activations", "set_activations", "threads", "kv_write_copies"}
-    helpers |= {"int16_body", "set_int16_body"}
+    helpers |= {"int16_body", "set_int16_body", "attention_body", "set_attention_body"}
     entry_points = {n for n in dir(extension) if not n.startswith("_")} - helpers
     assert entry_points == set(native.KERNELS)
     assert info["isa"] in ("avx2", "generic") and info["threads"] >= 1
     assert info["activations"] == "float"  # this module's tests run the exact body
     assert info["int16_body"] in ("avx2", "vnni")
+    assert info["attention_body"] in ("float", "bf16")
 
 
 @st.composite

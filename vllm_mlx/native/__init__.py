@@ -87,6 +87,7 @@ def status() -> dict[str, Any]:
         "isa": kernels.isa(),
         "activations": kernels.activations(),
         "int16_body": int16_body(),
+        "attention_body": attention_body(),
         "threads": kernels.threads(),
         "kernels": list(KERNELS) if enabled else [],
         # None: no model in this process runs on them (e.g. float32 weights)
@@ -283,6 +284,27 @@ def set_int16_body(name: str) -> bool:
     kernels = _load()[0]
     return (
         kernels is not None and hasattr(kernels, "set_int16_body") and kernels.set_int16_body(name)
+    )
+
+
+def attention_body() -> str | None:
+    """Which body runs the attention: "bf16" (AVX-512 BF16 products, float32 sums and
+    softmax) or "float" (float32 arithmetic), None when the library is not built or
+    predates the choice."""
+    kernels = _load()[0]
+    if kernels is None or not hasattr(kernels, "attention_body"):
+        return None
+    return str(kernels.attention_body())
+
+
+def set_attention_body(name: str) -> bool:
+    """Select the attention's body ("bf16" or "float") for decode steps and prompt blocks
+    alike, for tests and benchmarks; False when this CPU or build lacks it."""
+    kernels = _load()[0]
+    return (
+        kernels is not None
+        and hasattr(kernels, "set_attention_body")
+        and bool(kernels.set_attention_body(name))
     )
 
 

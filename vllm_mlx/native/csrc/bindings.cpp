@@ -210,6 +210,13 @@ NB_MODULE(_kernels, m) {
       "name"_a,
       "Select 'vnni' (AVX-512 VNNI) or 'avx2' for the int16 products (the same bits); False when this CPU lacks it.");
   m.def(
+      "attention_body", []() { return std::string(vmlx::attention_body()); }, "Which body runs the attention.");
+  m.def(
+      "set_attention_body",
+      [](const std::string& name) { return vmlx::set_attention_body(name.c_str()); },
+      "name"_a,
+      "Select 'bf16' (AVX-512 BF16) or 'float' for the attention; False when this CPU lacks it.");
+  m.def(
       "threads",
       []() { return vmlx::ThreadPool::instance().size(); },
       "Threads the kernels use.");

@@ -115,6 +115,16 @@ bool set_int16_body(const char* name) {
   return false;
 }
 
+#if !defined(VMLX_HAVE_BF16)
+const char* attention_body() {
+  return "float";
+}
+
+bool set_attention_body(const char* name) {
+  return std::string(name) == "float";
+}
+#endif
+
 const char* isa() {
   return use_avx2() ? "avx2" : "generic";
 }
@@ -476,6 +486,12 @@ int64_t first_key(const SdpaArgs& a, int64_t b) {
 void run_task(const SdpaArgs& a, bool fast, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part, int64_t row0, int64_t row1) {
 #if defined(VMLX_HAVE_AVX2)
   if (fast) {
+#if defined(VMLX_HAVE_BF16)
+    if (bf16::runs(a)) {
+      bf16::sdpa_task(a, b, hkv, l0, l1, part, row0, row1);
+      return;
+    }
+#endif
     avx2::sdpa_task(a, b, hkv, l0, l1, part, row0, row1);
     return;
   }

@@ -173,6 +173,15 @@ bool set_activations(const char* name);
 const char* int16_body();
 bool set_int16_body(const char* name);
 
+// Which body runs the attention (sdpa) at head sizes 64 and 128: "bf16" (AVX-512 BF16:
+// queries, keys, softmax weights and values rounded to bfloat16, float32 sums and softmax;
+// VLLM_MLX_NATIVE_ATTENTION=bf16 where the CPU has it; docs/native-kernels.md gives its
+// accuracy) or "float" (the default: float32 arithmetic on the float16 or float32 cache). Decode steps and prompt
+// blocks run the same body, so a row's bits do not depend on either. False if the name is
+// unknown or the CPU lacks it.
+const char* attention_body();
+bool set_attention_body(const char* name);
+
 void qmm(const QmmArgs& args);
 // Several projections of one x (q/k/v, gate/up: same x, M, K, group size and bits) in
 // one fork-join, x's group sums and permutation computed once.
@@ -236,5 +245,13 @@ namespace vnni {
 bool supported();
 void qmm_rows_int16(const QmmArgs& a, const avx2::Int16X* xs, int64_t rows, int64_t n0, int64_t n1);
 } // namespace vnni
+
+// The BF16 attention body (attention_bf16.cpp). supported(): this CPU and build have it;
+// runs(a): it is selected and takes a's head size.
+namespace bf16 {
+bool supported();
+bool runs(const SdpaArgs& a);
+void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part, int64_t row0, int64_t row1);
+} // namespace bf16
 
 } // namespace vmlx

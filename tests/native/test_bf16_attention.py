@@ -1,0 +1,85 @@
+"""The BF16 attention body: within its rounding bound of exact attention, and a query
+row's bits the same in a decode step, any prompt block and any batch."""
+
+from __future__ import annotations
+
+import math
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from vllm_mlx import native
+
+pytestmark = pytest.mark.skipif(
+    not (native.available() and native.set_attention_body("bf16")),
+    reason="no AVX-512 BF16 on this CPU or build",
+)
+native.set_attention_body("float")  # probing selected it: the module's default stays
+
+
+@pytest.fixture(autouse=True)
+def bf16_body():
+    assert native.set_attention_body("bf16")
+    yield
+    native.set_attention_body("float")
+
+
+def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float) -> np.ndarray:
+    """Causal grouped-query attention in float64."""
+    group = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, group, 1).astype(np.float64), np.repeat(v, group, 1).astype(np.float64)
+    s = q.astype(np.float64) @ k.transpose(0, 1, 3, 2) * scale
+    lq, lk = q.shape[2], k.shape[2]
+    s = np.where(np.arange(lk)[None, :] <= lk - lq + np.arange(lq)[:, None], s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return (p / p.sum(-1, keepdims=True)) @ v
+
+
+@pytest.mark.parametrize("dim", [64, 128])
+@pytest.mark.parametrize(("lq", "lk"), [(1, 1), (1, 700), (5, 300), (33, 33), (96, 1000)])
+@pytest.mark.parametrize("dtype", [mx.float16, mx.float32])
+def test_within_the_bf16_rounding_bound(dim: int, lq: int, lk: int, dtype: mx.Dtype) -> None:
+    rng = np.random.default_rng(lq * lk + dim)
+    q = rng.standard_normal((2, 9, lq, dim)).astype(np.float32)
+    k = mx.array(2 * rng.standard_normal((2, 3, lk, dim)).astype(np.float32)).astype(dtype)
+    v = mx.array(rng.standard_normal((2, 3, lk, dim)).astype(np.float32)).astype(dtype)
+    scale = dim**-0.5
+    kf, vf = np.array(k.astype(mx.float32)), np.array(v.astype(mx.float32))
+    got = np.array(native.attention(mx.array(q), k, v, scale, True))
+    want = reference(q, kf, vf, scale)
+    # q and k rounded to 8 significant bits move a score by at most delta; the weights
+    # then by a factor within exp(+-2 delta); weights and values rounded, 2^-8 and 2^-9
+    group = q.shape[1] // kf.shape[1]
+    terms = np.abs(q) @ np.abs(np.repeat(kf, group, 1)).transpose(0, 1, 3, 2)
+    delta = scale * (2**-8 + 2**-18) * terms.max()
+    bound = np.abs(vf).max() * (math.expm1(2 * delta) + 2**-8 + 2**-9) + 1e-6
+    assert np.abs(got - want).max() <= bound
+    # and well off the float body's float32 rounding: this is the bf16 body running
+    native.set_attention_body("float")
+    exact = np.array(native.attention(mx.array(q), k, v, scale, True))
+    assert np.abs(exact - want).max() < 1e-4 < np.abs(got - want).max()
+
+
+def test_a_row_has_the_same_bits_in_decode_prompt_blocks_and_batches() -> None:
+    rng = np.random.default_rng(1)
+    n = 600
+    q = mx.array(rng.standard_normal((1, 9, n, 64)).astype(np.float32))
+    k = mx.array(rng.standard_normal((1, 3, n, 64)).astype(np.float32)).astype(mx.float16)
+    v = mx.array(rng.standard_normal((1, 3, n, 64)).astype(np.float32)).astype(mx.float16)
+    full = np.array(native.attention(q, k, v, 0.125, True))
+    for i in (0, 1, 15, 16, 17, 255, 256, 257, 511, 599):  # decode steps
+        step = native.attention(q[:, :, i : i + 1], k[:, :, : i + 1], v[:, :, : i + 1], 0.125, True)
+        assert np.array_equal(np.array(step)[0, :, 0], full[0, :, i]), i
+    for a, b in ((0, 37), (37, 300), (300, 600), (100, 101)):  # prompt blocks
+        block = native.attention(q[:, :, a:b], k[:, :, :b], v[:, :, :b], 0.125, True)
+        assert np.array_equal(np.array(block)[0], full[0, :, a:b]), (a, b)
+    other = mx.array(rng.standard_normal((1, 9, n, 64)).astype(np.float32))
+    batch = native.attention(
+        mx.concatenate([other, q]),
+        mx.concatenate([k[:, :, ::-1], k]),
+        mx.concatenate([v * 2, v]),
+        0.125,
+        True,
+    )
+    assert np.array_equal(np.array(batch)[1], full[0])
