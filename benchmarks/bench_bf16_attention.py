@@ -66,11 +66,11 @@ def compare(want: mx.array, got: mx.array) -> dict[str, np.ndarray]:
 def greedy(model: Any, cache: list[Any], last: mx.array, n: int) -> list[int]:
     """n greedy tokens after logits ``last``, then the cache trimmed back."""
     tokens = []
-    token = int(mx.argmax(last).item())
+    token = int(np.asarray(mx.argmax(last)))
     for _ in range(n):
         tokens.append(token)
         logits = model(mx.array([[token]]), cache=cache)[0, -1]
-        token = int(mx.argmax(logits).item())
+        token = int(np.asarray(mx.argmax(logits)))
     for c in cache:
         c.trim(n)
     return tokens
