@@ -70,9 +70,9 @@ def reserve(cache: list[KVCache], ahead: int) -> None:
     for c in cache:
         if c.keys is None or c.values is None:
             continue
-        size = (c.offset + ahead) // c.step * c.step + c.step
         if c.keys.shape[2] >= c.offset + ahead:
             continue
+        size = (c.offset + ahead) // c.step * c.step + c.step
         keys = mx.zeros((*c.keys.shape[:2], size, c.keys.shape[3]), c.keys.dtype)
         values = mx.zeros((*c.values.shape[:2], size, c.values.shape[3]), c.values.dtype)
         keys[..., : c.offset, :] = c.keys[..., : c.offset, :]
