@@ -49,15 +49,22 @@ class CallSpy:
         return self.model(inputs, cache=cache, **kwargs)
 
 
+def spy_on(source: ModelBatchSource, model) -> CallSpy:
+    """Count the model calls a source makes from now on (new batches call the model the
+    generator holds; the running generation batch holds its own)."""
+    spy = CallSpy(model)
+    source._gen.model = spy
+    source._gen._generation_batch.model = spy
+    return spy
+
+
 def test_a_hit_runs_its_suffix_once_and_copies_no_cache_in_or_out_of_a_batch(
     loaded, turn, monkeypatch
 ) -> None:
     prefix, suffix = turn
     source = ModelBatchSource(loaded.model, prefix_cache=PrefixCache(64 << 20))
     run(source, [prefix], SAMPLING["greedy"], n=1)
-    spy = CallSpy(loaded.model)
-    source._gen.model = spy  # new batches call the model the generator holds
-    source._gen._generation_batch.model = spy
+    spy = spy_on(source, loaded.model)
     merges: list[int] = []
     merge = mlx_cache.BatchKVCache.merge.__func__
 
@@ -98,9 +105,7 @@ def test_a_row_s_last_token_runs_no_forward_after_it_and_its_prompt_stays_cached
     prefix, suffix = turn
     source = ModelBatchSource(loaded.model, prefix_cache=PrefixCache(64 << 20))
     run(source, [prefix], SAMPLING["greedy"], n=1)
-    spy = CallSpy(loaded.model)
-    source._gen.model = spy
-    source._gen._generation_batch.model = spy
+    spy = spy_on(source, loaded.model)
     sampler = make_sampler(SamplingParams(temperature=0))
     source.insert(prefix + suffix, sampler=sampler, processors=[], max_tokens=max_tokens)
     tokens: list[int] = []
