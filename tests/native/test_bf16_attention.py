@@ -1,9 +1,11 @@
-"""The BF16 attention body: within its rounding bound of exact attention, and a query
-row's bits the same in a decode step, any prompt block and any batch."""
+"""The BF16 attention bodies (vdpbf16ps, and AMX tiles): within their rounding bound of
+exact attention, and a query row's bits the same in a decode step, any prompt block and
+any batch."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import mlx.core as mx
 import numpy as np
@@ -18,10 +20,20 @@ pytestmark = pytest.mark.skipif(
 native.set_attention_body("float")  # probing selected it: the module's default stays
 
 
-@pytest.fixture(autouse=True)
-def bf16_body():
-    assert native.set_attention_body("bf16")
-    yield
+BODIES = [
+    pytest.param(
+        "amx",
+        marks=pytest.mark.skipif(not native.set_attention_body("amx"), reason="no AMX-BF16 here"),
+    ),
+    "bf16",
+]
+native.set_attention_body("float")
+
+
+@pytest.fixture(autouse=True, params=BODIES)
+def bf16_body(request: pytest.FixtureRequest) -> Iterator[str]:
+    assert native.set_attention_body(request.param)
+    yield request.param
     native.set_attention_body("float")
 
 
@@ -39,7 +51,9 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float) -> np.n
 @pytest.mark.parametrize("dim", [64, 128])
 @pytest.mark.parametrize(("lq", "lk"), [(1, 1), (1, 700), (5, 300), (33, 33), (96, 1000)])
 @pytest.mark.parametrize("dtype", [mx.float16, mx.float32])
-def test_within_the_bf16_rounding_bound(dim: int, lq: int, lk: int, dtype: mx.Dtype) -> None:
+def test_within_the_bf16_rounding_bound(
+    dim: int, lq: int, lk: int, dtype: mx.Dtype, bf16_body: str
+) -> None:
     rng = np.random.default_rng(lq * lk + dim)
     q = rng.standard_normal((2, 9, lq, dim)).astype(np.float32)
     k = mx.array(2 * rng.standard_normal((2, 3, lk, dim)).astype(np.float32)).astype(dtype)
@@ -59,6 +73,10 @@ def test_within_the_bf16_rounding_bound(dim: int, lq: int, lk: int, dtype: mx.Dt
     native.set_attention_body("float")
     exact = np.array(native.attention(mx.array(q), k, v, scale, True))
     assert np.abs(exact - want).max() < 1e-4 < np.abs(got - want).max()
+    if bf16_body == "amx":  # other bits than the vdpbf16ps body: the tiles ran
+        native.set_attention_body("bf16")
+        other = np.array(native.attention(mx.array(q), k, v, scale, True))
+        assert lk < 16 or not np.array_equal(other, got)
 
 
 def test_a_row_has_the_same_bits_in_decode_prompt_blocks_and_batches() -> None:

@@ -82,6 +82,37 @@ inline void transpose16(__m512i r[16]) {
   }
 }
 
+// the first n of 16 lanes (n <= 0: none)
+inline __mmask16 lanes(int64_t n) {
+  return n >= 16 ? static_cast<__mmask16>(0xffff) : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1);
+}
+
+// max(s[0, n)) for n > 0
+inline float row_max(const float* s, int64_t n) {
+  __m512 vmax = _mm512_set1_ps(NEG_INF);
+  for (int64_t j = 0; j < n; j += 16) {
+    vmax = _mm512_mask_max_ps(vmax, lanes(n - j), vmax, _mm512_maskz_loadu_ps(lanes(n - j), s + j));
+  }
+  return _mm512_reduce_max_ps(vmax);
+}
+
+// exp(x) for x <= 0: avx2::exp256's range reduction and polynomial 16 lanes at a time, the
+// power of two applied by vscalefps (the same values: n >= -126 after the clamp)
+inline __m512 exp512(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(p, n);
+}
+
 struct Buffers {
   std::vector<float> scores;
   std::vector<uint32_t> query, keys, values, weights, rows16;
@@ -156,21 +187,29 @@ void weighted(const uint32_t* vp, int64_t D, int64_t h, int64_t m0, int64_t m1, 
   }
 }
 
+// Rows in the AMX body's tiles: its buffers hold whole tiles of rows (and of pairs).
+constexpr int64_t TILE = 16;
+
 template <int P, typename T>
-void task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part, int64_t row0, int64_t row1) {
+void task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part, int64_t row0, int64_t row1, bool amx) {
   constexpr int64_t D = 2 * P;
   const int64_t group = a.Hq / a.Hkv;
   const int64_t rows = row1 - row0;
+  const int64_t tiled = (rows + TILE - 1) / TILE * TILE; // rows with the AMX tiles' padding
   const int64_t span = std::max<int64_t>(1, l1 - l0);
   const int64_t groups = (span + KEYS - 1) / KEYS;
-  const int64_t pairs = (span + 1) / 2;
+  const int64_t pairs = ((span + 1) / 2 + TILE - 1) / TILE * TILE; // whole 16-pair chunks
   thread_local Buffers buf;
   const int64_t stride = (groups * KEYS + 31) / 32 * 32; // floats per row of scores: whole weight vectors
-  buf.scores.resize(rows * stride);
-  buf.query.resize(rows * P);
+  buf.scores.resize(tiled * stride);
+  buf.query.assign(tiled * P, 0u);
   buf.keys.resize(groups * P * KEYS);
   buf.values.resize(pairs * D);
-  buf.weights.resize(rows * pairs);
+  if (amx) { // every weight a tile reads past its rows' own: 0
+    buf.weights.assign(tiled * pairs, 0u);
+  } else {
+    buf.weights.resize(rows * pairs);
+  }
   buf.rows16.resize(KEYS * P);
   buf.head.resize(rows);
   buf.position.resize(rows);
@@ -236,11 +275,37 @@ void task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, flo
       _mm512_storeu_si512(buf.values.data() + m * D + d, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
     }
   }
+  if (amx) { // the last chunk's pairs past every row's keys: weight 0, but finite
+    const int64_t used = (last - l0 + 1) / 2;
+    std::fill(buf.values.begin() + used * D, buf.values.begin() + std::min(pairs, (used + TILE - 1) / TILE * TILE) * D, 0u);
+  }
   // Pass 1: scores, 4 rows by 2 key groups at a time
   auto seen = [&](int64_t row, int64_t l) {
     return l >= first && l < limit[row] && (buf.dense[row] || sdpa_allowed(a, b, head[row], position[row], l));
   };
-  for (int64_t g = 0; g < groups; g += 2) {
+  // a row's scores of keys k0 .. k0 + width it does not see: -inf
+  auto mask_row = [&](int64_t row_r, int64_t k0, int64_t width, float* out) {
+    if (k0 >= first && (a.mask == nullptr || buf.dense[row_r])) {
+      return; // every key up to the row's limit seen (the rest: never read)
+    }
+    for (int64_t l = k0; l < std::min(limit[row_r], k0 + width); ++l) {
+      if (!seen(row_r, l)) {
+        out[l - k0] = NEG_INF;
+      }
+    }
+  };
+  for (int64_t row = 0; amx && row < rows; row += TILE) {
+    int64_t end = l0; // the tile's last key seen
+    for (int64_t r = row; r < std::min(rows, row + TILE); ++r) {
+      end = std::max(end, limit[r]);
+    }
+    const int64_t width = end - l0;
+    amx::scores(buf.query.data() + row * P, P, buf.keys.data(), (width + KEYS - 1) / KEYS, a.scale, scores + row * stride, stride);
+    for (int64_t r = row; r < std::min(rows, row + TILE); ++r) {
+      mask_row(r, l0, width, scores + r * stride);
+    }
+  }
+  for (int64_t g = 0; !amx && g < groups; g += 2) {
     const int G = g + 1 < groups && (l0 + (g + 1) * KEYS) < last ? 2 : 1;
     const uint32_t* kt = buf.keys.data() + g * P * KEYS;
     const int64_t k0 = l0 + g * KEYS;
@@ -263,15 +328,7 @@ void task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, flo
         dots_tile<P, 1>(n, q, kt, a.scale, out);
       }
       for (int r = 0; r < n; ++r) {
-        const int64_t row_r = row + r;
-        if (k0 >= first && (a.mask == nullptr || buf.dense[row_r]) && k0 + G * KEYS <= limit[row_r]) {
-          continue; // all seen
-        }
-        for (int64_t l = k0; l < std::min(limit[row_r], k0 + G * KEYS); ++l) {
-          if (!seen(row_r, l)) {
-            out[r][l - k0] = NEG_INF;
-          }
-        }
+        mask_row(row + r, k0, G * KEYS, out[r]);
       }
     }
   }
@@ -281,22 +338,22 @@ void task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, flo
     float* s = scores + row * stride;
     const int64_t n = limit[row] - l0;
     std::fill(out + 2, out + 2 + D, 0.0f);
-    const float max_score = n > 0 ? avx2::row_max(s, n) : NEG_INF;
+    const float max_score = n > 0 ? row_max(s, n) : NEG_INF;
     if (max_score == NEG_INF) { // no key seen
       out[0] = NEG_INF;
       out[1] = 0.0f;
       limit[row] = l0;
       continue;
     }
-    avx2::exp_sum(s, n, max_score);
-    std::fill(s + n, s + ((n + 31) / 32) * 32, 0.0f); // the last pair's second weight, and padding
     uint32_t* w = buf.weights.data() + row * pairs;
+    const __m512 vmax = _mm512_set1_ps(max_score);
     __m512 sum = _mm512_setzero_ps();
-    for (int64_t j = 0; j < n; j += 32) {
-      const __m512i p = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + j + 16), _mm512_loadu_ps(s + j)));
-      const int64_t m = j / 2;
-      const int64_t count = std::min<int64_t>(16, pairs - m);
-      _mm512_mask_storeu_epi32(w + m, static_cast<__mmask16>((1u << count) - 1), p);
+    for (int64_t j = 0; j < n; j += 32) { // 16 weight pairs; a pair's second weight past n: 0
+      const __mmask16 m0 = lanes(n - j), m1 = lanes(n - j - 16);
+      const __m512 e0 = _mm512_maskz_mov_ps(m0, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m0, s + j), vmax)));
+      const __m512 e1 = _mm512_maskz_mov_ps(m1, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m1, s + j + 16), vmax)));
+      const __m512i p = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(e1, e0));
+      _mm512_storeu_si512(w + j / 2, p);
       sum = _mm512_add_ps(sum, _mm512_castsi512_ps(_mm512_slli_epi32(p, 16)));
       sum = _mm512_add_ps(sum, _mm512_castsi512_ps(_mm512_and_si512(p, _mm512_set1_epi32(static_cast<int>(0xffff0000u)))));
     }
@@ -304,6 +361,20 @@ void task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, flo
     out[1] = _mm512_reduce_add_ps(sum);
   }
   // Pass 3: weighted value sums over each row's own key pairs, rows of one pair count together
+  for (int64_t row = 0; amx && row < rows; row += TILE) {
+    int64_t own = 0; // the tile's most pairs
+    for (int64_t r = row; r < std::min(rows, row + TILE); ++r) {
+      own = std::max(own, (limit[r] - l0 + 1) / 2);
+    }
+    alignas(64) float acc[TILE * D];
+    amx::weighted(buf.weights.data() + row * pairs, pairs, buf.values.data(), D, (own + TILE - 1) / TILE, acc);
+    for (int64_t r = row; r < std::min(rows, row + TILE); ++r) {
+      std::memcpy(part + r * (D + 2) + 2, acc + (r - row) * D, D * sizeof(float));
+    }
+  }
+  if (amx) {
+    return;
+  }
   const int64_t chunk = rows > 4 ? VALUE_PAIRS * 64 / D : pairs;
   for (int64_t c0 = 0; c0 < pairs; c0 += chunk) {
     const int64_t c1 = std::min(pairs, c0 + chunk);
@@ -335,10 +406,24 @@ void task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, flo
   }
 }
 
-std::atomic<bool>& selected() {
-  static std::atomic<bool> on{[] {
+enum Body : int { FLOAT, BF16, AMX };
+
+bool amx_supported() {
+#if defined(VMLX_HAVE_AMX)
+  return supported() && amx::supported();
+#else
+  return false;
+#endif
+}
+
+std::atomic<int>& selected() {
+  static std::atomic<int> on{[] {
     const char* env = std::getenv("VLLM_MLX_NATIVE_ATTENTION");
-    return supported() && env != nullptr && std::string(env) == "bf16";
+    const std::string name = env != nullptr ? env : "";
+    if (name == "amx" && amx_supported()) {
+      return AMX;
+    }
+    return name == "bf16" && supported() ? BF16 : FLOAT;
   }()};
   return on;
 }
@@ -352,27 +437,31 @@ bool supported() {
 }
 
 bool runs(const SdpaArgs& a) {
-  return (a.D == 64 || a.D == 128) && selected().load(std::memory_order_relaxed);
+  return (a.D == 64 || a.D == 128) && selected().load(std::memory_order_relaxed) != FLOAT;
 }
 
 void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part, int64_t row0, int64_t row1) {
+  const bool amx = selected().load(std::memory_order_relaxed) == AMX;
   if (a.k_f16 != nullptr) {
-    a.D == 64 ? task<32, uint16_t>(a, b, hkv, l0, l1, part, row0, row1) : task<64, uint16_t>(a, b, hkv, l0, l1, part, row0, row1);
+    a.D == 64 ? task<32, uint16_t>(a, b, hkv, l0, l1, part, row0, row1, amx)
+              : task<64, uint16_t>(a, b, hkv, l0, l1, part, row0, row1, amx);
   } else {
-    a.D == 64 ? task<32, float>(a, b, hkv, l0, l1, part, row0, row1) : task<64, float>(a, b, hkv, l0, l1, part, row0, row1);
+    a.D == 64 ? task<32, float>(a, b, hkv, l0, l1, part, row0, row1, amx)
+              : task<64, float>(a, b, hkv, l0, l1, part, row0, row1, amx);
   }
 }
 
 } // namespace bf16
 
 const char* attention_body() {
-  return bf16::selected().load() ? "bf16" : "float";
+  static const char* const names[] = {"float", "bf16", "amx"};
+  return names[bf16::selected().load()];
 }
 
 bool set_attention_body(const char* name) {
   const std::string wanted(name);
-  if (wanted == "float" || (wanted == "bf16" && bf16::supported())) {
-    bf16::selected().store(wanted == "bf16");
+  if (wanted == "float" || (wanted == "bf16" && bf16::supported()) || (wanted == "amx" && bf16::amx_supported())) {
+    bf16::selected().store(wanted == "float" ? bf16::FLOAT : wanted == "bf16" ? bf16::BF16 : bf16::AMX);
     return true;
   }
   return false;

@@ -176,7 +176,8 @@ bool set_int16_body(const char* name);
 // Which body runs the attention (sdpa) at head sizes 64 and 128: "bf16" (AVX-512 BF16:
 // queries, keys, softmax weights and values rounded to bfloat16, float32 sums and softmax;
 // VLLM_MLX_NATIVE_ATTENTION=bf16 where the CPU has it; docs/native-kernels.md gives its
-// accuracy) or "float" (the default: float32 arithmetic on the float16 or float32 cache). Decode steps and prompt
+// accuracy), "amx" (the same roundings, the products on AMX tiles: other bits than
+// "bf16"'s, the same bound) or "float" (the default: float32 arithmetic on the float16 or float32 cache). Decode steps and prompt
 // blocks run the same body, so a row's bits do not depend on either. False if the name is
 // unknown or the CPU lacks it.
 const char* attention_body();
@@ -253,5 +254,17 @@ bool supported();
 bool runs(const SdpaArgs& a);
 void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part, int64_t row0, int64_t row1);
 } // namespace bf16
+
+// AMX-BF16 tiles of the bf16 body (attention_amx.cpp; the "amx" attention body).
+// supported(): this CPU and build have it and the kernel granted the tile state.
+// scores: out[r * stride + 16 g + n] = scale * (q row r . key n of group g) for 16 query
+// rows of P bf16 pairs (row stride P) and `groups` groups of keys laid out [group][pair][16].
+// weighted: acc[16][D] = weights [16 rows][16 c pairs] (row stride w_stride) . values
+// [pair][D] over `chunks` chunks of 16 pairs.
+namespace amx {
+bool supported();
+void scores(const uint32_t* q, int64_t P, const uint32_t* keys, int64_t groups, float scale, float* out, int64_t stride);
+void weighted(const uint32_t* w, int64_t w_stride, const uint32_t* values, int64_t D, int64_t chunks, float* acc);
+} // namespace amx
 
 } // namespace vmlx
