@@ -1,11 +1,12 @@
-"""The BF16 attention body against the float one on the embedded model over real text.
+"""The BF16 attention bodies (vdpbf16ps, AMX tiles) against the float one on the embedded model over real text.
 
     LD_PRELOAD=/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0 \\
         python benchmarks/bench_bf16_attention.py [--context 8192] [--continue 32]
 
 Accuracy: the repo's docs/*.md as one token stream, prefilled in 512-token calls by three
 runs side by side, each on its own cache: today's attention ("float" body, float16 KV),
-the "bf16" body (float16 KV, rounded to bf16 in the kernel) and the float body on a
+the "bf16" body (float16 KV, rounded to bf16 in the kernel), the "amx" body (the same
+roundings, the products on AMX tiles) and the float body on a
 float32 KV cache (the rounding today's float16 cache already accepts, as a scale). Each
 run's logits at every position are compared with today's: max and mean |Δlogit|, the
 mean and max KL(today || run), top-1 agreement; at 2k and at the full context each run
@@ -14,7 +15,7 @@ then continues greedily (``--continue`` tokens) and the tokens are compared.
 Speed (``--speed``): ``native.attention`` alone (32 query rows over 1k-8k float16 keys,
 9 query heads over 3 KV heads, head size 64) and prefill CPU time per token of 32-token
 calls at 1k/2k/4k/8k of context on the embedded model, the two bodies alternating in
-one process, medians over rounds.
+one process, medians over rounds (the three bodies in turn).
 """
 
 from __future__ import annotations
@@ -31,7 +32,12 @@ import mlx.core as mx
 import numpy as np
 
 HERE = Path(__file__).resolve().parent.parent
-RUNS = {"today": ("float", "f16"), "bf16": ("bf16", "f16"), "f32_kv": ("float", "f32")}
+RUNS = {
+    "today": ("float", "f16"),
+    "bf16": ("bf16", "f16"),
+    "amx": ("amx", "f16"),
+    "f32_kv": ("float", "f32"),
+}
 CHUNK = 512
 
 
@@ -144,7 +150,7 @@ def speed(rounds: int) -> dict[str, Any]:
     from vllm_mlx.models.loader import load_model
 
     rng = np.random.default_rng(0)
-    bodies = ("float", "bf16")
+    bodies = ("float", "bf16", "amx")
     kernel: dict[int, dict[str, float]] = {}
     for lk in (1024, 2048, 4096, 8192):
         q = mx.array(rng.standard_normal((1, 9, 32, 64)).astype(np.float32))

@@ -190,8 +190,64 @@ void weighted(const uint32_t* vp, int64_t D, int64_t h, int64_t m0, int64_t m1, 
 // Rows in the AMX body's tiles: its buffers hold whole tiles of rows (and of pairs).
 constexpr int64_t TILE = 16;
 
+// Words (uint32) of a block of `span` keys in the bf16 layout: the keys in transposed
+// groups of 16, then the values in 16-pair chunks.
+constexpr int64_t key_words(int64_t P, int64_t span) {
+  return (span + KEYS - 1) / KEYS * P * KEYS;
+}
+
+constexpr int64_t words(int64_t P, int64_t span) {
+  return key_words(P, span) + ((span + 1) / 2 + TILE - 1) / TILE * TILE * 2 * P;
+}
+
+// Keys l0 .. last of (b, hkv) into `keys` and their values into `values` in the bf16
+// layout (rows16: a scratch of KEYS * P words), zeros past `last` to the group and chunk.
 template <int P, typename T>
-void task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part, int64_t row0, int64_t row1, bool amx) {
+void convert(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t last, uint32_t* keys, uint32_t* values, uint32_t* rows16) {
+  constexpr int64_t D = 2 * P;
+  // keys l0 .. last as bf16, transposed by groups of 16: [group][pair j][key]
+  for (int64_t g = 0; g * KEYS < last - l0; ++g) {
+    for (int t = 0; t < KEYS; ++t) {
+      const int64_t l = l0 + g * KEYS + t;
+      if (l < last) {
+        to_pairs(sdpa_key<T>(a, b, hkv, l), D, rows16 + t * P);
+      } else {
+        std::fill_n(rows16 + t * P, P, 0u);
+      }
+    }
+    for (int64_t c = 0; c < P; c += 16) {
+      __m512i r[16];
+      for (int t = 0; t < KEYS; ++t) {
+        r[t] = _mm512_loadu_si512(rows16 + t * P + c);
+      }
+      transpose16(r);
+      for (int j = 0; j < 16; ++j) {
+        _mm512_storeu_si512(keys + (g * P + c + j) * KEYS, r[j]);
+      }
+    }
+  }
+  // values l0 .. last as bf16 pairs of consecutive keys: [pair m][dimension], key 2m low
+  alignas(64) const float zeros[D] = {};
+  for (int64_t m = 0; l0 + 2 * m < last; ++m) {
+    const int64_t l = l0 + 2 * m;
+    const T* v0 = sdpa_value<T>(a, b, hkv, l);
+    for (int64_t d = 0; d < D; d += 16) {
+      const __m512 x0 = load16(v0 + d);
+      const __m512 x1 = l + 1 < last ? load16(sdpa_value<T>(a, b, hkv, l + 1) + d) : _mm512_load_ps(zeros + d);
+      const __m512i lo = _mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x0)));
+      const __m512i hi = _mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x1)));
+      _mm512_storeu_si512(values + m * D + d, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+    }
+  }
+  // the last 16-pair chunk's pairs past the keys: weight 0 in every row, but finite
+  const int64_t used = (last - l0 + 1) / 2;
+  std::fill(values + used * D, values + (used + TILE - 1) / TILE * TILE * D, 0u);
+}
+
+// A task's rows over keys l0 .. l1; `prepared`: the block already in the bf16 layout
+// (converted once for every task of a call), else converted here up to the rows' last key.
+template <int P, typename T>
+void task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part, int64_t row0, int64_t row1, bool amx, const uint32_t* prepared) {
   constexpr int64_t D = 2 * P;
   const int64_t group = a.Hq / a.Hkv;
   const int64_t rows = row1 - row0;
@@ -240,44 +296,13 @@ void task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, flo
     }
     buf.dense[row] = all;
   }
-  // keys l0 .. last as bf16, transposed by groups of 16: [group][pair j][key]
-  for (int64_t g = 0; g * KEYS < last - l0; ++g) {
-    uint32_t* rows16 = buf.rows16.data();
-    for (int t = 0; t < KEYS; ++t) {
-      const int64_t l = l0 + g * KEYS + t;
-      if (l < last) {
-        to_pairs(sdpa_key<T>(a, b, hkv, l), D, rows16 + t * P);
-      } else {
-        std::fill_n(rows16 + t * P, P, 0u);
-      }
-    }
-    for (int64_t c = 0; c < P; c += 16) {
-      __m512i r[16];
-      for (int t = 0; t < KEYS; ++t) {
-        r[t] = _mm512_loadu_si512(rows16 + t * P + c);
-      }
-      transpose16(r);
-      for (int j = 0; j < 16; ++j) {
-        _mm512_storeu_si512(buf.keys.data() + (g * P + c + j) * KEYS, r[j]);
-      }
-    }
-  }
-  // values l0 .. last as bf16 pairs of consecutive keys: [pair m][dimension], key 2m low
-  alignas(64) float zeros[D] = {};
-  for (int64_t m = 0; l0 + 2 * m < last; ++m) {
-    const int64_t l = l0 + 2 * m;
-    const T* v0 = sdpa_value<T>(a, b, hkv, l);
-    for (int64_t d = 0; d < D; d += 16) {
-      const __m512 x0 = load16(v0 + d);
-      const __m512 x1 = l + 1 < last ? load16(sdpa_value<T>(a, b, hkv, l + 1) + d) : _mm512_load_ps(zeros + d);
-      const __m512i lo = _mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x0)));
-      const __m512i hi = _mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x1)));
-      _mm512_storeu_si512(buf.values.data() + m * D + d, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
-    }
-  }
-  if (amx) { // the last chunk's pairs past every row's keys: weight 0, but finite
-    const int64_t used = (last - l0 + 1) / 2;
-    std::fill(buf.values.begin() + used * D, buf.values.begin() + std::min(pairs, (used + TILE - 1) / TILE * TILE) * D, 0u);
+  const uint32_t* keys = buf.keys.data();
+  const uint32_t* values = buf.values.data();
+  if (prepared != nullptr) {
+    keys = prepared;
+    values = prepared + key_words(P, span);
+  } else {
+    convert<P, T>(a, b, hkv, l0, last, buf.keys.data(), buf.values.data(), buf.rows16.data());
   }
   // Pass 1: scores, 4 rows by 2 key groups at a time
   auto seen = [&](int64_t row, int64_t l) {
@@ -300,14 +325,14 @@ void task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, flo
       end = std::max(end, limit[r]);
     }
     const int64_t width = end - l0;
-    amx::scores(buf.query.data() + row * P, P, buf.keys.data(), (width + KEYS - 1) / KEYS, a.scale, scores + row * stride, stride);
+    amx::scores(buf.query.data() + row * P, P, keys, (width + KEYS - 1) / KEYS, a.scale, scores + row * stride, stride);
     for (int64_t r = row; r < std::min(rows, row + TILE); ++r) {
       mask_row(r, l0, width, scores + r * stride);
     }
   }
   for (int64_t g = 0; !amx && g < groups; g += 2) {
     const int G = g + 1 < groups && (l0 + (g + 1) * KEYS) < last ? 2 : 1;
-    const uint32_t* kt = buf.keys.data() + g * P * KEYS;
+    const uint32_t* kt = keys + g * P * KEYS;
     const int64_t k0 = l0 + g * KEYS;
     for (int64_t row = 0; row < rows; row += 4) {
       const int n = static_cast<int>(std::min<int64_t>(4, rows - row));
@@ -367,7 +392,7 @@ void task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, flo
       own = std::max(own, (limit[r] - l0 + 1) / 2);
     }
     alignas(64) float acc[TILE * D];
-    amx::weighted(buf.weights.data() + row * pairs, pairs, buf.values.data(), D, (own + TILE - 1) / TILE, acc);
+    amx::weighted(buf.weights.data() + row * pairs, pairs, values, D, (own + TILE - 1) / TILE, acc);
     for (int64_t r = row; r < std::min(rows, row + TILE); ++r) {
       std::memcpy(part + r * (D + 2) + 2, acc + (r - row) * D, D * sizeof(float));
     }
@@ -394,10 +419,10 @@ void task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, flo
         }
         for (int64_t h = 0; h < D; h += 64) {
           switch (n) {
-            case 1: weighted<1>(buf.values.data(), D, h, c0, end, w, out); break;
-            case 2: weighted<2>(buf.values.data(), D, h, c0, end, w, out); break;
-            case 3: weighted<3>(buf.values.data(), D, h, c0, end, w, out); break;
-            default: weighted<4>(buf.values.data(), D, h, c0, end, w, out); break;
+            case 1: weighted<1>(values, D, h, c0, end, w, out); break;
+            case 2: weighted<2>(values, D, h, c0, end, w, out); break;
+            case 3: weighted<3>(values, D, h, c0, end, w, out); break;
+            default: weighted<4>(values, D, h, c0, end, w, out); break;
           }
         }
       }
@@ -440,14 +465,31 @@ bool runs(const SdpaArgs& a) {
   return (a.D == 64 || a.D == 128) && selected().load(std::memory_order_relaxed) != FLOAT;
 }
 
-void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part, int64_t row0, int64_t row1) {
+void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part, int64_t row0, int64_t row1, const uint32_t* prepared) {
   const bool amx = selected().load(std::memory_order_relaxed) == AMX;
   if (a.k_f16 != nullptr) {
-    a.D == 64 ? task<32, uint16_t>(a, b, hkv, l0, l1, part, row0, row1, amx)
-              : task<64, uint16_t>(a, b, hkv, l0, l1, part, row0, row1, amx);
+    a.D == 64 ? task<32, uint16_t>(a, b, hkv, l0, l1, part, row0, row1, amx, prepared)
+              : task<64, uint16_t>(a, b, hkv, l0, l1, part, row0, row1, amx, prepared);
   } else {
-    a.D == 64 ? task<32, float>(a, b, hkv, l0, l1, part, row0, row1, amx)
-              : task<64, float>(a, b, hkv, l0, l1, part, row0, row1, amx);
+    a.D == 64 ? task<32, float>(a, b, hkv, l0, l1, part, row0, row1, amx, prepared)
+              : task<64, float>(a, b, hkv, l0, l1, part, row0, row1, amx, prepared);
+  }
+}
+
+int64_t block_words(int64_t D, int64_t span) {
+  return words(D / 2, span);
+}
+
+void prepare(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, uint32_t* out) {
+  thread_local std::vector<uint32_t> rows16;
+  rows16.resize(KEYS * a.D / 2);
+  const int64_t span = l1 - l0;
+  if (a.k_f16 != nullptr) {
+    a.D == 64 ? convert<32, uint16_t>(a, b, hkv, l0, l1, out, out + key_words(32, span), rows16.data())
+              : convert<64, uint16_t>(a, b, hkv, l0, l1, out, out + key_words(64, span), rows16.data());
+  } else {
+    a.D == 64 ? convert<32, float>(a, b, hkv, l0, l1, out, out + key_words(32, span), rows16.data())
+              : convert<64, float>(a, b, hkv, l0, l1, out, out + key_words(64, span), rows16.data());
   }
 }
 

@@ -252,7 +252,11 @@ void qmm_rows_int16(const QmmArgs& a, const avx2::Int16X* xs, int64_t rows, int6
 namespace bf16 {
 bool supported();
 bool runs(const SdpaArgs& a);
-void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part, int64_t row0, int64_t row1);
+// prepared: the block of keys l0 .. l1 as prepare() leaves it (block_words(D, l1 - l0)
+// words), or nullptr (the task converts what its rows read); the same bits either way.
+void sdpa_task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part, int64_t row0, int64_t row1, const uint32_t* prepared);
+int64_t block_words(int64_t D, int64_t span);
+void prepare(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, uint32_t* out);
 } // namespace bf16
 
 // AMX-BF16 tiles of the bf16 body (attention_amx.cpp; the "amx" attention body).

@@ -100,13 +100,23 @@ int64_t first_key(const SdpaArgs& a, int64_t b) {
   return first;
 }
 
-// One task's attention body on this CPU: the vector body reads rows of D contiguous floats.
-void run_task(const SdpaArgs& a, bool fast, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part, int64_t row0, int64_t row1) {
+// Whether the bf16 body runs this call (it reads the key blocks prepare() leaves).
+bool runs_bf16(const SdpaArgs& a, bool fast) {
+#if defined(VMLX_HAVE_AVX2) && defined(VMLX_HAVE_BF16)
+  return fast && bf16::runs(a);
+#else
+  return false;
+#endif
+}
+
+// One task's attention body on this CPU: the vector body reads rows of D contiguous floats;
+// `prepared`: the bf16 body's block already converted (nullptr: it converts its own).
+void run_task(const SdpaArgs& a, bool fast, int64_t b, int64_t hkv, int64_t l0, int64_t l1, float* part, int64_t row0, int64_t row1, const uint32_t* prepared = nullptr) {
 #if defined(VMLX_HAVE_AVX2)
   if (fast) {
 #if defined(VMLX_HAVE_BF16)
     if (bf16::runs(a)) {
-      bf16::sdpa_task(a, b, hkv, l0, l1, part, row0, row1);
+      bf16::sdpa_task(a, b, hkv, l0, l1, part, row0, row1, prepared);
       return;
     }
 #endif
@@ -202,6 +212,30 @@ void sdpa_by_rows(const SdpaArgs& a, const int64_t* first, bool fast, int64_t ti
   ThreadPool& pool = ThreadPool::instance();
   const int64_t group = a.Hq / a.Hkv;
   const int64_t rows = group * a.Lq;
+  // The bf16 body's key blocks converted once for all the call's tiles (not by each tile):
+  // block k of (b, hkv) at prepared + ((b * Hkv + hkv) * most + k) * words.
+  const bool bf16 = runs_bf16(a, fast);
+  int64_t most = 0;
+  for (int64_t b = 0; bf16 && b < a.B; ++b) {
+    most = std::max(most, (a.Lk - first[b] + KEY_BLOCK - 1) / KEY_BLOCK);
+  }
+  thread_local std::vector<uint32_t> converted;
+  int64_t words = 0;
+#if defined(VMLX_HAVE_AVX2) && defined(VMLX_HAVE_BF16)
+  if (bf16) {
+    words = bf16::block_words(a.D, KEY_BLOCK);
+    converted.resize(std::max<int64_t>(1, a.B * a.Hkv * most * words));
+    uint32_t* out = converted.data();
+    pool.parallel_for(static_cast<int>(a.B * a.Hkv * most), [&](int t) {
+      const int64_t b = t / (a.Hkv * most);
+      const int64_t l0 = first[b] + (t % most) * KEY_BLOCK;
+      if (l0 < a.Lk) {
+        bf16::prepare(a, b, (t / most) % a.Hkv, l0, std::min(a.Lk, l0 + KEY_BLOCK), out + t * words);
+      }
+    });
+  }
+#endif
+  const uint32_t* prepared = converted.data();
   pool.parallel_for(static_cast<int>(a.B * a.Hkv * tiles), [&](int t) {
     const int64_t b = t / (a.Hkv * tiles);
     const int64_t hkv = (t / tiles) % a.Hkv;
@@ -226,7 +260,8 @@ void sdpa_by_rows(const SdpaArgs& a, const int64_t* first, bool fast, int64_t ti
       if (l0 >= seen) {
         break; // this block and the rest: past the causal limit of every row here
       }
-      run_task(a, fast, b, hkv, l0, std::min(a.Lk, l0 + KEY_BLOCK), parts.data() + count * stride, row0, row1);
+      const uint32_t* block = bf16 ? prepared + ((b * a.Hkv + hkv) * most + count) * words : nullptr;
+      run_task(a, fast, b, hkv, l0, std::min(a.Lk, l0 + KEY_BLOCK), parts.data() + count * stride, row0, row1, block);
     }
     for (int64_t row = row0; row < row1; ++row) {
       const int64_t h = hkv * group + row / a.Lq;
