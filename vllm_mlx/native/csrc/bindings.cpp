@@ -1,6 +1,7 @@
 // Python module vllm_mlx.native._kernels (nanobind, in MLX's nanobind domain so that
 // mlx.core.array crosses the boundary as itself).
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -220,4 +221,16 @@ NB_MODULE(_kernels, m) {
       "threads",
       []() { return vmlx::ThreadPool::instance().size(); },
       "Threads the kernels use.");
+  m.def(
+      "set_placement",
+      [](const std::string& name) { return vmlx::ThreadPool::instance().set_placement(name.c_str()); },
+      "name"_a,
+      "Where the pool's workers run: 'auto' (off the caller's CPU while that pays), 'apart' or 'kernel'.");
+  m.def(
+      "placement",
+      []() {
+        auto& pool = vmlx::ThreadPool::instance();
+        return std::make_pair(std::string(pool.placement()), pool.apart_now());
+      },
+      "The placement setting and whether the workers are apart now.");
 }

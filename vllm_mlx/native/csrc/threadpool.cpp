@@ -1,7 +1,15 @@
 #include "threadpool.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
+
+#if defined(__linux__)
+#include <pthread.h>
+#include <sched.h>
+#endif
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -25,6 +33,42 @@ int env_int(const char* name, int fallback) {
   return parsed > 0 ? parsed : fallback;
 }
 
+// Runs this thread on `cpu` only, or on any of `cpus` when cpu < 0.
+void run_on(int cpu, const std::vector<int>& cpus) {
+#if defined(__linux__)
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (cpu >= 0) {
+    CPU_SET(cpu, &set);
+  } else {
+    for (int c : cpus) {
+      CPU_SET(c, &set);
+    }
+  }
+  sched_setaffinity(0, sizeof(set), &set); // best effort: a refusal leaves the kernel's choice
+#else
+  (void)cpu;
+  (void)cpus;
+#endif
+}
+
+int current_cpu() {
+#if defined(__linux__)
+  return sched_getcpu();
+#else
+  return -1;
+#endif
+}
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// "auto": jobs per window, and the longest stretch (in windows) left to the kernel
+constexpr int kWindowJobs = 256;
+constexpr int kMostKernelWindows = 64;
+
 } // namespace
 
 ThreadPool& ThreadPool::instance() {
@@ -38,8 +82,20 @@ ThreadPool::ThreadPool(int threads)
     // A few µs of pause instructions before sleeping: on a shared 2-core machine a
     // longer spin takes the core from the thread that would produce the next job.
     : spin_iterations_(env_int("VLLM_MLX_NATIVE_SPIN", 300)) {
+  const char* pin = std::getenv("VLLM_MLX_NATIVE_PIN");
+  set_placement(pin == nullptr || *pin == '\0' ? "auto" : std::strcmp(pin, "0") == 0 ? "kernel" : "apart");
+#if defined(__linux__)
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &set)) {
+        cpus_.push_back(c);
+      }
+    }
+  }
+#endif
   for (int i = 1; i < threads; ++i) {
-    workers_.emplace_back([this] { worker_loop(); });
+    workers_.emplace_back([this, i] { worker_loop(i); });
   }
 }
 
@@ -52,26 +108,67 @@ ThreadPool::~ThreadPool() {
   }
 }
 
-void ThreadPool::run_tasks(const std::function<void(int)>& fn, int tasks) {
-  for (int i = next_.fetch_add(1); i < tasks; i = next_.fetch_add(1)) {
-    fn(i);
-    if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == tasks) {
-      done_.notify_one();
-    }
+bool ThreadPool::set_placement(const char* name) {
+  const std::string wanted(name);
+  if (wanted != "kernel" && wanted != "apart" && wanted != "auto") {
+    return false;
+  }
+  placement_.store(wanted == "kernel" ? Placement::kernel : wanted == "apart" ? Placement::apart : Placement::automatic);
+  apart_now_.store(wanted != "kernel");
+  return true;
+}
+
+const char* ThreadPool::placement() const {
+  switch (placement_.load()) {
+    case Placement::kernel:
+      return "kernel";
+    case Placement::apart:
+      return "apart";
+    default:
+      return "auto";
   }
 }
 
-void ThreadPool::worker_loop() {
+int ThreadPool::cpu_for(int caller_cpu, int index) const {
+  const int n = static_cast<int>(cpus_.size());
+  if (caller_cpu < 0 || n < 2) {
+    return -1;
+  }
+  const int at = static_cast<int>(std::find(cpus_.begin(), cpus_.end(), caller_cpu) - cpus_.begin());
+  return cpus_[(at % n + index) % n];
+}
+
+int ThreadPool::run_tasks(const std::function<void(int)>& fn, uint32_t job_id, int tasks) {
+  int ran = 0;
+  uint64_t claim = claim_.load(std::memory_order_acquire);
+  while (static_cast<uint32_t>(claim >> 32) == job_id && static_cast<int>(claim & 0xffffffffu) < tasks) {
+    if (!claim_.compare_exchange_weak(claim, claim + 1, std::memory_order_acq_rel)) {
+      continue; // another thread took it (claim now holds the current value)
+    }
+    fn(static_cast<int>(claim & 0xffffffffu));
+    ++ran;
+    if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == tasks) {
+      done_.notify_one();
+    }
+    claim = claim_.load(std::memory_order_acquire);
+  }
+  return ran;
+}
+
+void ThreadPool::worker_loop(int index) {
+#if defined(__linux__)
+  pthread_setname_np(pthread_self(), "vmlx-pool"); // told apart from MLX's in perf and top
+#endif
   uint32_t seen = generation_.load();
+  int placed = -2; // the CPU this worker was last put on (-1: any allowed)
   while (true) {
-    for (int spin = 0; generation_.load(std::memory_order_acquire) == seen &&
-         spin < spin_iterations_;
-         ++spin) {
+    for (int spin = 0; generation_.load(std::memory_order_acquire) == seen && spin < spin_iterations_; ++spin) {
       VMLX_PAUSE();
     }
     generation_.wait(seen, std::memory_order_acquire);
     const std::function<void(int)>* job;
-    int tasks;
+    int tasks, cpu;
+    uint32_t job_id;
     {
       std::lock_guard<std::mutex> lock(job_mutex_);
       seen = generation_.load(std::memory_order_acquire);
@@ -80,16 +177,43 @@ void ThreadPool::worker_loop() {
       }
       job = job_;
       tasks = tasks_;
-      if (job == nullptr) {
-        continue; // woke after that job finished: nothing left to help with
-      }
-      busy_.fetch_add(1, std::memory_order_acq_rel);
+      job_id = job_id_;
+      cpu = apart_now_.load(std::memory_order_relaxed) ? cpu_for(caller_cpu_, index) : -1;
     }
-    run_tasks(*job, tasks);
-    if (busy_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      busy_.notify_one();
+    if (job == nullptr) {
+      continue; // woke after that job finished: nothing left to help with
     }
+    if (cpu != placed) { // a syscall only when the caller moved or the placement changed
+      run_on(cpu, cpus_);
+      placed = cpu;
+    }
+    run_tasks(*job, job_id, tasks); // claims nothing once the job is over: fn is not called
   }
+}
+
+void ThreadPool::account(int64_t own_ns, int64_t wait_ns, int mine, int tasks) {
+  if (mine > 0) { // the worker's tasks at the caller's pace
+    window_saved_ns_ += own_ns * (tasks - mine) / mine;
+  }
+  window_wait_ns_ += wait_ns;
+  window_ns_ += own_ns + wait_ns;
+  if (++window_jobs_ < kWindowJobs) {
+    return;
+  }
+  if (apart_now_.load(std::memory_order_relaxed)) {
+    // apart pays while the worker saves more than the caller waits for it, by 10% of the time
+    if (window_saved_ns_ - window_wait_ns_ < window_ns_ / 10) {
+      apart_now_.store(false, std::memory_order_relaxed);
+      kernel_windows_ = backoff_;
+      backoff_ = std::min(2 * backoff_, kMostKernelWindows);
+    } else {
+      backoff_ = 1;
+    }
+  } else if (--kernel_windows_ <= 0) {
+    apart_now_.store(true, std::memory_order_relaxed); // try apart again
+  }
+  window_saved_ns_ = window_wait_ns_ = window_ns_ = 0;
+  window_jobs_ = 0;
 }
 
 template <typename Atomic, typename Done>
@@ -118,16 +242,22 @@ void ThreadPool::parallel_for(int tasks, const std::function<void(int)>& fn) {
   // Kernels run on MLX's CPU stream thread; a second caller waits its turn.
   static std::mutex one_job_at_a_time;
   std::lock_guard<std::mutex> one(one_job_at_a_time);
+  const bool watch = placement_.load(std::memory_order_relaxed) == Placement::automatic;
+  uint32_t job_id;
   {
     std::lock_guard<std::mutex> lock(job_mutex_);
+    job_id = ++job_id_;
     job_ = &fn;
     tasks_ = tasks;
-    next_.store(0, std::memory_order_relaxed);
+    caller_cpu_ = current_cpu();
     done_.store(0, std::memory_order_relaxed);
+    claim_.store(static_cast<uint64_t>(job_id) << 32, std::memory_order_release);
     generation_.fetch_add(1, std::memory_order_release);
   }
   generation_.notify_all();
-  run_tasks(fn, tasks);
+  const int64_t start = watch ? now_ns() : 0;
+  const int mine = run_tasks(fn, job_id, tasks);
+  const int64_t own_end = watch ? now_ns() : 0;
   // Wait for the tasks, not for the workers: a worker the OS has not scheduled yet
   // (the machine is shared) must not hold up a step the caller could finish alone.
   wait_until(done_, [tasks](int done) { return done >= tasks; }, spin_iterations_);
@@ -135,7 +265,9 @@ void ThreadPool::parallel_for(int tasks, const std::function<void(int)>& fn) {
     std::lock_guard<std::mutex> lock(job_mutex_);
     job_ = nullptr;
   }
-  wait_until(busy_, [](int busy) { return busy == 0; }, spin_iterations_);
+  if (watch) {
+    account(own_end - start, now_ns() - own_end, mine, tasks);
+  }
 }
 
 } // namespace vmlx

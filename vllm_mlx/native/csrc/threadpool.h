@@ -1,6 +1,13 @@
 // A small fork-join pool for the kernels: the calling thread works too, idle workers
 // sleep on a futex (std::atomic::wait) after a short bounded spin, so an idle server
 // burns no CPU and a busy decode loop does not pay a wake-up per matmul.
+//
+// Placement: each worker keeps to a CPU of its own, off the caller's. Left to itself the
+// kernel here (a 2-vCPU guest) woke the worker onto the caller's CPU and left it queued
+// there behind the caller, the other CPU idle: one core's speed with two threads. When
+// the worker's CPU is busy with another process, a pinned worker holds jobs up (the
+// caller waits for a task it was descheduled in), so the caller watches what the worker
+// saves and hands placement back to the kernel while it saves nothing, trying again later.
 #pragma once
 
 #include <atomic>
@@ -29,20 +36,49 @@ class ThreadPool {
     return static_cast<int>(workers_.size()) + 1;
   }
 
+  // Placement: "apart" (each worker on its own CPU off the caller's, always), "kernel"
+  // (the kernel's), or "auto" (apart while it pays, the default; VLLM_MLX_NATIVE_PIN=0
+  // starts with "kernel", =1 with "apart"). False for another name.
+  bool set_placement(const char* name);
+  const char* placement() const;
+  // Whether the workers are apart now (under "auto": the last window's choice).
+  bool apart_now() const {
+    return apart_now_.load(std::memory_order_relaxed);
+  }
+
  private:
-  void worker_loop();
-  void run_tasks(const std::function<void(int)>& fn, int tasks);
+  enum class Placement { kernel, apart, automatic };
+
+  void worker_loop(int index);
+  // Claims and runs tasks of job `job_id` until none is left; returns how many it ran.
+  int run_tasks(const std::function<void(int)>& fn, uint32_t job_id, int tasks);
+  // The CPU worker `index` runs on for a caller on caller_cpu (-1: any allowed).
+  int cpu_for(int caller_cpu, int index) const;
+  // Under "auto": account one job (the caller's own time in tasks, its wait for the
+  // rest, tasks it ran of all) and choose apart or not at the end of a window.
+  void account(int64_t own_ns, int64_t wait_ns, int mine, int tasks);
 
   std::vector<std::thread> workers_;
-  std::mutex job_mutex_; // guards job_ and tasks_ for workers that join late
+  std::mutex job_mutex_; // guards job_, tasks_, job_id_ and caller_cpu_ for late workers
   const std::function<void(int)>* job_{nullptr};
   int tasks_{0};
-  std::atomic<int> next_{0};
+  uint32_t job_id_{0};
+  int caller_cpu_{-1}; // the CPU the current job's caller ran on
+  // (job id << 32) | next task index: a worker late for a finished job cannot claim a
+  // task of the next one, so the caller never waits for workers, only for tasks.
+  std::atomic<uint64_t> claim_{0};
   std::atomic<int> done_{0};
-  std::atomic<int> busy_{0};
   std::atomic<uint32_t> generation_{0};
   std::atomic<bool> stop_{false};
+  std::atomic<Placement> placement_{Placement::automatic};
+  std::atomic<bool> apart_now_{true};
+  std::vector<int> cpus_; // the CPUs this process may run on, at start
   int spin_iterations_;
+  // "auto"'s window (the caller's, under the one-job-at-a-time lock)
+  int64_t window_saved_ns_{0}, window_wait_ns_{0}, window_ns_{0};
+  int window_jobs_{0};
+  int kernel_windows_{0}; // windows left with the kernel's placement before trying apart
+  int backoff_{1}; // the next such stretch, doubled each time apart did not pay
 };
 
 } // namespace vmlx
