@@ -43,24 +43,26 @@ void configure() {
   _tile_loadconfig(&config);
 }
 
-// C (tile `c`) = scale-free dots of 16 query rows with one group of 16 keys over P pairs
-template <int KT>
-inline void group_dots(const uint32_t* kt) {
-  _tile_zero(0);
-  _tile_loadd(1, kt, 64);
-  _tile_dpbf16ps(0, 4, 1);
-  _tile_loadd(2, kt + 16 * 16, 64);
-  _tile_dpbf16ps(0, 5, 2);
-  if constexpr (KT == 4) {
-    _tile_loadd(1, kt + 32 * 16, 64);
-    _tile_dpbf16ps(0, 6, 1);
-    _tile_loadd(2, kt + 48 * 16, 64);
-    _tile_dpbf16ps(0, 7, 2);
-  }
-}
+// tile C = dots of 16 query rows (tiles 4-7) with one group of 16 keys at kt over 16 KT
+// pairs, B its key tiles' register: a macro, as the intrinsics take literal tile numbers
+// (two groups in flight use C 0, B 1 and C 3, B 2)
+#define VMLX_GROUP_DOTS(KT, C, B, kt)          \
+  do {                                         \
+    _tile_zero(C);                             \
+    _tile_loadd(B, (kt), 64);                  \
+    _tile_dpbf16ps(C, 4, B);                   \
+    _tile_loadd(B, (kt) + 16 * 16, 64);        \
+    _tile_dpbf16ps(C, 5, B);                   \
+    if constexpr ((KT) == 4) {                 \
+      _tile_loadd(B, (kt) + 32 * 16, 64);      \
+      _tile_dpbf16ps(C, 6, B);                 \
+      _tile_loadd(B, (kt) + 48 * 16, 64);      \
+      _tile_dpbf16ps(C, 7, B);                 \
+    }                                          \
+  } while (false)
 
 template <int KT>
-void scores_as(const uint32_t* q, const uint32_t* keys, int64_t groups, float scale, float* out, int64_t stride) {
+void scores_as(const uint32_t* q, const uint32_t* keys, int64_t groups, float* out, int64_t stride) {
   constexpr int64_t P = 16 * KT;
   configure();
   _tile_loadd(4, q, P * 4);
@@ -69,16 +71,20 @@ void scores_as(const uint32_t* q, const uint32_t* keys, int64_t groups, float sc
     _tile_loadd(6, q + 32, P * 4);
     _tile_loadd(7, q + 48, P * 4);
   }
-  const __m512 s = _mm512_set1_ps(scale);
-  for (int64_t g = 0; g < groups; ++g) {
-    group_dots<KT>(keys + g * P * 16);
-    float* o = out + g * 16;
-    _tile_stored(0, o, stride * 4);
-    for (int r = 0; r < 16; ++r) {
-      _mm512_storeu_ps(o + r * stride, _mm512_mul_ps(_mm512_loadu_ps(o + r * stride), s));
-    }
+  int64_t g = 0;
+  for (; g + 2 <= groups; g += 2) {
+    VMLX_GROUP_DOTS(KT, 0, 1, keys + g * P * 16);
+    VMLX_GROUP_DOTS(KT, 3, 2, keys + (g + 1) * P * 16);
+    _tile_stored(0, out + g * 16, stride * 4);
+    _tile_stored(3, out + (g + 1) * 16, stride * 4);
+  }
+  if (g < groups) {
+    VMLX_GROUP_DOTS(KT, 0, 1, keys + g * P * 16);
+    _tile_stored(0, out + g * 16, stride * 4);
   }
 }
+
+#undef VMLX_GROUP_DOTS
 
 // acc[16][h : h + 64] = (tiles 0-3) sums over `chunks` 16-pair chunks of weights and value pairs at h
 inline void weighted_64(const uint32_t* w, int64_t w_stride, const uint32_t* values, int64_t D, int64_t h, int64_t chunks, float* acc) {
@@ -116,11 +122,11 @@ bool supported() {
   return granted;
 }
 
-void scores(const uint32_t* q, int64_t P, const uint32_t* keys, int64_t groups, float scale, float* out, int64_t stride) {
+void scores(const uint32_t* q, int64_t P, const uint32_t* keys, int64_t groups, float* out, int64_t stride) {
   if (P == 32) {
-    scores_as<2>(q, keys, groups, scale, out, stride);
+    scores_as<2>(q, keys, groups, out, stride);
   } else {
-    scores_as<4>(q, keys, groups, scale, out, stride);
+    scores_as<4>(q, keys, groups, out, stride);
   }
 }
 

@@ -115,7 +115,7 @@ inline __m512 exp512(__m512 x) {
 
 struct Buffers {
   std::vector<float> scores;
-  std::vector<uint32_t> query, keys, values, weights, rows16;
+  std::vector<uint32_t> query, keys, values, weights;
   std::vector<int64_t> head, position, limit;
   std::vector<char> dense;
 };
@@ -201,24 +201,19 @@ constexpr int64_t words(int64_t P, int64_t span) {
 }
 
 // Keys l0 .. last of (b, hkv) into `keys` and their values into `values` in the bf16
-// layout (rows16: a scratch of KEYS * P words), zeros past `last` to the group and chunk.
+// layout, zeros past `last` to the group and chunk.
 template <int P, typename T>
-void convert(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t last, uint32_t* keys, uint32_t* values, uint32_t* rows16) {
+void convert(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t last, uint32_t* keys, uint32_t* values) {
   constexpr int64_t D = 2 * P;
   // keys l0 .. last as bf16, transposed by groups of 16: [group][pair j][key]
   for (int64_t g = 0; g * KEYS < last - l0; ++g) {
-    for (int t = 0; t < KEYS; ++t) {
-      const int64_t l = l0 + g * KEYS + t;
-      if (l < last) {
-        to_pairs(sdpa_key<T>(a, b, hkv, l), D, rows16 + t * P);
-      } else {
-        std::fill_n(rows16 + t * P, P, 0u);
-      }
-    }
-    for (int64_t c = 0; c < P; c += 16) {
+    const int64_t n = std::min<int64_t>(KEYS, last - l0 - g * KEYS);
+    for (int64_t c = 0; c < P; c += 16) { // pairs c .. c + 16: dimensions 2c .. 2c + 32
       __m512i r[16];
       for (int t = 0; t < KEYS; ++t) {
-        r[t] = _mm512_loadu_si512(rows16 + t * P + c);
+        const T* k = sdpa_key<T>(a, b, hkv, l0 + g * KEYS + std::min<int64_t>(t, n - 1));
+        const __m512i p = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(load16(k + 2 * c + 16), load16(k + 2 * c)));
+        r[t] = t < n ? p : _mm512_setzero_si512();
       }
       transpose16(r);
       for (int j = 0; j < 16; ++j) {
@@ -266,7 +261,6 @@ void task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, flo
   } else {
     buf.weights.resize(rows * pairs);
   }
-  buf.rows16.resize(KEYS * P);
   buf.head.resize(rows);
   buf.position.resize(rows);
   buf.limit.resize(rows);
@@ -302,7 +296,7 @@ void task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, flo
     keys = prepared;
     values = prepared + key_words(P, span);
   } else {
-    convert<P, T>(a, b, hkv, l0, last, buf.keys.data(), buf.values.data(), buf.rows16.data());
+    convert<P, T>(a, b, hkv, l0, last, buf.keys.data(), buf.values.data());
   }
   // Pass 1: scores, 4 rows by 2 key groups at a time
   auto seen = [&](int64_t row, int64_t l) {
@@ -325,7 +319,7 @@ void task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, flo
       end = std::max(end, limit[r]);
     }
     const int64_t width = end - l0;
-    amx::scores(buf.query.data() + row * P, P, keys, (width + KEYS - 1) / KEYS, a.scale, scores + row * stride, stride);
+    amx::scores(buf.query.data() + row * P, P, keys, (width + KEYS - 1) / KEYS, scores + row * stride, stride);
     for (int64_t r = row; r < std::min(rows, row + TILE); ++r) {
       mask_row(r, l0, width, scores + r * stride);
     }
@@ -357,13 +351,17 @@ void task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, flo
       }
     }
   }
-  // Pass 2: softmax in float32; the weights rounded to bf16 pairs, their sum the rounded ones'
+  // Pass 2: softmax in float32; the weights rounded to bf16 pairs, their sum the rounded ones'.
+  // The AMX tiles leave the scores unscaled: each scaled here, and the max (the same value:
+  // rounding keeps the order)
+  const float post = amx ? a.scale : 1.0f;
+  const __m512 vpost = _mm512_set1_ps(post);
   for (int64_t row = 0; row < rows; ++row) {
     float* out = part + row * (D + 2);
     float* s = scores + row * stride;
     const int64_t n = limit[row] - l0;
     std::fill(out + 2, out + 2 + D, 0.0f);
-    const float max_score = n > 0 ? row_max(s, n) : NEG_INF;
+    const float max_score = n > 0 ? row_max(s, n) * post : NEG_INF;
     if (max_score == NEG_INF) { // no key seen
       out[0] = NEG_INF;
       out[1] = 0.0f;
@@ -375,8 +373,8 @@ void task(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, flo
     __m512 sum = _mm512_setzero_ps();
     for (int64_t j = 0; j < n; j += 32) { // 16 weight pairs; a pair's second weight past n: 0
       const __mmask16 m0 = lanes(n - j), m1 = lanes(n - j - 16);
-      const __m512 e0 = _mm512_maskz_mov_ps(m0, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m0, s + j), vmax)));
-      const __m512 e1 = _mm512_maskz_mov_ps(m1, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m1, s + j + 16), vmax)));
+      const __m512 e0 = _mm512_maskz_mov_ps(m0, exp512(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(m0, s + j), vpost, vmax)));
+      const __m512 e1 = _mm512_maskz_mov_ps(m1, exp512(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(m1, s + j + 16), vpost, vmax)));
       const __m512i p = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(e1, e0));
       _mm512_storeu_si512(w + j / 2, p);
       sum = _mm512_add_ps(sum, _mm512_castsi512_ps(_mm512_slli_epi32(p, 16)));
@@ -481,15 +479,13 @@ int64_t block_words(int64_t D, int64_t span) {
 }
 
 void prepare(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, uint32_t* out) {
-  thread_local std::vector<uint32_t> rows16;
-  rows16.resize(KEYS * a.D / 2);
   const int64_t span = l1 - l0;
   if (a.k_f16 != nullptr) {
-    a.D == 64 ? convert<32, uint16_t>(a, b, hkv, l0, l1, out, out + key_words(32, span), rows16.data())
-              : convert<64, uint16_t>(a, b, hkv, l0, l1, out, out + key_words(64, span), rows16.data());
+    a.D == 64 ? convert<32, uint16_t>(a, b, hkv, l0, l1, out, out + key_words(32, span))
+              : convert<64, uint16_t>(a, b, hkv, l0, l1, out, out + key_words(64, span));
   } else {
-    a.D == 64 ? convert<32, float>(a, b, hkv, l0, l1, out, out + key_words(32, span), rows16.data())
-              : convert<64, float>(a, b, hkv, l0, l1, out, out + key_words(64, span), rows16.data());
+    a.D == 64 ? convert<32, float>(a, b, hkv, l0, l1, out, out + key_words(32, span))
+              : convert<64, float>(a, b, hkv, l0, l1, out, out + key_words(64, span));
   }
 }
 

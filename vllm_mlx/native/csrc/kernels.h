@@ -261,13 +261,13 @@ void prepare(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t l1, 
 
 // AMX-BF16 tiles of the bf16 body (attention_amx.cpp; the "amx" attention body).
 // supported(): this CPU and build have it and the kernel granted the tile state.
-// scores: out[r * stride + 16 g + n] = scale * (q row r . key n of group g) for 16 query
+// scores: out[r * stride + 16 g + n] = q row r . key n of group g (unscaled) for 16 query
 // rows of P bf16 pairs (row stride P) and `groups` groups of keys laid out [group][pair][16].
 // weighted: acc[16][D] = weights [16 rows][16 c pairs] (row stride w_stride) . values
 // [pair][D] over `chunks` chunks of 16 pairs.
 namespace amx {
 bool supported();
-void scores(const uint32_t* q, int64_t P, const uint32_t* keys, int64_t groups, float scale, float* out, int64_t stride);
+void scores(const uint32_t* q, int64_t P, const uint32_t* keys, int64_t groups, float* out, int64_t stride);
 void weighted(const uint32_t* w, int64_t w_stride, const uint32_t* values, int64_t D, int64_t chunks, float* acc);
 } // namespace amx
 
