@@ -10,7 +10,8 @@ left-padded as a server's is. Rounds alternate the batch sizes; each size's best
 counts (the machine is shared: the load average is printed with the numbers). Tokens per
 second of the process's CPU time are printed too: on a loaded machine they show the work
 a token costs, which wall time hides behind other processes' turns. Compare
-trees side by side with ``PYTHONPATH=<tree>``.
+trees side by side with ``PYTHONPATH=<tree>``; ``--packed-ab`` alternates the products on
+and off packed weight copies (``native.set_packed``) within each round.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 
 import mlx.core as mx
 
+from vllm_mlx import native
 from vllm_mlx.engine.sampling import SamplingParams, make_sampler
 from vllm_mlx.engine.sources import ModelBatchSource
 from vllm_mlx.models import load_model
@@ -59,20 +61,33 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=128)
     parser.add_argument("--tokens", type=int, default=48, help="tokens per stream timed")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--packed-ab", action="store_true", help="packed weights off and on")
     args = parser.parse_args()
     loaded = load_model(None, cpu_weights="quantized", progress=False)
     print(loaded.kernels)
+    modes = (False, True) if args.packed_ab else (native.packed(),)
     for label, temperature in (("greedy", 0.0), ("sampled T=0.8", 0.8)):
-        wall: dict[int, float] = {}
-        cpu: dict[int, float] = {}
+        wall: dict[tuple[bool, int], float] = {}
+        cpu: dict[tuple[bool, int], float] = {}
         for _ in range(args.rounds):
             for n in STREAMS:
-                rate, per_cpu = decode_rate(loaded.model, n, args.context, args.tokens, temperature)
-                wall[n] = max(wall.get(n, 0.0), rate)
-                cpu[n] = max(cpu.get(n, 0.0), per_cpu)
-        for what, best in (("wall", wall), ("CPU", cpu)):
-            row = ", ".join(f"{n}: {best[n]:.1f} ({best[n] / best[1]:.2f}x)" for n in STREAMS)
-            print(f"{label}, tokens/s of {what} time: {row}; load {os.getloadavg()[0]:.1f}")
+                for packed in modes:
+                    native.set_packed(packed)
+                    rate, per_cpu = decode_rate(
+                        loaded.model, n, args.context, args.tokens, temperature
+                    )
+                    wall[packed, n] = max(wall.get((packed, n), 0.0), rate)
+                    cpu[packed, n] = max(cpu.get((packed, n), 0.0), per_cpu)
+        for packed in modes:
+            for what, best in (("wall", wall), ("CPU", cpu)):
+                one = best[packed, 1]
+                row = ", ".join(
+                    f"{n}: {best[packed, n]:.1f} ({best[packed, n] / one:.2f}x)" for n in STREAMS
+                )
+                print(
+                    f"{label}{', packed' if packed else ''}, tokens/s of {what} time: {row}; "
+                    f"load {os.getloadavg()[0]:.1f}"
+                )
 
 
 if __name__ == "__main__":

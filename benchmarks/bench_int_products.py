@@ -1,14 +1,15 @@
-"""What a row of x costs the integer products: int16 against int8 activations, side by side.
+"""What a row of x costs the integer products, per int16 body, side by side.
 
-    VLLM_MLX_NATIVE_THREADS=1 python benchmarks/bench_int_products.py [--rounds 7]
+    VLLM_MLX_NATIVE_THREADS=1 python benchmarks/bench_int_products.py [--bodies packed vnni]
 
 Every quantized matmul of one decode step of the default model (its 210 layer
 projections and the 8-bit output projection, ``native.quantized_matmul``) for 1, 2, 4
-and 8 rows of x, under int16 and int8 activations (``native.set_activations``) on the
-selected int16 body (VNNI where the CPU has it), the modes alternating in each round so
-load drift hits both alike. Reports CPU ms per step (best and median; one thread makes
-CPU time the work itself), the cost of each row past the first (from 1 to 8 rows), and
-int8 / int16 ratios.
+and 8 rows of x, on each int16 body (``native.set_int16_body``: VNNI and AVX2 where the
+CPU has them; "packed": VNNI on packed weight copies, ``native.set_packed``), the bodies
+alternating in each round so load drift hits them alike.
+Reports CPU ms per step (best and median; one thread makes CPU time the work itself),
+the cost of each row past the first (from 1 to 8 rows), and each body's ratio to the
+first one.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import mlx.nn as nn
 from vllm_mlx import native
 from vllm_mlx.models import load_model
 
-MODES = ("int16", "int8")
 ROWS = (1, 2, 4, 8)
 
 
@@ -49,30 +49,39 @@ def products(model: Any, rows: int) -> Callable[[], None]:
     return step
 
 
+def select(body: str) -> bool:
+    """Run the products on ``body`` ("packed": the VNNI body on packed weights)."""
+    native.set_packed(body == "packed")
+    return native.set_int16_body("vnni" if body == "packed" else body)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--bodies", nargs="+", default=["packed", "vnni", "avx2"])
     args = parser.parse_args()
+    default = native.int16_body() or "avx2"
+    bodies = [body for body in args.bodies if select(body)]
     model = load_model(None, cpu_weights="quantized", progress=False).model
     steps = {rows: products(model, rows) for rows in ROWS}
     cpu: dict[tuple[str, int], list[float]] = {}
     try:
         for _ in range(args.rounds):
             for rows, step in steps.items():
-                for mode in MODES:
-                    assert native.set_activations(mode)
+                for body in bodies:
+                    assert select(body)
                     step()
                     start = time.process_time()
                     step()
-                    cpu.setdefault((mode, rows), []).append(1e3 * (time.process_time() - start))
+                    cpu.setdefault((body, rows), []).append(1e3 * (time.process_time() - start))
     finally:
-        native.set_activations("int16")
+        native.set_packed(False)
+        native.set_int16_body(default)
     report: dict[str, Any] = {
         "load_average": os.getloadavg()[0],
-        "int16_body": native.int16_body(),
         "threads": native.status().get("threads"),
     }
-    for mode in MODES:
+    for mode in bodies:
         best = {rows: min(cpu[(mode, rows)]) for rows in ROWS}
         report[mode] = {
             f"{rows} rows CPU ms": {
@@ -82,9 +91,10 @@ def main() -> None:
             for rows in ROWS
         }
         report[mode]["ms per extra row (best, 1 to 8)"] = round((best[8] - best[1]) / 7, 3)
-    report["int8 / int16 (best)"] = {
-        rows: round(min(cpu[("int8", rows)]) / min(cpu[("int16", rows)]), 3) for rows in ROWS
-    }
+    for body in bodies[1:]:
+        report[f"{body} / {bodies[0]} (best)"] = {
+            rows: round(min(cpu[(body, rows)]) / min(cpu[(bodies[0], rows)]), 3) for rows in ROWS
+        }
     print(json.dumps(report, indent=1))
 
 

@@ -87,6 +87,7 @@ def status() -> dict[str, Any]:
         "isa": kernels.isa(),
         "activations": kernels.activations(),
         "int16_body": int16_body(),
+        "packed": packed(),
         "attention_body": attention_body(),
         "threads": kernels.threads(),
         "kernels": list(KERNELS) if enabled else [],
@@ -285,6 +286,23 @@ def set_int16_body(name: str) -> bool:
     return (
         kernels is not None and hasattr(kernels, "set_int16_body") and kernels.set_int16_body(name)
     )
+
+
+def packed() -> bool:
+    """Whether the int16 products run on packed copies of the weights (opt-in,
+    ``VLLM_MLX_NATIVE_PACKED=1``: AVX-512 VNNI, twice the weight memory)."""
+    kernels = _load()[0]
+    return bool(kernels is not None and hasattr(kernels, "packed") and kernels.packed())
+
+
+def set_packed(on: bool) -> bool:
+    """Switch the packed products on or off, for tests and benchmarks; False when the
+    build lacks them."""
+    kernels = _load()[0]
+    if kernels is None or not hasattr(kernels, "set_packed"):
+        return False
+    kernels.set_packed(on)
+    return True
 
 
 def attention_body() -> str | None:

@@ -210,6 +210,12 @@ NB_MODULE(_kernels, m) {
       [](const std::string& name) { return vmlx::set_int16_body(name.c_str()); },
       "name"_a,
       "Select 'vnni' (AVX-512 VNNI) or 'avx2' for the int16 products (the same bits); False when this CPU lacks it.");
+  m.def("packed", []() { return vmlx::packed_enabled(); }, "Whether products run on packed weight copies.");
+  m.def(
+      "set_packed",
+      [](bool on) { vmlx::set_packed(on); },
+      "on"_a,
+      "Run the int16 products on packed copies of the weights (AVX-512 VNNI; doubles weight memory).");
   m.def(
       "attention_body", []() { return std::string(vmlx::attention_body()); }, "Which body runs the attention.");
   m.def(

@@ -103,6 +103,27 @@ bool set_activations(const char* name) {
   return true;
 }
 
+std::atomic<bool>& packed_selected() {
+  static std::atomic<bool> selected{[] {
+    const char* env = std::getenv("VLLM_MLX_NATIVE_PACKED");
+    return env != nullptr && std::string(env) == "1";
+  }()};
+  return selected;
+}
+
+bool packed_enabled() {
+  return packed_selected().load();
+}
+
+void set_packed(bool on) {
+  packed_selected().store(on);
+}
+
+bool packed_products() {
+  return packed_selected().load(std::memory_order_relaxed) && use_avx2() && vnni_selected().load(std::memory_order_relaxed) &&
+      int_levels().load(std::memory_order_relaxed) != 0;
+}
+
 const char* int16_body() {
   return vnni_selected().load() ? "vnni" : "avx2";
 }
@@ -242,11 +263,12 @@ namespace {
 struct Tasks {
   std::vector<int64_t> first, rows;
 
-  const Tasks& plan(const QmmArgs* list, int count, int threads) {
+  // align: each task's rows a multiple of it (the packed body's 16-row tiles)
+  const Tasks& plan(const QmmArgs* list, int count, int threads, int64_t align = 1) {
     first.assign(count + 1, 0);
     rows.resize(count);
     for (int j = 0; j < count; ++j) {
-      rows[j] = rows_per_task(list[j], threads);
+      rows[j] = (rows_per_task(list[j], threads) + align - 1) / align * align;
       first[j + 1] = first[j] + (list[j].N + rows[j] - 1) / rows[j];
     }
     return *this;
@@ -278,9 +300,17 @@ Int16Body vnni_body() {
 #endif
 }
 
+Int16Body packed_body() {
+#if defined(VMLX_HAVE_VNNI)
+  return vnni::qmm_rows_packed;
+#else
+  return avx2::qmm_rows_int16; // never selected: no packed copies without VNNI
+#endif
+}
+
 // Rows of x (decode rows, one per sequence, or a prefill block's) through the int16 body;
 // false when x is not finite (then the float body runs). Each task unpacks each of its
-// weight rows once for up to 8 rows of x (further blocks of 8 read it again from L2),
+// weight rows once for up to 4 rows of x (further blocks of 4 read it again from L2),
 // and each output is the one-row product's, bit for bit: neither batching nor the
 // number of rows in a prefill block changes a sequence's numbers.
 bool qmm_many_int16(const QmmArgs* list, int count) {
@@ -290,27 +320,33 @@ bool qmm_many_int16(const QmmArgs* list, int count) {
   thread_local std::vector<int16_t> q;
   thread_local std::vector<float> scale, sum;
   thread_local std::vector<avx2::Int16X> rows;
-  thread_local std::vector<int8_t> q8;
   const int levels = int_levels().load(std::memory_order_relaxed);
   const bool vnni = vnni_selected().load(std::memory_order_relaxed);
-  const bool int8 = vnni && levels <= 127; // the VNNI body's vpdpbusd reads x's int8 copy
-  q8.resize(int8 ? a.M * a.K : 0);
+#if defined(VMLX_HAVE_VNNI)
+  const bool packed = vnni && std::all_of(list, list + count, [](const QmmArgs& p) { return p.packed != nullptr; });
+#else
+  const bool packed = false;
+#endif
+  if (packed) {
+    std::for_each(list, list + count, ensure_packed);
+  }
+  const avx2::XOrder order = packed ? avx2::XOrder::natural : vnni ? avx2::XOrder::pairs : avx2::XOrder::chunks;
   q.resize(a.M * a.K);
   scale.resize(a.M * per_row);
   sum.resize(a.M * per_row);
   rows.resize(a.M);
   for (int64_t m = 0; m < a.M; ++m) {
-    rows[m] = {q.data() + m * a.K, scale.data() + m * per_row, sum.data() + m * per_row, int8 ? q8.data() + m * a.K : nullptr};
-    if (!avx2::quantize_int16(a.x + m * a.K, a.K, a.group_size, a.bits, levels, rows[m])) {
+    rows[m] = {q.data() + m * a.K, scale.data() + m * per_row, sum.data() + m * per_row};
+    if (!avx2::quantize_int16(a.x + m * a.K, a.K, a.group_size, a.bits, levels, order, rows[m])) {
       return false;
     }
   }
   ThreadPool& pool = ThreadPool::instance();
   thread_local Tasks plans;
   // thread_local: the tasks run on other threads, so hand them what this thread's hold
-  const Tasks& tasks = plans.plan(list, count, pool.size());
+  const Tasks& tasks = plans.plan(list, count, pool.size(), packed ? 16 : 1);
   const avx2::Int16X* xs = rows.data();
-  const auto body = vnni ? vnni_body() : avx2::qmm_rows_int16;
+  const auto body = packed ? packed_body() : vnni ? vnni_body() : avx2::qmm_rows_int16;
   pool.parallel_for(tasks.count(), [&](int t) {
     int j;
     int64_t n0, n1;

@@ -5,6 +5,8 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <mutex>
+#include <vector>
 
 namespace vmlx {
 
@@ -13,6 +15,8 @@ namespace vmlx {
 // scales and biases are [N, K / group_size] float32, w_real = q * scale + bias.
 // scales_f16/biases_f16 (IEEE half bits, both or neither): used instead of scales and
 // biases when set, 4 bytes per group instead of 8 (lossless for GGUF-derived weights).
+struct PackedWeights;
+
 struct QmmArgs {
   const float* x;
   const uint32_t* w;
@@ -24,7 +28,37 @@ struct QmmArgs {
   int bits;
   const uint16_t* scales_f16 = nullptr;
   const uint16_t* biases_f16 = nullptr;
+  // the same weights repacked for the AVX-512 int16 body (packed products), or nullptr
+  PackedWeights* packed = nullptr;
 };
+
+// Weights [N, K] repacked in tiles of 16 rows (the last padded with zero rows) for the
+// packed int16 body (qmm_packed_vnni.cpp): per tile, group and 32-weight chunk, 16 rows x
+// 32 weights as 64-byte vectors whose dword lane i is row i. 4 bits: vector j's dword
+// holds at bits 4s and 16 + 4s (s = 0..3) the weights 2p and 2p + 1, p = 4j + s;
+// 8 bits: bytes 0 and 2 the weights 2p, 2p + 1 for p = 2j, bytes 1 and 3 for p = 2j + 1.
+// scales and biases: [tiles, groups, 16] in a's type (float32, or float16 bits when
+// a.scales_f16 is set: then scales_f16 and biases_f16, and scales, biases are nullptr).
+// Filled by ensure_packed on the weights' first product: only a product's task may read
+// its inputs (when the graph node is planned they may not be computed yet).
+struct PackedWeights {
+  const uint8_t* w = nullptr;
+  const float* scales = nullptr;
+  const float* biases = nullptr;
+  const uint16_t* scales_f16 = nullptr;
+  const uint16_t* biases_f16 = nullptr;
+  std::once_flag filled;
+  std::vector<uint8_t> bytes;
+  std::vector<float> scale_values, bias_values;
+  std::vector<uint16_t> scale_halves, bias_halves;
+};
+// a.packed filled from a's weights, once (packed_weights.cpp).
+void ensure_packed(const QmmArgs& a);
+// Whether products of weights with a packed copy run on it: the switch
+// (VLLM_MLX_NATIVE_PACKED=1, set_packed), the VNNI int16 body and int16 activations.
+bool packed_products();
+bool packed_enabled();
+void set_packed(bool on);
 
 // IEEE half bits -> float, portable (the generic bodies; the AVX2 ones use F16C).
 inline float half_to_float(uint16_t h) {
@@ -229,22 +263,25 @@ struct Int16X {
   int16_t* q;
   float* scale;
   float* sum;
-  int8_t* q8 = nullptr; // int8 activations on AVX-512 VNNI: x's int8 values, in its byte order
 };
-// x rounded to |xq| <= levels per group (32767: int16; 127: int8's numbers), and into
-// out.q8 too when it is set (levels <= 127). False (and out unfinished) when x holds inf
-// or nan: the float body takes those.
-bool quantize_int16(const float* x, int64_t K, int group_size, int bits, int levels, Int16X& out);
+// x's element order for each body: the AVX2 body's chunks (4 bits: perm4), the VNNI
+// body's pairs of groups (their element pairs alternating) or the packed body's own.
+enum class XOrder { chunks, pairs, natural };
+// x rounded to |xq| <= levels per group (32767: int16; 127: int8's numbers), in `order`.
+// False (and out unfinished) when x holds inf or nan: the float body takes those.
+bool quantize_int16(const float* x, int64_t K, int group_size, int bits, int levels, XOrder order, Int16X& out);
 // Weight rows [n0, n1) for `rows` rows of x (xs[m]'s output row at a.y + m * a.N),
 // each output the one-row product's bits whatever `rows` is.
 void qmm_rows_int16(const QmmArgs& a, const Int16X* xs, int64_t rows, int64_t n0, int64_t n1);
 } // namespace avx2
 
 // The same int16 products on AVX-512 VNNI (qmm_int16_vnni.cpp): the AVX2 body's bits,
-// 8 rows of x a pass. supported(): this CPU and build have it.
+// x quantized with pairs. supported(): this CPU and build have it.
 namespace vnni {
 bool supported();
 void qmm_rows_int16(const QmmArgs& a, const avx2::Int16X* xs, int64_t rows, int64_t n0, int64_t n1);
+// On a.packed (x in XOrder::natural): each output one float chain over its groups.
+void qmm_rows_packed(const QmmArgs& a, const avx2::Int16X* xs, int64_t rows, int64_t n0, int64_t n1);
 } // namespace vnni
 
 // The BF16 attention body (attention_bf16.cpp). supported(): this CPU and build have it;

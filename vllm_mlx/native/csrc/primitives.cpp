@@ -74,6 +74,9 @@ QmmArgs weight_args(
     args.scales_f16 = reinterpret_cast<const uint16_t*>(scales.data<mx::float16_t>());
     args.biases_f16 = reinterpret_cast<const uint16_t*>(biases.data<mx::float16_t>());
   }
+  if (M > 0 && packed_products()) {
+    args.packed = packed_copy(w, scales, biases, args);
+  }
   return args;
 }
 

@@ -37,6 +37,10 @@ QmmArgs weight_args(
     int group_size,
     int bits);
 
+// The packed copy of these weights (packed_weights.cpp), kept from their first product
+// on and filled by that product's task (ensure_packed).
+PackedWeights* packed_copy(const mx::array& w, const mx::array& scales, const mx::array& biases, const QmmArgs& a);
+
 // x[..., K] @ dequantize(w, scales, biases)^T, MLX affine layout, bits 4 or 8,
 // group size 32, 64 or 128, float32 x, float32 or float16 scales and biases (one dtype).
 // Throws std::invalid_argument for anything else, so the caller can use MLX's own op.

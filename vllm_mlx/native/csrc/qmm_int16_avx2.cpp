@@ -18,32 +18,96 @@ namespace vmlx::avx2 {
 
 namespace {
 
-#define VMLX_INT16_X_BLOCK 4 // rows of x a pass over the weights serves
-
-// Four weight rows a pass as for one row of x: fewer left the FMA chains too short to
-// hide their latency, and blocks of more than four rows of x gained nothing more here
-// (16 accumulators fill AVX2's 16 registers).
-constexpr int weight_rows(int) {
-  return 4;
+// Two chains (even and odd groups) per output in AVX2's 16 registers: 8 for one row of x
+// (four weight rows, enough independent FMA chains to hide their latency), at most 8
+// for more rows of x, each weight chunk unpacked once for all of them.
+constexpr int weight_rows(int M) {
+  return M == 1 ? 4 : M == 2 ? 2 : 1;
 }
-
-inline __m256i dot32(const __m256i q[2], __m256i x0, __m256i x1) {
-  return _mm256_add_epi32(_mm256_madd_epi16(q[0], x0), _mm256_madd_epi16(q[1], x1));
-}
-
-constexpr bool X_OUTER = false; // 16 registers: the weight-row-outer order spills less
 
 #include "qmm_int16_body.h"
 
-// The element at byte p of a 32-weight chunk as the VNNI int8 body lays out 8-bit weights
-// (4-bit ones keep element order): dword l holds the elements 2l, 2l+1, 16 + 2l, 17 + 2l.
-inline int perm8_bytes(int p) {
-  return (p % 4 < 2 ? 0 : 16) + 2 * (p / 4) + p % 2;
+template <int BITS, int G, int R, int M, typename S>
+inline void int_rows_m(const QmmArgs& a, const S* scales, const S* biases, const Int16X* xs, int64_t n, float* buf, int64_t buf_stride) {
+  const int64_t groups = a.K / G;
+  const int64_t row_bytes = a.K * BITS / 8;
+  constexpr int64_t group_bytes = G * BITS / 8;
+  constexpr int C = G / 32; // chunks per group
+  const uint8_t* w = reinterpret_cast<const uint8_t*>(a.w) + n * row_bytes;
+  const int64_t ahead = std::max<int64_t>(R, (PREFETCH_BYTES + row_bytes - 1) / row_bytes) * row_bytes;
+  alignas(32) float bias[M][R * 8];
+  block_scales<R, M>(scales + n * groups, biases + n * groups, xs, groups, buf, buf_stride, bias);
+  __m256 acc[2][R][M]; // the even groups' chain (from the bias lanes), the odd groups'
+  for (int r = 0; r < R; ++r) {
+    for (int m = 0; m < M; ++m) {
+      acc[0][r][m] = _mm256_load_ps(bias[m] + 8 * r);
+      acc[1][r][m] = _mm256_setzero_ps();
+    }
+  }
+  const auto group = [&](int64_t g, __m256 (&chain)[R][M]) __attribute__((always_inline)) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* row = w + r * row_bytes + g * group_bytes;
+      _mm_prefetch(reinterpret_cast<const char*>(row + ahead), _MM_HINT_T0);
+      __m256i q[C][2];
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) {
+        unpack16<BITS>(row + c * 32 * BITS / 8, q[c]);
+      }
+#pragma GCC unroll 4
+      for (int m = 0; m < M; ++m) {
+        const int16_t* x = xs[m].q + g * G;
+        __m256i part = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int c = 0; c < C; ++c) {
+          const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32 * c));
+          const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32 * c + 16));
+          part = _mm256_add_epi32(part, _mm256_add_epi32(_mm256_madd_epi16(q[c][0], x0), _mm256_madd_epi16(q[c][1], x1)));
+        }
+        const float* scaled = buf + m * buf_stride + r * groups + g;
+        chain[r][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(part), _mm256_broadcast_ss(scaled), chain[r][m]);
+      }
+    }
+  };
+  int64_t g = 0;
+  for (; g + 2 <= groups; g += 2) {
+    group(g, acc[0]);
+    group(g + 1, acc[1]);
+  }
+  if (g < groups) {
+    group(g, acc[0]);
+  }
+  for (int m = 0; m < M; ++m) {
+    for (int r = 0; r < R; ++r) {
+      a.y[m * a.N + n + r] = hsum(_mm256_add_ps(acc[0][r][m], acc[1][r][m]));
+    }
+  }
+}
+
+// x's int16 values of groups g, g + 1 (g even) as the VNNI body reads them: per chunk c,
+// at 64c of the pair, the two groups' first halves with their dwords (element pairs)
+// alternating, then their second halves likewise; an odd last group keeps its order.
+void interleave_pairs(int16_t* q, int64_t groups, int group_size) {
+  alignas(32) int16_t pair[256];
+  for (int64_t g = 0; g + 2 <= groups; g += 2) {
+    int16_t* dst = q + g * group_size;
+    std::copy(dst, dst + 2 * group_size, pair);
+    for (int c = 0; c < group_size; c += 32) {
+      for (int half = 0; half < 32; half += 16) {
+        for (int l = 0; l < 8; ++l) {
+          for (int j = 0; j < 2; ++j) {
+            dst[2 * c + 2 * half + 4 * l + j] = pair[c + half + 2 * l + j];
+            dst[2 * c + 2 * half + 4 * l + 2 + j] = pair[group_size + c + half + 2 * l + j];
+          }
+        }
+      }
+    }
+  }
 }
 
 } // namespace
 
-bool quantize_int16(const float* x, int64_t K, int group_size, int bits, int levels, Int16X& out) {
+bool quantize_int16(const float* x, int64_t K, int group_size, int bits, int levels, XOrder order, Int16X& out) {
   const int64_t groups = K / group_size;
   const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   alignas(32) int32_t rounded[32];
@@ -76,16 +140,13 @@ bool quantize_int16(const float* x, int64_t K, int group_size, int bits, int lev
         _mm256_store_si256(reinterpret_cast<__m256i*>(rounded + j), r);
       }
       for (int j = 0; j < 32; ++j) {
-        const int32_t v = rounded[bits == 4 ? perm4(j) : j];
+        const int32_t v = rounded[bits == 4 && order != XOrder::natural ? perm4(j) : j];
         q[c + j] = static_cast<int16_t>(std::clamp(v, -levels, levels));
       }
-      if (out.q8 != nullptr) {
-        int8_t* q8 = out.q8 + g * group_size + c;
-        for (int j = 0; j < 32; ++j) {
-          q8[j] = static_cast<int8_t>(std::clamp(rounded[bits == 4 ? j : perm8_bytes(j)], -levels, levels));
-        }
-      }
     }
+  }
+  if (order == XOrder::pairs) {
+    interleave_pairs(out.q, groups, group_size);
   }
   return true;
 }
