@@ -2,7 +2,8 @@
 // queries, keys, softmax weights and values rounded to bfloat16, every product summed in
 // float32 by vdpbf16ps (32 multiply-adds an instruction, twice the float32 FMA rate), the
 // softmax itself in float32. Compiled with -mavx512bf16 (x86-64 only), called only when
-// the CPU has it and the body is selected (kernels.h: attention_body).
+// the CPU has it and the body is selected (kernels.h: attention_body). The "amx" body is
+// this one with its two product passes on AMX tiles (attention_amx.cpp).
 //
 // Every sum is one row's and one key's (or one row's and one dimension's) chain in a fixed
 // order, whatever the rows sharing the task: q.k runs over the D/2 dimension pairs in
@@ -19,7 +20,6 @@
 #include <string>
 #include <vector>
 
-#include "avx2_math.h"
 #include "kernels.h"
 
 namespace vmlx {
@@ -223,15 +223,18 @@ void convert(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t last
   }
   // values l0 .. last as bf16 pairs of consecutive keys: [pair m][dimension], key 2m low
   alignas(64) const float zeros[D] = {};
+  // bf16 lanes of (key 2m: dims d .. d + 16, key 2m + 1: the same) into (2m, 2m + 1) pairs
+  alignas(64) static const uint16_t order[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                                 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i interleave = _mm512_load_si512(order);
   for (int64_t m = 0; l0 + 2 * m < last; ++m) {
     const int64_t l = l0 + 2 * m;
     const T* v0 = sdpa_value<T>(a, b, hkv, l);
     for (int64_t d = 0; d < D; d += 16) {
       const __m512 x0 = load16(v0 + d);
       const __m512 x1 = l + 1 < last ? load16(sdpa_value<T>(a, b, hkv, l + 1) + d) : _mm512_load_ps(zeros + d);
-      const __m512i lo = _mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x0)));
-      const __m512i hi = _mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x1)));
-      _mm512_storeu_si512(values + m * D + d, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+      const __m512i both = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(x1, x0));
+      _mm512_storeu_si512(values + m * D + d, _mm512_permutexvar_epi16(interleave, both));
     }
   }
   // the last 16-pair chunk's pairs past the keys: weight 0 in every row, but finite
