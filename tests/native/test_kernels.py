@@ -3,6 +3,8 @@ and batch sizes, on every instruction set this CPU has (AVX2 and the generic bod
 
 from __future__ import annotations
 
+import os
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -170,7 +172,7 @@ def test_status_reports_the_kernels() -> None:
     assert info["isa"] in ("avx2", "generic") and info["threads"] >= 1
     assert info["activations"] == "float"  # this module's tests run the exact body
     assert info["int16_body"] in ("avx2", "vnni")
-    assert info["packed"] is False  # opt-in
+    assert info["packed"] is (os.environ.get("VLLM_MLX_NATIVE_PACKED") == "1")  # opt-in
     assert info["attention_body"] in ("float", "bf16")
 
 
