@@ -328,16 +328,17 @@ def set_attention_body(name: str) -> bool:
 
 def set_placement(name: str) -> bool:
     """Where the kernels' pool workers run: "auto" (each on a CPU of its own, off the
-    calling thread's, while that saves time; the default), "apart" (always) or "kernel"
-    (the kernel's placement; ``VLLM_MLX_NATIVE_PIN=0`` starts with it): for benchmarks.
-    False for another name or when the kernels are not built."""
+    calling thread's, or the calling thread alone, whichever its jobs ran faster with
+    lately; the default), "apart" (always the former) or "kernel" (the kernel's placement;
+    ``VLLM_MLX_NATIVE_PIN=0`` starts with it): for benchmarks. False for another name or
+    when the kernels are not built."""
     kernels = _load()[0]
     return kernels is not None and kernels.set_placement(name)
 
 
 def placement() -> tuple[str, bool] | None:
-    """The pool's placement setting and whether its workers are apart now (None: no
-    kernels)."""
+    """The pool's placement setting and whether its workers run apart now (under "auto",
+    False while the calling thread runs jobs alone; None: no kernels)."""
     kernels = _load()[0]
     if kernels is None:
         return None

@@ -231,7 +231,7 @@ NB_MODULE(_kernels, m) {
       "set_placement",
       [](const std::string& name) { return vmlx::ThreadPool::instance().set_placement(name.c_str()); },
       "name"_a,
-      "Where the pool's workers run: 'auto' (off the caller's CPU while that pays), 'apart' or 'kernel'.");
+      "Where the pool's workers run: 'auto' (off the caller's CPU, or the caller alone: the faster lately), 'apart' or 'kernel'.");
   m.def(
       "placement",
       []() {

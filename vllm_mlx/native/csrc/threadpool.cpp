@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 
 #if defined(__linux__)
 #include <pthread.h>
@@ -65,9 +66,12 @@ int64_t now_ns() {
       .count();
 }
 
-// "auto": jobs per window, and the longest stretch (in windows) left to the kernel
-constexpr int kWindowJobs = 256;
-constexpr int kMostKernelWindows = 64;
+// "auto": jobs per window (a decode step of the default model runs ~150), the fewest and
+// most windows between two trials of the other way, and the margin a trial must win by
+constexpr int kWindowJobs = 512;
+constexpr int kFirstPeriod = 8;
+constexpr int kLastPeriod = 64;
+constexpr double kTrialMargin = 0.95;
 
 } // namespace
 
@@ -138,14 +142,14 @@ int ThreadPool::cpu_for(int caller_cpu, int index) const {
   return cpus_[(at % n + index) % n];
 }
 
-int ThreadPool::run_tasks(const std::function<void(int)>& fn, uint32_t job_id, int tasks) {
+int ThreadPool::run_tasks(const std::function<void(int)>* fn, uint32_t job_id, int tasks) {
   int ran = 0;
   uint64_t claim = claim_.load(std::memory_order_acquire);
   while (static_cast<uint32_t>(claim >> 32) == job_id && static_cast<int>(claim & 0xffffffffu) < tasks) {
     if (!claim_.compare_exchange_weak(claim, claim + 1, std::memory_order_acq_rel)) {
       continue; // another thread took it (claim now holds the current value)
     }
-    fn(static_cast<int>(claim & 0xffffffffu));
+    (*fn)(static_cast<int>(claim & 0xffffffffu)); // live: a task of its job is unfinished
     ++ran;
     if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == tasks) {
       done_.notify_one();
@@ -187,33 +191,34 @@ void ThreadPool::worker_loop(int index) {
       run_on(cpu, cpus_);
       placed = cpu;
     }
-    run_tasks(*job, job_id, tasks); // claims nothing once the job is over: fn is not called
+    run_tasks(job, job_id, tasks); // claims nothing once the job is over: job is not read
   }
 }
 
-void ThreadPool::account(int64_t own_ns, int64_t wait_ns, int mine, int tasks) {
-  if (mine > 0) { // the worker's tasks at the caller's pace
-    window_saved_ns_ += own_ns * (tasks - mine) / mine;
-  }
-  window_wait_ns_ += wait_ns;
-  window_ns_ += own_ns + wait_ns;
+void ThreadPool::account(int64_t job_ns) {
+  window_ns_ += job_ns;
   if (++window_jobs_ < kWindowJobs) {
     return;
   }
-  if (apart_now_.load(std::memory_order_relaxed)) {
-    // apart pays while the worker saves more than the caller waits for it, by 10% of the time
-    if (window_saved_ns_ - window_wait_ns_ < window_ns_ / 10) {
-      apart_now_.store(false, std::memory_order_relaxed);
-      kernel_windows_ = backoff_;
-      backoff_ = std::min(2 * backoff_, kMostKernelWindows);
-    } else {
-      backoff_ = 1;
-    }
-  } else if (--kernel_windows_ <= 0) {
-    apart_now_.store(true, std::memory_order_relaxed); // try apart again
-  }
-  window_saved_ns_ = window_wait_ns_ = window_ns_ = 0;
+  const int way = apart_now_.load(std::memory_order_relaxed) ? 1 : 0;
+  last_ns_[way] = window_ns_;
+  window_ns_ = 0;
   window_jobs_ = 0;
+  bool next = way == 1;
+  if (trying_) { // keep the way just tried if it beat the window before it
+    trying_ = false;
+    if (last_ns_[way] < kTrialMargin * static_cast<double>(last_ns_[1 - way])) {
+      period_ = kFirstPeriod;
+    } else {
+      next = !next;
+      period_ = std::min(2 * period_, kLastPeriod);
+    }
+    until_try_ = period_;
+  } else if (--until_try_ <= 0) {
+    trying_ = true;
+    next = !next;
+  }
+  apart_now_.store(next, std::memory_order_relaxed);
 }
 
 template <typename Atomic, typename Done>
@@ -243,6 +248,14 @@ void ThreadPool::parallel_for(int tasks, const std::function<void(int)>& fn) {
   static std::mutex one_job_at_a_time;
   std::lock_guard<std::mutex> one(one_job_at_a_time);
   const bool watch = placement_.load(std::memory_order_relaxed) == Placement::automatic;
+  if (watch && !apart_now_.load(std::memory_order_relaxed)) {
+    const int64_t start = now_ns();
+    for (int i = 0; i < tasks; ++i) { // the workers' CPUs are taken: alone was faster
+      fn(i);
+    }
+    account(now_ns() - start);
+    return;
+  }
   uint32_t job_id;
   {
     std::lock_guard<std::mutex> lock(job_mutex_);
@@ -256,8 +269,7 @@ void ThreadPool::parallel_for(int tasks, const std::function<void(int)>& fn) {
   }
   generation_.notify_all();
   const int64_t start = watch ? now_ns() : 0;
-  const int mine = run_tasks(fn, job_id, tasks);
-  const int64_t own_end = watch ? now_ns() : 0;
+  run_tasks(&fn, job_id, tasks);
   // Wait for the tasks, not for the workers: a worker the OS has not scheduled yet
   // (the machine is shared) must not hold up a step the caller could finish alone.
   wait_until(done_, [tasks](int done) { return done >= tasks; }, spin_iterations_);
@@ -266,7 +278,7 @@ void ThreadPool::parallel_for(int tasks, const std::function<void(int)>& fn) {
     job_ = nullptr;
   }
   if (watch) {
-    account(own_end - start, now_ns() - own_end, mine, tasks);
+    account(now_ns() - start);
   }
 }
 

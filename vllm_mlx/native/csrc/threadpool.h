@@ -5,9 +5,10 @@
 // Placement: each worker keeps to a CPU of its own, off the caller's. Left to itself the
 // kernel here (a 2-vCPU guest) woke the worker onto the caller's CPU and left it queued
 // there behind the caller, the other CPU idle: one core's speed with two threads. When
-// the worker's CPU is busy with another process, a pinned worker holds jobs up (the
-// caller waits for a task it was descheduled in), so the caller watches what the worker
-// saves and hands placement back to the kernel while it saves nothing, trying again later.
+// the other CPU is busy with another process, a worker there gets a fraction of it and
+// holds jobs up (the caller waits for a task it was descheduled in): two threads then
+// do worse than one. So under "auto" the caller times its jobs over windows, now and then
+// runs one window the other way (alone, or with the workers), and keeps the faster.
 #pragma once
 
 #include <atomic>
@@ -37,11 +38,11 @@ class ThreadPool {
   }
 
   // Placement: "apart" (each worker on its own CPU off the caller's, always), "kernel"
-  // (the kernel's), or "auto" (apart while it pays, the default; VLLM_MLX_NATIVE_PIN=0
-  // starts with "kernel", =1 with "apart"). False for another name.
+  // (the kernel's), or "auto" (apart while it pays, else the caller alone; the default;
+  // VLLM_MLX_NATIVE_PIN=0 starts with "kernel", =1 with "apart"). False for another name.
   bool set_placement(const char* name);
   const char* placement() const;
-  // Whether the workers are apart now (under "auto": the last window's choice).
+  // Whether the workers run apart now (under "auto": false while the caller runs alone).
   bool apart_now() const {
     return apart_now_.load(std::memory_order_relaxed);
   }
@@ -51,12 +52,12 @@ class ThreadPool {
 
   void worker_loop(int index);
   // Claims and runs tasks of job `job_id` until none is left; returns how many it ran.
-  int run_tasks(const std::function<void(int)>& fn, uint32_t job_id, int tasks);
+  int run_tasks(const std::function<void(int)>* fn, uint32_t job_id, int tasks);
   // The CPU worker `index` runs on for a caller on caller_cpu (-1: any allowed).
   int cpu_for(int caller_cpu, int index) const;
-  // Under "auto": account one job (the caller's own time in tasks, its wait for the
-  // rest, tasks it ran of all) and choose apart or not at the end of a window.
-  void account(int64_t own_ns, int64_t wait_ns, int mine, int tasks);
+  // Under "auto": account one job's wall time; at the end of a window, choose whether
+  // the next runs with the workers or alone.
+  void account(int64_t job_ns);
 
   std::vector<std::thread> workers_;
   std::mutex job_mutex_; // guards job_, tasks_, job_id_ and caller_cpu_ for late workers
@@ -74,11 +75,13 @@ class ThreadPool {
   std::atomic<bool> apart_now_{true};
   std::vector<int> cpus_; // the CPUs this process may run on, at start
   int spin_iterations_;
-  // "auto"'s window (the caller's, under the one-job-at-a-time lock)
-  int64_t window_saved_ns_{0}, window_wait_ns_{0}, window_ns_{0};
+  // "auto"'s windows (the caller's, under the one-job-at-a-time lock)
+  int64_t window_ns_{0};
   int window_jobs_{0};
-  int kernel_windows_{0}; // windows left with the kernel's placement before trying apart
-  int backoff_{1}; // the next such stretch, doubled each time apart did not pay
+  int64_t last_ns_[2]{0, 0}; // the last window's job time alone [0] and with workers [1]
+  bool trying_{false}; // this window runs the other way, to compare
+  int until_try_{2}; // windows before the next such trial
+  int period_{8}; // windows between trials (kFirstPeriod): grows while trials lose
 };
 
 } // namespace vmlx
