@@ -1,4 +1,5 @@
-"""The BF16 attention bodies (vdpbf16ps, AMX tiles) against the float one on the embedded model over real text.
+"""The BF16 attention bodies (vdpbf16ps, AMX tiles) against the float one on the embedded
+model over real text.
 
     LD_PRELOAD=/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0 \\
         python benchmarks/bench_bf16_attention.py [--context 8192] [--continue 32]
@@ -14,8 +15,8 @@ then continues greedily (``--continue`` tokens) and the tokens are compared.
 
 Speed (``--speed``): ``native.attention`` alone (32 query rows over 1k-8k float16 keys,
 9 query heads over 3 KV heads, head size 64) and prefill CPU time per token of 32-token
-calls at 1k/2k/4k/8k of context on the embedded model, the two bodies alternating in
-one process, medians over rounds (the three bodies in turn).
+calls at 1k/2k/4k/8k of context on the embedded model, the bodies this CPU has
+alternating in one process, medians over rounds.
 """
 
 from __future__ import annotations
@@ -85,20 +86,24 @@ def greedy(model: Any, cache: list[Any], last: mx.array, n: int) -> list[int]:
 def accuracy(context: int, continue_n: int) -> dict[str, Any]:
     from mlx_lm.models.cache import make_prompt_cache
 
+    from vllm_mlx import native
     from vllm_mlx.models.loader import load_model
+
+    # the bodies this CPU has (no AMX-BF16, or not granted: no "amx" run)
+    runs = [run for run, (body, _) in RUNS.items() if native.set_attention_body(body)]
 
     loaded = load_model(None, progress=False)
     model = loaded.model
     ids = text_tokens(loaded.tokenizer, context)
-    caches = {run: make_prompt_cache(model) for run in RUNS}
-    stats: dict[str, list[dict[str, np.ndarray]]] = {run: [] for run in RUNS if run != "today"}
+    caches = {run: make_prompt_cache(model) for run in runs}
+    stats: dict[str, list[dict[str, np.ndarray]]] = {run: [] for run in runs if run != "today"}
     checkpoints = sorted({2048, context})
     continuations: dict[int, dict[str, list[int]]] = {}
-    seconds = {run: 0.0 for run in RUNS}
+    seconds = {run: 0.0 for run in runs}
     for start in range(0, context, CHUNK):
         chunk = mx.array([ids[start : start + CHUNK]])
         logits = {}
-        for run in RUNS:
+        for run in runs:
             select(run)
             cpu = time.process_time()
             logits[run] = model(chunk, cache=caches[run])[0]
@@ -109,7 +114,7 @@ def accuracy(context: int, continue_n: int) -> dict[str, Any]:
         end = start + chunk.shape[1]
         if end in checkpoints:
             continuations[end] = {}
-            for run in RUNS:
+            for run in runs:
                 select(run)
                 continuations[end][run] = greedy(model, caches[run], logits[run][-1], continue_n)
     report: dict[str, Any] = {
@@ -130,8 +135,8 @@ def accuracy(context: int, continue_n: int) -> dict[str, Any]:
                 "max_kl": float(m["kl"].max()),
                 "top1_agree": float(m["top1"].mean()),
             }
-        for at, runs in continuations.items():
-            base, other = runs["today"], runs[run]
+        for at, tokens in continuations.items():
+            base, other = tokens["today"], tokens[run]
             same = next(
                 (i for i, (x, y) in enumerate(zip(base, other, strict=True)) if x != y), len(base)
             )
@@ -150,7 +155,7 @@ def speed(rounds: int) -> dict[str, Any]:
     from vllm_mlx.models.loader import load_model
 
     rng = np.random.default_rng(0)
-    bodies = ("float", "bf16", "amx")
+    bodies = tuple(b for b in ("float", "bf16", "amx") if native.set_attention_body(b))
     kernel: dict[int, dict[str, float]] = {}
     for lk in (1024, 2048, 4096, 8192):
         q = mx.array(rng.standard_normal((1, 9, 32, 64)).astype(np.float32))
@@ -170,7 +175,7 @@ def speed(rounds: int) -> dict[str, Any]:
         kernel[lk] = {
             **{f"{b}_ms": round(med[b] * 1e3, 2) for b in bodies},
             **{f"{b}_gmac_per_cpu_s": round(macs / med[b] / 1e9, 1) for b in bodies},
-            "float_over_bf16": round(med["float"] / med["bf16"], 2),
+            **{f"float_over_{b}": round(med["float"] / med[b], 2) for b in bodies[1:]},
         }
     loaded = load_model(None, progress=False)
     model = loaded.model

@@ -173,7 +173,7 @@ def test_status_reports_the_kernels() -> None:
     assert info["activations"] == "float"  # this module's tests run the exact body
     assert info["int16_body"] in ("avx2", "vnni")
     assert info["packed"] is (os.environ.get("VLLM_MLX_NATIVE_PACKED") == "1")  # opt-in
-    assert info["attention_body"] in ("float", "bf16")
+    assert info["attention_body"] in ("float", "bf16", "amx")
 
 
 @st.composite

@@ -307,8 +307,8 @@ def set_packed(on: bool) -> bool:
 
 def attention_body() -> str | None:
     """Which body runs the attention: "bf16" (AVX-512 BF16 products, float32 sums and
-    softmax) or "float" (float32 arithmetic), None when the library is not built or
-    predates the choice."""
+    softmax), "amx" (the same roundings, the products on AMX tiles) or "float" (float32
+    arithmetic), None when the library is not built or predates the choice."""
     kernels = _load()[0]
     if kernels is None or not hasattr(kernels, "attention_body"):
         return None
@@ -316,8 +316,8 @@ def attention_body() -> str | None:
 
 
 def set_attention_body(name: str) -> bool:
-    """Select the attention's body ("bf16" or "float") for decode steps and prompt blocks
-    alike, for tests and benchmarks; False when this CPU or build lacks it."""
+    """Select the attention's body ("amx", "bf16" or "float") for decode steps and prompt
+    blocks alike, for tests and benchmarks; False when this CPU or build lacks it."""
     kernels = _load()[0]
     return (
         kernels is not None
