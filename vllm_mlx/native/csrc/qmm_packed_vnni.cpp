@@ -113,10 +113,12 @@ inline void tiles(const QmmArgs& a, const PackedWeights& p, const S* scales, con
   }
 }
 
-// Tiles a pass for M rows of x: T * M int32 dots and as many float chains in registers,
-// at least 4 dot chains to hide vpdpwssd's latency.
+// Tiles a pass for M rows of x (T * M int32 dots and as many float chains in registers):
+// one, but two for one row of x, whose single dot chain waits on vpdpwssd's latency.
+// Measured (one thread, this machine): 2 or 4 tiles for 2-4 rows of x cost up to 25%
+// more than one.
 constexpr int tiles_per_pass(int M) {
-  return M <= 2 ? 4 : M <= 4 ? 2 : 1;
+  return M <= 1 ? 2 : 1;
 }
 
 // Weight rows [n0, n1) for M rows of x, whole tiles (rows outside [n0, n1) dropped).
