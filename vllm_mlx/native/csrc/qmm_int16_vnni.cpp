@@ -42,9 +42,6 @@ constexpr int weight_rows(int) {
 
 #include "qmm_int16_body.h"
 
-// Chunk c's 32-weight halves of groups g and g + 1 (bytes at p and p + group_bytes), as
-// the two vectors vpmaddwd and vpdpwssd take: group g's unpack16 dwords in the even
-// lanes, group g + 1's in the odd ones.
 template <int64_t GAP>
 inline __m256i two_halves(const uint8_t* lo) { // 16 bytes at lo, 16 at lo + GAP
   if constexpr (GAP == 16) {
@@ -55,6 +52,9 @@ inline __m256i two_halves(const uint8_t* lo) { // 16 bytes at lo, 16 at lo + GAP
   }
 }
 
+// Chunk c's 32-weight halves of groups g and g + 1 (bytes at p and p + group_bytes), as
+// the two vectors vpmaddwd and vpdpwssd take: group g's unpack16 dwords in the even
+// lanes, group g + 1's in the odd ones.
 template <int BITS, int64_t GROUP_BYTES>
 inline void unpack_pair(const uint8_t* p, __m512i w[2]) {
   const __m512i alternate = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
