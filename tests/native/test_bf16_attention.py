@@ -101,3 +101,30 @@ def test_a_row_has_the_same_bits_in_decode_prompt_blocks_and_batches() -> None:
         True,
     )
     assert np.array_equal(np.array(batch)[1], full[0])
+
+
+def test_a_left_padded_row_in_a_masked_batch_has_its_bits_alone() -> None:
+    rng = np.random.default_rng(2)
+    n, pad = 300, 37
+    q = rng.standard_normal((1, 9, n, 64)).astype(np.float32)
+    k = rng.standard_normal((1, 3, n, 64)).astype(np.float32)
+    v = rng.standard_normal((1, 3, n, 64)).astype(np.float32)
+    half = [mx.array(x).astype(mx.float16) for x in (k, v)]
+    alone = np.array(native.attention(mx.array(q), half[0], half[1], 0.125, True))
+
+    def padded(x: np.ndarray) -> np.ndarray:
+        return np.concatenate([np.zeros((1, x.shape[1], pad, 64), np.float32), x], axis=2)
+
+    other = [rng.standard_normal((1, h, n + pad, 64)).astype(np.float32) for h in (9, 3, 3)]
+    qb, kb, vb = (np.concatenate([o, padded(x)]) for o, x in zip(other, (q, k, v), strict=True))
+    lk = n + pad
+    causal = np.arange(lk)[None, :] <= np.arange(lk)[:, None]
+    mask = np.stack([causal, causal & (np.arange(lk) >= pad)[None, :]])[:, None]
+    got = native.attention_masked(
+        mx.array(qb),
+        mx.array(kb).astype(mx.float16),
+        mx.array(vb).astype(mx.float16),
+        0.125,
+        mx.array(mask),
+    )
+    assert np.array_equal(np.array(got)[1, :, pad:], alone[0])
