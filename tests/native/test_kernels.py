@@ -164,7 +164,7 @@ def test_status_reports_the_kernels() -> None:
     # every compute entry point of the extension is listed, and nothing else
     extension = native._extension()
     helpers = {"isa", "set_isa", "activations", "set_activations", "threads", "kv_write_copies"}
-    helpers |= {"placement", "set_placement"}
+    helpers |= {"placement", "set_placement", "decode_weights"}
     helpers |= {"int16_body", "set_int16_body", "attention_body", "set_attention_body"}
     helpers |= {"packed", "set_packed"}
     entry_points = {n for n in dir(extension) if not n.startswith("_")} - helpers

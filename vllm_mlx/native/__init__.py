@@ -207,9 +207,16 @@ def attention_masked(
     return _extension().attention_masked(q, k, v, scale, mask)
 
 
+def decode_weights(weights: Sequence[mx.array], *quant_and_heads: int) -> Any:
+    """A stack's weights (``decode.layer_weights`` of every layer) checked, contiguous and
+    held once for ``decode_layers``; ``quant_and_heads``: the attention and MLP projections'
+    group size and bits, then the query and KV head counts."""
+    return _extension().decode_weights(list(weights), *quant_and_heads)
+
+
 def decode_layers(
     h: mx.array,
-    weights: Sequence[mx.array],
+    weights: Any,
     caches: Sequence[mx.array],
     positions: mx.array,
     key_start: mx.array,
@@ -217,10 +224,13 @@ def decode_layers(
     *params: float | int | bool,
 ) -> list[mx.array]:
     """``[h, rows]``: a stack of Llama layers for one token per sequence (``decode.py``
-    builds the arguments); ``rows`` ``[layers, 2, B, Hkv, head_dim]`` are the new key and
-    value rows, which ``kv_write`` puts in the caches."""
+    builds the arguments); ``weights``: ``decode_weights``' result, or the arrays it takes
+    (checked on every call then); ``rows`` ``[layers, 2, B, Hkv, head_dim]`` are the new
+    key and value rows, which ``kv_write`` puts in the caches."""
+    if isinstance(weights, (list, tuple)):
+        weights = decode_weights(weights, *(int(p) for p in params[1:7]))
     return _extension().decode_layers(
-        h, list(weights), list(caches), positions, key_start, inv_freq, *params
+        h, weights, list(caches), positions, key_start, inv_freq, *params
     )
 
 

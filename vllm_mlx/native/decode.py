@@ -57,11 +57,13 @@ def stack_shape(model: Any) -> StackShape | None:
 
 
 class _Pending:
-    """The last decode step's new rows, and the prompt tokens run since the last decode
-    step (a plain object: nn.Module would take an array attribute for a parameter)."""
+    """The last decode step's new rows, the prompt tokens run since the last decode step,
+    and the stack's weights as the decode node holds them, gathered and checked at the
+    first step (a plain object: nn.Module would take an array attribute for a parameter)."""
 
     rows: mx.array | None = None
     prompt_tokens: int = 0
+    weights: Any = None
 
 
 def route_model(model: Any, shape: StackShape) -> None:
@@ -163,11 +165,16 @@ class NativeLlamaModel(llama.LlamaModel):
             caches += (c.keys, c.values)
         shape = self.stack.layer
         assert shape.attention_quant is not None and shape.inv_freq is not None
-        weights: list[mx.array] = []
-        for block in self.layers:
-            weights += layer_weights(block)
+        if self.pending.weights is None:  # the weights never change once routed
+            arrays: list[mx.array] = []
+            for block in self.layers:
+                arrays += layer_weights(block)
+            self.pending.weights = native.decode_weights(
+                arrays, *shape.attention_quant, *shape.mlp_quant, *shape.heads
+            )
         h, rows = native.decode_layers(
-            h, weights, caches, at.positions, at.key_start, shape.inv_freq, self.stack.eps,
+            h, self.pending.weights, caches, at.positions, at.key_start, shape.inv_freq,
+            self.stack.eps,
             *shape.attention_quant, *shape.mlp_quant, *shape.heads, *shape.rope,
             shape.scale, at.write_index,
         )  # fmt: skip

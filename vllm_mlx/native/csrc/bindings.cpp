@@ -113,10 +113,37 @@ NB_MODULE(_kernels, m) {
       "rope_scale"_a,
       "offset"_a,
       "[q, k, v] heads of rms_norm(x) through quantized q/k/v projections, q and k rotated (CPU).");
+  nb::class_<vmlx::DecodeWeights>(m, "_DecodeWeights", "A decode stack's weights, checked once (decode_weights).");
+  m.def(
+      "decode_weights",
+      [](const std::vector<vmlx::mx::array>& weights,
+         int attention_group_size,
+         int attention_bits,
+         int mlp_group_size,
+         int mlp_bits,
+         int n_heads,
+         int n_kv_heads) {
+        vmlx::DecodeParams p{};
+        p.attention_group_size = attention_group_size;
+        p.attention_bits = attention_bits;
+        p.mlp_group_size = mlp_group_size;
+        p.mlp_bits = mlp_bits;
+        p.n_heads = n_heads;
+        p.n_kv_heads = n_kv_heads;
+        return vmlx::decode_weights(weights, p);
+      },
+      "weights"_a,
+      "attention_group_size"_a,
+      "attention_bits"_a,
+      "mlp_group_size"_a,
+      "mlp_bits"_a,
+      "n_heads"_a,
+      "n_kv_heads"_a,
+      "A stack's 23 arrays per layer, checked and held for decode_layers (CPU).");
   m.def(
       "decode_layers",
       [](const vmlx::mx::array& h,
-         const std::vector<vmlx::mx::array>& weights,
+         const vmlx::DecodeWeights& weights,
          const std::vector<vmlx::mx::array>& caches,
          const vmlx::mx::array& positions,
          const vmlx::mx::array& key_start,

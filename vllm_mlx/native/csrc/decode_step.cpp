@@ -18,7 +18,7 @@ namespace {
 
 // offsets of the arrays inside one layer's kLayerWeights
 constexpr int kInNorm = 0, kQ = 1, kK = 4, kV = 7, kO = 10, kPostNorm = 13, kGate = 14, kUp = 17, kDown = 20;
-// inputs: h, positions, key_start, inv_freq, then the weights, then the caches
+// inputs: h, positions, key_start, inv_freq, then the caches (the weights: DecodeWeights)
 constexpr int kFixed = 4;
 
 std::atomic<int64_t> write_copies{0};
@@ -177,30 +177,51 @@ int64_t kv_write_copies() {
   return write_copies.load();
 }
 
+DecodeWeights decode_weights(const std::vector<mx::array>& weights, const DecodeParams& p) {
+  require(!weights.empty() && weights.size() % kLayerWeights == 0, "weights must be 23 arrays per layer");
+  const int layers = static_cast<int>(weights.size() / kLayerWeights);
+  require(p.n_heads > 0 && p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0, "n_heads must be a multiple of n_kv_heads");
+  require(weights[kInNorm].ndim() == 1, "norm weights must be float32 [D]");
+  require(weights[kQ].ndim() == 2 && weights[kQ].shape(0) % p.n_heads == 0, "q rows must split into n_heads");
+  require(weights[kGate].ndim() == 2, "gate weights must be a matrix");
+  const int D = weights[kInNorm].shape(0);
+  const int head_dim = weights[kQ].shape(0) / p.n_heads;
+  const int hidden = weights[kGate].shape(0);
+  for (int l = 0; l < layers; ++l) {
+    check_layer(weights, l * kLayerWeights, D, p, head_dim, hidden);
+  }
+  auto stream = cpu_stream();
+  auto held = std::make_shared<std::vector<mx::array>>();
+  for (const auto& w : weights) {
+    held->push_back(as_contiguous(w, stream));
+  }
+  mx::eval(*held); // read by the node directly, never through MLX's graph
+  return {held, layers, D, head_dim, hidden, p};
+}
+
 std::vector<mx::array> decode_layers(
     const mx::array& h,
-    const std::vector<mx::array>& weights,
+    const DecodeWeights& weights,
     const std::vector<mx::array>& caches,
     const mx::array& positions,
     const mx::array& key_start,
     const mx::array& inv_freq,
     const DecodeParams& p) {
   require(h.dtype() == mx::float32 && h.ndim() == 3 && h.shape(1) == 1, "h must be float32 [B, 1, D]");
-  require(!weights.empty() && weights.size() % kLayerWeights == 0, "weights must be 23 arrays per layer");
-  const int layers = static_cast<int>(weights.size() / kLayerWeights);
+  const int layers = weights.layers;
   require(static_cast<int>(caches.size()) == 2 * layers, "caches must be a key and a value array per layer");
-  const int B = h.shape(0), D = h.shape(2);
-  require(p.n_heads > 0 && p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0, "n_heads must be a multiple of n_kv_heads");
-  require(weights[kQ].shape(0) % p.n_heads == 0, "q rows must split into n_heads");
-  const int head_dim = weights[kQ].shape(0) / p.n_heads;
-  const int hidden = weights[kGate].shape(0);
+  const int B = h.shape(0);
+  require(h.shape(2) == weights.D, "h must be [B, 1, D] for the weights' D");
+  const DecodeParams& c = weights.checked;
+  require(p.attention_group_size == c.attention_group_size && p.attention_bits == c.attention_bits &&
+              p.mlp_group_size == c.mlp_group_size && p.mlp_bits == c.mlp_bits && p.n_heads == c.n_heads &&
+              p.n_kv_heads == c.n_kv_heads,
+          "the weights were checked for other group sizes, bits or heads");
+  const int head_dim = weights.head_dim;
   require(p.rope_dims > 0 && p.rope_dims % 2 == 0 && p.rope_dims <= head_dim, "rope dims must be even and <= head_dim");
   require(inv_freq.dtype() == mx::float32 && inv_freq.ndim() == 1 && inv_freq.shape(0) == p.rope_dims / 2, "inv_freq must be float32 [dims / 2]");
   for (const auto* a : {&positions, &key_start}) {
     require(a->dtype() == mx::int32 && a->ndim() == 1 && a->shape(0) == B, "positions and key_start must be int32 [B]");
-  }
-  for (int l = 0; l < layers; ++l) {
-    check_layer(weights, l * kLayerWeights, D, p, head_dim, hidden);
   }
   const mx::Shape cache_shape = caches[0].shape();
   require(cache_shape.size() == 4 && cache_shape[0] == B && cache_shape[1] == p.n_kv_heads && cache_shape[3] == head_dim,
@@ -213,23 +234,20 @@ std::vector<mx::array> decode_layers(
   }
   auto stream = cpu_stream();
   std::vector<mx::array> inputs{h, as_contiguous(positions, stream), as_contiguous(key_start, stream), as_contiguous(inv_freq, stream)};
-  for (const auto& w : weights) {
-    inputs.push_back(as_contiguous(w, stream));
-  }
   inputs.insert(inputs.end(), caches.begin(), caches.end());
   std::vector<mx::Shape> shapes{h.shape(), {layers, 2, B, p.n_kv_heads, head_dim}};
   return mx::array::make_arrays(
-      std::move(shapes), {mx::float32, cache_dtype}, std::make_shared<DecodeLayers>(stream, p), std::move(inputs));
+      std::move(shapes), {mx::float32, cache_dtype}, std::make_shared<DecodeLayers>(stream, p, weights), std::move(inputs));
 }
 
 void DecodeLayers::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
   auto& encoder = mx::cpu::get_command_encoder(stream());
   const mx::array h = packed_input(inputs[0], encoder);
-  const int layers = static_cast<int>((inputs.size() - kFixed) / (kLayerWeights + 2));
-  const int first_cache = kFixed + layers * kLayerWeights;
+  const int layers = w_.layers;
+  const std::vector<mx::array>& weights = *w_.arrays;
   std::vector<mx::array> caches;
   for (int i = 0; i < 2 * layers; ++i) { // views (a trimmed cache) packed first
-    caches.push_back(packed_input(inputs[first_cache + i], encoder));
+    caches.push_back(packed_input(inputs[kFixed + i], encoder));
   }
   for (auto& out : outputs) {
     out.set_data(mx::allocator::malloc(out.nbytes()));
@@ -238,8 +256,8 @@ void DecodeLayers::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx
   s.p = p_;
   s.B = h.shape(0);
   s.D = h.shape(2);
-  s.hidden = inputs[kFixed + kGate].shape(0);
-  s.head_dim = inputs[kFixed + kQ].shape(0) / p_.n_heads;
+  s.hidden = w_.hidden;
+  s.head_dim = w_.head_dim;
   s.capacity = caches[0].shape(2);
   s.positions = inputs[1].data<int32_t>();
   s.key_start = inputs[2].data<int32_t>();
@@ -249,13 +267,13 @@ void DecodeLayers::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx
   const bool half = outputs[1].dtype() == mx::float16; // the caches' dtype
   std::vector<Layer> stack(layers);
   for (int l = 0; l < layers; ++l) {
-    const int base = kFixed + l * kLayerWeights;
+    const int base = l * kLayerWeights;
     auto proj = [&](int at, int group_size, int bits) {
-      return weight_args(inputs[base + at], inputs[base + at + 1], inputs[base + at + 2], s.B, group_size, bits);
+      return weight_args(weights[base + at], weights[base + at + 1], weights[base + at + 2], s.B, group_size, bits);
     };
     Layer& L = stack[l];
-    L.in_norm = inputs[base + kInNorm].data<float>();
-    L.post_norm = inputs[base + kPostNorm].data<float>();
+    L.in_norm = weights[base + kInNorm].data<float>();
+    L.post_norm = weights[base + kPostNorm].data<float>();
     L.q = proj(kQ, p_.attention_group_size, p_.attention_bits);
     L.k = proj(kK, p_.attention_group_size, p_.attention_bits);
     L.v = proj(kV, p_.attention_group_size, p_.attention_bits);
@@ -275,7 +293,8 @@ void DecodeLayers::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx
       L.v_new = outputs[1].data<float>() + (2 * l + 1) * rows;
     }
   }
-  encoder.dispatch([s, stack = std::move(stack), x = h.data<float>()]() mutable {
+  // the weights' owner rides along: the node's arrays outlive its evaluation
+  encoder.dispatch([s, stack = std::move(stack), x = h.data<float>(), held = w_.arrays]() mutable {
     std::memcpy(s.h, x, s.B * s.D * sizeof(float));
     thread_local Scratch scratch;
     scratch.size(s.B, s.D, s.p.n_heads * s.head_dim, s.p.n_kv_heads * s.head_dim, s.hidden);
@@ -294,9 +313,8 @@ bool DecodeLayers::is_equivalent(const mx::Primitive&) const {
 }
 
 std::vector<mx::Shape> DecodeLayers::output_shapes(const std::vector<mx::array>& inputs) {
-  const int layers = static_cast<int>((inputs.size() - kFixed) / (kLayerWeights + 2));
   const auto& cache = inputs.back();
-  return {inputs[0].shape(), {layers, 2, cache.shape(0), cache.shape(1), cache.shape(3)}};
+  return {inputs[0].shape(), {w_.layers, 2, cache.shape(0), cache.shape(1), cache.shape(3)}};
 }
 
 namespace {

@@ -30,6 +30,18 @@ struct DecodeParams {
 // (w, scales, biases each), post-attention norm, gate, up, down (w, scales, biases each).
 constexpr int kLayerWeights = 23;
 
+// A stack's weights checked, contiguous and evaluated once: the decode node holds them
+// itself, not as graph inputs, so a step neither converts ~700 arrays from Python nor has
+// MLX walk them before every evaluation.
+struct DecodeWeights {
+  std::shared_ptr<const std::vector<mx::array>> arrays;
+  int layers, D, head_dim, hidden;
+  DecodeParams checked; // the group sizes, bits and heads they were checked for
+};
+
+// weights: kLayerWeights arrays per layer; p's group sizes, bits and heads are checked.
+DecodeWeights decode_weights(const std::vector<mx::array>& weights, const DecodeParams& p);
+
 // h [B, 1, D] float32 -> {h after every layer, new rows [layers, 2, B, Hkv, head_dim]
 // (this token's key, then value, per layer) of the caches' dtype}. caches: per layer k
 // then v, all float32 or all float16, [B, Hkv, capacity, head_dim] holding rows
@@ -39,7 +51,7 @@ constexpr int kLayerWeights = 23;
 // the first cache row each sequence attends to (a batch's left padding).
 std::vector<mx::array> decode_layers(
     const mx::array& h,
-    const std::vector<mx::array>& weights,
+    const DecodeWeights& weights,
     const std::vector<mx::array>& caches,
     const mx::array& positions,
     const mx::array& key_start,
@@ -48,7 +60,8 @@ std::vector<mx::array> decode_layers(
 
 class DecodeLayers : public mx::Primitive {
  public:
-  DecodeLayers(mx::Stream stream, DecodeParams p) : mx::Primitive(stream), p_(p) {}
+  DecodeLayers(mx::Stream stream, DecodeParams p, DecodeWeights w)
+      : mx::Primitive(stream), p_(p), w_(std::move(w)) {}
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
   void eval_gpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
   const char* name() const override {
@@ -59,6 +72,7 @@ class DecodeLayers : public mx::Primitive {
 
  private:
   DecodeParams p_;
+  DecodeWeights w_;
 };
 
 // cache [B, Hkv, capacity, head_dim] (float32 or float16) with row `index` set to

@@ -98,8 +98,11 @@ ThreadPool::ThreadPool(int threads)
     }
   }
 #endif
+  // the generation as the workers start from, read before any starts: a pool destroyed
+  // before a worker ran would otherwise leave it waiting for a generation already passed
+  const uint32_t start = generation_.load();
   for (int i = 1; i < threads; ++i) {
-    workers_.emplace_back([this, i] { worker_loop(i); });
+    workers_.emplace_back([this, i, start] { worker_loop(i, start); });
   }
 }
 
@@ -159,11 +162,10 @@ int ThreadPool::run_tasks(const std::function<void(int)>* fn, uint32_t job_id, i
   return ran;
 }
 
-void ThreadPool::worker_loop(int index) {
+void ThreadPool::worker_loop(int index, uint32_t seen) {
 #if defined(__linux__)
   pthread_setname_np(pthread_self(), "vmlx-pool"); // told apart from MLX's in perf and top
 #endif
-  uint32_t seen = generation_.load();
   int placed = -2; // the CPU this worker was last put on (-1: any allowed)
   while (true) {
     for (int spin = 0; generation_.load(std::memory_order_acquire) == seen && spin < spin_iterations_; ++spin) {

@@ -50,7 +50,7 @@ class ThreadPool {
  private:
   enum class Placement { kernel, apart, automatic };
 
-  void worker_loop(int index);
+  void worker_loop(int index, uint32_t seen);
   // Claims and runs tasks of job `job_id` until none is left; returns how many it ran.
   int run_tasks(const std::function<void(int)>* fn, uint32_t job_id, int tasks);
   // The CPU worker `index` runs on for a caller on caller_cpu (-1: any allowed).
