@@ -65,14 +65,15 @@ def main() -> None:
     args = parser.parse_args()
     loaded = load_model(None, cpu_weights="quantized", progress=False)
     print(loaded.kernels)
-    modes = (False, True) if args.packed_ab else (native.packed(),)
+    modes = (False, True) if args.packed_ab else (native.packed_mode() != "0",)
     for label, temperature in (("greedy", 0.0), ("sampled T=0.8", 0.8)):
         wall: dict[tuple[bool, int], float] = {}
         cpu: dict[tuple[bool, int], float] = {}
         for _ in range(args.rounds):
             for n in STREAMS:
                 for packed in modes:
-                    native.set_packed(packed)
+                    if args.packed_ab:  # else the process's own mode
+                        native.set_packed(packed)
                     rate, per_cpu = decode_rate(
                         loaded.model, n, args.context, args.tokens, temperature
                     )

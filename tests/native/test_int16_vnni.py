@@ -27,12 +27,12 @@ pytestmark = [
 
 @pytest.fixture
 def body_restored():
-    packed = native.packed()
+    packed = native.packed_mode()
     native.set_packed(False)  # the unpacked bodies (test_packed_products.py: the packed one)
     yield
     native.set_int16_body(BODIES[-1])
     native.set_activations("int16")
-    native.set_packed(packed)
+    native.set_packed_mode(packed)
 
 
 def product(x, w, scales, biases, group_size: int, bits: int, body: str) -> np.ndarray:

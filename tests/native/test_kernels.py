@@ -166,13 +166,13 @@ def test_status_reports_the_kernels() -> None:
     helpers = {"isa", "set_isa", "activations", "set_activations", "threads", "kv_write_copies"}
     helpers |= {"placement", "set_placement", "decode_weights"}
     helpers |= {"int16_body", "set_int16_body", "attention_body", "set_attention_body"}
-    helpers |= {"packed", "set_packed"}
+    helpers |= {"packed_mode", "set_packed_mode", "register_packed", "packed_count"}
     entry_points = {n for n in dir(extension) if not n.startswith("_")} - helpers
     assert entry_points == set(native.KERNELS)
     assert info["isa"] in ("avx2", "generic") and info["threads"] >= 1
     assert info["activations"] == "float"  # this module's tests run the exact body
     assert info["int16_body"] in ("avx2", "vnni")
-    assert info["packed"] is (os.environ.get("VLLM_MLX_NATIVE_PACKED") == "1")  # opt-in
+    assert info["packed"] == os.environ.get("VLLM_MLX_NATIVE_PACKED", "auto")
     assert info["attention_body"] in ("float", "bf16", "amx")
 
 

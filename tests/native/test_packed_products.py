@@ -31,9 +31,10 @@ pytestmark = [
 
 @pytest.fixture
 def packed() -> Iterator[None]:
+    mode = native.packed_mode()
     assert native.set_packed(True)
     yield
-    native.set_packed(False)
+    native.set_packed_mode(mode)
 
 
 @pytest.mark.parametrize("bits", [4, 8])
@@ -69,14 +70,14 @@ def test_each_row_of_a_packed_product_is_its_one_row_product_within_the_bound(
 def test_the_switch_turns_the_packed_products_on_and_off(packed: None) -> None:
     """Also: weights computed in the same graph as their first packed product (not yet
     there when the product is planned) are packed once they are."""
-    assert native.packed() and native.status()["packed"]
+    assert native.packed_mode() == native.status()["packed"] == "1"
     mx.random.seed(3)
     w, scales, biases = mx.quantize(mx.random.normal((40, 64)), group_size=32, bits=4)
     x = mx.random.normal((3, 64))
     on = np.array(native.quantized_matmul(x, w, scales, biases, 32, 4))
     native.set_packed(False)
     off = np.array(native.quantized_matmul(x, w, scales, biases, 32, 4))
-    assert not native.packed()
+    assert native.packed_mode() == "0"
     assert not np.array_equal(on, off)  # another float order: the switch took effect
     np.testing.assert_allclose(on, off, rtol=1e-4, atol=1e-3)
 

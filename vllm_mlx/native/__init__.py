@@ -87,7 +87,7 @@ def status() -> dict[str, Any]:
         "isa": kernels.isa(),
         "activations": kernels.activations(),
         "int16_body": int16_body(),
-        "packed": packed(),
+        "packed": packed_mode(),
         "attention_body": attention_body(),
         "threads": kernels.threads(),
         "kernels": list(KERNELS) if enabled else [],
@@ -298,21 +298,46 @@ def set_int16_body(name: str) -> bool:
     )
 
 
-def packed() -> bool:
-    """Whether the int16 products run on packed copies of the weights (opt-in,
-    ``VLLM_MLX_NATIVE_PACKED=1``: AVX-512 VNNI, twice the weight memory)."""
+def packed_mode() -> str:
+    """Which weights the int16 products run packed copies of: "auto" (the default: a
+    model's that fit the budget, ``packing.py``), "1" (every product's) or "0" (none)."""
     kernels = _load()[0]
-    return bool(kernels is not None and hasattr(kernels, "packed") and kernels.packed())
+    if kernels is None or not hasattr(kernels, "packed_mode"):
+        return "0"
+    return str(kernels.packed_mode())
+
+
+def set_packed_mode(mode: str) -> bool:
+    """Select the packed mode, for tests and benchmarks; False when the build lacks it
+    or ``mode`` is not one."""
+    kernels = _load()[0]
+    return bool(
+        kernels is not None
+        and hasattr(kernels, "set_packed_mode")
+        and kernels.set_packed_mode(mode)
+    )
 
 
 def set_packed(on: bool) -> bool:
-    """Switch the packed products on or off, for tests and benchmarks; False when the
-    build lacks them."""
+    """Pack every product's weights (True) or none (False), for tests and benchmarks."""
+    return set_packed_mode("1" if on else "0")
+
+
+def register_packed(
+    w: mx.array, scales: mx.array, biases: mx.array, group_size: int, bits: int
+) -> None:
+    """Give these evaluated weights a packed copy (filled by their first product, freed
+    with them): their products run on it unless the mode is "0"."""
+    _extension().register_packed(w, scales, biases, group_size, bits)
+
+
+def packed_count() -> tuple[int, int]:
+    """The live packed copies and the bytes of those filled (freed weights' dropped)."""
     kernels = _load()[0]
-    if kernels is None or not hasattr(kernels, "set_packed"):
-        return False
-    kernels.set_packed(on)
-    return True
+    if kernels is None or not hasattr(kernels, "packed_count"):
+        return (0, 0)
+    entries, filled = kernels.packed_count()
+    return int(entries), int(filled)
 
 
 def attention_body() -> str | None:

@@ -237,12 +237,31 @@ NB_MODULE(_kernels, m) {
       [](const std::string& name) { return vmlx::set_int16_body(name.c_str()); },
       "name"_a,
       "Select 'vnni' (AVX-512 VNNI) or 'avx2' for the int16 products (the same bits); False when this CPU lacks it.");
-  m.def("packed", []() { return vmlx::packed_enabled(); }, "Whether products run on packed weight copies.");
   m.def(
-      "set_packed",
-      [](bool on) { vmlx::set_packed(on); },
-      "on"_a,
-      "Run the int16 products on packed copies of the weights (AVX-512 VNNI; doubles weight memory).");
+      "packed_mode", []() { return std::string(vmlx::packed_mode_name()); }, "Which weights get packed copies.");
+  m.def(
+      "set_packed_mode",
+      [](const std::string& name) { return vmlx::set_packed_mode(name.c_str()); },
+      "name"_a,
+      "'0' (no packed copies), '1' (every product's weights) or 'auto' (registered weights); False for another.");
+  m.def(
+      "register_packed",
+      [](const mlx::core::array& w, const mlx::core::array& scales, const mlx::core::array& biases, int group_size, int bits) {
+        vmlx::register_packed(w, scales, biases, group_size, bits);
+      },
+      "w"_a,
+      "scales"_a,
+      "biases"_a,
+      "group_size"_a,
+      "bits"_a,
+      "Give these evaluated weights a packed copy (filled by their first product; freed with them).");
+  m.def(
+      "packed_count",
+      []() {
+        const vmlx::PackedCount c = vmlx::packed_count();
+        return std::make_pair(c.entries, c.bytes);
+      },
+      "The live packed copies and their filled bytes (freed weights' copies dropped first).");
   m.def(
       "attention_body", []() { return std::string(vmlx::attention_body()); }, "Which body runs the attention.");
   m.def(

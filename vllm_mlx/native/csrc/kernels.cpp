@@ -103,24 +103,38 @@ bool set_activations(const char* name) {
   return true;
 }
 
-std::atomic<bool>& packed_selected() {
-  static std::atomic<bool> selected{[] {
+PackedMode packed_mode_named(const std::string& name) {
+  return name == "1" ? PackedMode::on : name == "0" ? PackedMode::off : PackedMode::registered;
+}
+
+std::atomic<PackedMode>& packed_selected() {
+  static std::atomic<PackedMode> selected{[] {
     const char* env = std::getenv("VLLM_MLX_NATIVE_PACKED");
-    return env != nullptr && std::string(env) == "1";
+    return packed_mode_named(env == nullptr ? "auto" : env);
   }()};
   return selected;
 }
 
-bool packed_enabled() {
-  return packed_selected().load();
+PackedMode packed_mode() {
+  return packed_selected().load(std::memory_order_relaxed);
 }
 
-void set_packed(bool on) {
-  packed_selected().store(on);
+const char* packed_mode_name() {
+  const PackedMode mode = packed_mode();
+  return mode == PackedMode::on ? "1" : mode == PackedMode::off ? "0" : "auto";
+}
+
+bool set_packed_mode(const char* name) {
+  const std::string s(name);
+  if (s != "0" && s != "1" && s != "auto") {
+    return false;
+  }
+  packed_selected().store(packed_mode_named(s));
+  return true;
 }
 
 bool packed_products() {
-  return packed_selected().load(std::memory_order_relaxed) && use_avx2() && vnni_selected().load(std::memory_order_relaxed) &&
+  return packed_mode() != PackedMode::off && use_avx2() && vnni_selected().load(std::memory_order_relaxed) &&
       int_levels().load(std::memory_order_relaxed) != 0;
 }
 

@@ -54,11 +54,16 @@ struct PackedWeights {
 };
 // a.packed filled from a's weights, once (packed_weights.cpp).
 void ensure_packed(const QmmArgs& a);
-// Whether products of weights with a packed copy run on it: the switch
-// (VLLM_MLX_NATIVE_PACKED=1, set_packed), the VNNI int16 body and int16 activations.
+// Which weights get packed copies (VLLM_MLX_NATIVE_PACKED, set_packed_mode): none
+// ("0"), every product's ("1"), or only those registered (auto, the default: a model's
+// weights when they fit the budget, vllm_mlx/native/packing.py).
+enum class PackedMode { off, on, registered };
+PackedMode packed_mode();
+const char* packed_mode_name();
+bool set_packed_mode(const char* name);
+// Whether products look for packed copies: not off, the VNNI int16 body and int16
+// activations.
 bool packed_products();
-bool packed_enabled();
-void set_packed(bool on);
 
 // IEEE half bits -> float, portable (the generic bodies; the AVX2 ones use F16C).
 inline float half_to_float(uint16_t h) {

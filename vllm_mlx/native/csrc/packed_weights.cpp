@@ -1,10 +1,12 @@
 // The packed copies of quantized weights (the layout is in kernels.h): an entry made
-// when a product of the arrays is planned while packed products are on, filled by that
-// product's task, and kept with the arrays themselves for the process, so an address in
-// the cache always names the same weights (an array freed and its memory reused could
-// otherwise find another array's copy). The copy doubles a model's weight memory: the
-// switch is opt-in.
+// when a product of the arrays is planned (packed products on) or when a model's
+// weights are registered (auto), filled by the first product's task. An entry holds
+// only weak references to the arrays' buffers, so the copy dies with its weights: a
+// product's buffers are held until its task has run (MLX's CPU eval), so an entry is
+// never dropped under a pending product, and an entry whose buffers are gone never
+// matches new arrays at the same addresses (weak references compare by owner).
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -70,9 +72,82 @@ void pack_weights(const QmmArgs& a, uint8_t* w, S* scales, S* biases) {
   }
 }
 
+std::atomic<int64_t> filled_bytes{0}; // of every live copy
+
+int64_t copy_bytes(const PackedWeights& p) {
+  return static_cast<int64_t>(
+      p.bytes.size() + 4 * (p.scale_values.size() + p.bias_values.size()) +
+      2 * (p.scale_halves.size() + p.bias_halves.size()));
+}
+
+using Data = std::weak_ptr<mx::array::Data>;
+
+bool same_owner(const Data& a, const std::shared_ptr<mx::array::Data>& b) {
+  return !a.owner_before(b) && !b.owner_before(a);
+}
+
 struct Copy {
-  mx::array w, scales, biases; // kept: their addresses key the cache
+  Data w, scales, biases; // the arrays' buffers, not kept
   PackedWeights packed;
+  ~Copy() {
+    filled_bytes -= copy_bytes(packed); // no task can be filling it: its buffers are gone
+  }
+  bool expired() const {
+    return w.expired() || scales.expired() || biases.expired();
+  }
+};
+
+using Key = std::tuple<const void*, const void*, const void*, int64_t, int64_t, int, int>;
+using Copies = std::multimap<Key, std::unique_ptr<Copy>>;
+
+struct Cache {
+  std::mutex mutex;
+  Copies copies;
+  Copies::iterator next = copies.end(); // the entry the next lookup checks for expiry
+
+  static Cache& instance() {
+    static Cache cache;
+    return cache;
+  }
+
+  // One entry checked per lookup: a running model's lookups drop a freed model's
+  // copies within about a step; sweep() drops them all at once.
+  void check_one() {
+    if (next == copies.end()) {
+      next = copies.begin();
+      return;
+    }
+    next = next->second->expired() ? copies.erase(next) : std::next(next);
+  }
+
+  void sweep() {
+    for (auto it = copies.begin(); it != copies.end();) {
+      it = it->second->expired() ? copies.erase(it) : std::next(it);
+    }
+    next = copies.end();
+  }
+
+  PackedWeights* find(const mx::array& w, const mx::array& scales, const mx::array& biases, const QmmArgs& a, bool create) {
+    const std::lock_guard<std::mutex> lock(mutex);
+    check_one();
+    const Key key{a.w, scales.data<void>(), biases.data<void>(), a.N, a.K, a.group_size, a.bits};
+    auto [it, end] = copies.equal_range(key);
+    for (; it != end; ++it) {
+      const Copy& c = *it->second;
+      if (same_owner(c.w, w.data_shared_ptr()) && same_owner(c.scales, scales.data_shared_ptr()) &&
+          same_owner(c.biases, biases.data_shared_ptr())) {
+        return &it->second->packed;
+      }
+    }
+    if (!create) {
+      return nullptr;
+    }
+    auto copy = std::make_unique<Copy>();
+    copy->w = w.data_shared_ptr();
+    copy->scales = scales.data_shared_ptr();
+    copy->biases = biases.data_shared_ptr();
+    return &copies.emplace(key, std::move(copy))->second->packed;
+  }
 };
 
 } // namespace
@@ -96,21 +171,26 @@ void ensure_packed(const QmmArgs& a) {
       p.biases = p.bias_values.data();
     }
     p.w = p.bytes.data();
+    filled_bytes += copy_bytes(p);
   });
 }
 
 PackedWeights* packed_copy(const mx::array& w, const mx::array& scales, const mx::array& biases, const QmmArgs& a) {
-  // every entry stays (a pending product may hold its pointer); the key names the
-  // weights completely while the entry keeps the arrays alive
-  using Key = std::tuple<const void*, const void*, const void*, int64_t, int64_t, int, int>;
-  static std::mutex mutex;
-  static std::map<Key, std::unique_ptr<Copy>> copies;
-  const std::lock_guard<std::mutex> lock(mutex);
-  auto& copy = copies[Key{a.w, scales.data<void>(), biases.data<void>(), a.N, a.K, a.group_size, a.bits}];
-  if (copy == nullptr) {
-    copy.reset(new Copy{w, scales, biases, {}});
-  }
-  return &copy->packed;
+  return Cache::instance().find(w, scales, biases, a, packed_mode() == PackedMode::on);
+}
+
+void register_packed(const mx::array& w, const mx::array& scales, const mx::array& biases, int group_size, int bits) {
+  require(w.is_available() && scales.is_available() && biases.is_available(), "register evaluated weights");
+  check_weights(w, scales, biases, static_cast<int64_t>(w.shape(1)) * 32 / bits, group_size, bits);
+  QmmArgs a = weight_args(w, scales, biases, 0, group_size, bits);
+  Cache::instance().find(w, scales, biases, a, true);
+}
+
+PackedCount packed_count() {
+  Cache& cache = Cache::instance();
+  const std::lock_guard<std::mutex> lock(cache.mutex);
+  cache.sweep();
+  return {static_cast<int64_t>(cache.copies.size()), filled_bytes.load()};
 }
 
 } // namespace vmlx

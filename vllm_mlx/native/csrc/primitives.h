@@ -37,9 +37,17 @@ QmmArgs weight_args(
     int group_size,
     int bits);
 
-// The packed copy of these weights (packed_weights.cpp), kept from their first product
-// on and filled by that product's task (ensure_packed).
+// The packed copy of these weights (packed_weights.cpp), filled by their first product's
+// task (ensure_packed): made here when every product is packed ("1"), else the one
+// register_packed made, or nullptr. Lives as long as the arrays' buffers.
 PackedWeights* packed_copy(const mx::array& w, const mx::array& scales, const mx::array& biases, const QmmArgs& a);
+// An entry for these (evaluated) weights, so their products run packed in any mode but off.
+void register_packed(const mx::array& w, const mx::array& scales, const mx::array& biases, int group_size, int bits);
+// The live entries and the bytes of the filled copies (expired entries dropped first).
+struct PackedCount {
+  int64_t entries, bytes;
+};
+PackedCount packed_count();
 
 // x[..., K] @ dequantize(w, scales, biases)^T, MLX affine layout, bits 4 or 8,
 // group size 32, 64 or 128, float32 x, float32 or float16 scales and biases (one dtype).
