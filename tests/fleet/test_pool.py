@@ -7,11 +7,16 @@ from __future__ import annotations
 import asyncio
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
+import mlx.core as mx
+import mlx.nn as nn
 import pytest
 from models_dir import write_models_dir
+from tiny_models import build_tiny_model, build_tiny_tokenizer
 from tiny_mtp import write_mtp_folder
 
+from vllm_mlx import native
 from vllm_mlx.fleet.catalog import build_catalog
 from vllm_mlx.fleet.pool import (
     ModelBusy,
@@ -24,6 +29,7 @@ from vllm_mlx.fleet.pool import (
     weights_in_memory,
 )
 from vllm_mlx.models.fit import estimate
+from vllm_mlx.native import patch
 from vllm_mlx.options import RuntimeOptions
 from vllm_mlx.runtime import build_runtime
 
@@ -139,6 +145,29 @@ def test_a_loads_measured_memory_counts_its_mtp_head_once(tmp_path, copies):
         fit = estimate(Path(folder), 1024, weights="float32", on_cpu=True, mtp=with_head)
         assert measured[mtp] == fit.weights
     assert measured["on"] > measured["off"]
+
+
+@pytest.mark.skipif(
+    not (native.available() and native.int16_body() == "vnni"), reason="no packed products here"
+)
+def test_a_loads_measured_memory_counts_its_packed_weight_copies():
+    """The packed copies (VLLM_MLX_NATIVE_PACKED=auto, a small model) double the quantized
+    weights' bytes beside MLX's arrays: the pool counts them."""
+    held = {}
+    before = native.packed_mode()
+    for mode in ("0", "auto"):
+        assert native.set_packed_mode(mode)
+        model = build_tiny_model(build_tiny_tokenizer(), seed=0, arch="llama", num_layers=2)
+        nn.quantize(model, group_size=32, bits=4)
+        model.set_dtype(mx.float32)
+        packed = patch.enable(model).packed_bytes
+        runtime = SimpleNamespace(
+            engine=SimpleNamespace(source=None), loaded=SimpleNamespace(model=model)
+        )
+        held[mode] = (weights_in_memory(runtime), packed)
+    native.set_packed_mode(before)
+    assert held["0"][1] == 0 < held["auto"][1]
+    assert held["auto"][0] == held["0"][0] + held["auto"][1]
 
 
 def test_idle_models_unload_after_the_ttl_busy_ones_stay(catalog):

@@ -25,6 +25,7 @@ from mlx.utils import tree_flatten
 from ..models.adapter_set import AdapterBusy, AdapterCapacity, AdapterSet
 from ..models.adapters import AdapterError
 from ..models.errors import ModelLoadError
+from ..native import packing
 from ..pipeline import Pipeline
 from ..runtime import Runtime
 from .adapters import AdapterEntry
@@ -149,7 +150,8 @@ class Lease:
 def weights_in_memory(runtime: Runtime) -> int:
     """Bytes of the parameters a load holds (float32 on a CPU can be 5x the file): the
     model's, its draft model's and its multi-token-prediction head's, each array once (the
-    head uses the model's embedding and output head where the checkpoint's are copies)."""
+    head uses the model's embedding and output head where the checkpoint's are copies),
+    and the packed copies of their weights the native products keep beside them."""
     source = runtime.engine.source
     heads = getattr(source, "mtp_heads", None)
     modules = [runtime.loaded.model, getattr(source, "draft_model", None)]
@@ -159,7 +161,7 @@ def weights_in_memory(runtime: Runtime) -> int:
         if module is not None:
             leaves = cast("list[tuple[str, Any]]", tree_flatten(module.parameters()))
             held.update((id(value), int(value.nbytes)) for _, value in leaves)
-    return sum(held.values())
+    return sum(held.values()) + sum(packing.packed_bytes(module) for module in modules)
 
 
 class ModelPool:

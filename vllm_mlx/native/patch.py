@@ -31,6 +31,7 @@ from mlx_lm.models import llama
 
 from vllm_mlx import native
 from vllm_mlx.engine.cpu import openblas_preloaded
+from vllm_mlx.native import packing
 from vllm_mlx.native.decode import route_model, stack_shape
 from vllm_mlx.native.layers import (
     MAX_NATIVE_QUERY,
@@ -70,6 +71,7 @@ class Patched:
     attention_inputs: int = 0
     decode_stacks: int = 0
     attention_modules: tuple[str, ...] = ()
+    packed_bytes: int = 0
 
     def describe(self) -> str:
         attention = ", ".join(self.attention_modules) or "none"
@@ -78,7 +80,8 @@ class Patched:
             f"{self.norms} RMSNorm, {self.ropes} RoPE, {self.mlp_blocks} fused MLP + "
             f"{self.attention_inputs} fused attention-input blocks, "
             f"{self.decode_stacks} one-node decode stacks, "
-            f"attention in {attention}, logsumexp in mlx_lm.generate"
+            f"attention in {attention}, logsumexp in mlx_lm.generate, "
+            f"{self.packed_bytes / 2**20:.0f} MiB of packed weight copies"
         )
 
 
@@ -326,11 +329,25 @@ def _fusable_attention(block: Any) -> bool:
     )
 
 
+def _products(model: nn.Module) -> list[Any]:
+    """The routed layers whose weights the native products read: the linear layers, and
+    the embedding when it is the output head too (no ``lm_head``)."""
+    modules = list(model.named_modules())
+    tied = not any(path.rsplit(".", 1)[-1] == "lm_head" for path, _ in modules)
+    return [
+        layer
+        for _, layer in modules
+        if type(layer) is NativeQuantizedLinear
+        or (tied and type(layer) is NativeQuantizedEmbedding)
+    ]
+
+
 def enable(model: nn.Module) -> Patched:
     """Route ``model``'s eligible layers and attention to the native kernels."""
     kv_dtype()  # a bad VLLM_MLX_NATIVE_KV fails the load, not the first request
     blas_prefill()  # and a bad VLLM_MLX_NATIVE_PREFILL
     native.check_activations_env()
+    packing.check_env()
     patched = Patched()
     attention_modules: set[str] = set()
     blocks, stacks = [], []
@@ -376,5 +393,6 @@ def enable(model: nn.Module) -> Patched:
             _route_attention_layer(layer)
     route_logsumexp()
     route_sampling(model)
+    patched.packed_bytes = packing.pack_model(model, _products(model))
     native.record_routed(patched.describe())
     return patched
