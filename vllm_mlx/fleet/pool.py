@@ -22,6 +22,7 @@ from typing import Any, cast
 
 from mlx.utils import tree_flatten
 
+from .. import native
 from ..models.adapter_set import AdapterBusy, AdapterCapacity, AdapterSet
 from ..models.adapters import AdapterError
 from ..models.errors import ModelLoadError
@@ -423,6 +424,7 @@ class ModelPool:
         def release() -> None:
             close()  # the engine stops and flushes its prefix cache
             gc.collect()
+            native.packed_count()  # frees its packed weight copies now, not at a later lookup
 
         done = asyncio.ensure_future(asyncio.to_thread(release))
         self._closing.add(done)
