@@ -1,8 +1,12 @@
 """Shared by the kernel tests: run each on every instruction set this CPU has; compare
 with MLX's float ops on the exact activations unless a test is marked
-``default_activations``, and on float32 KV caches (MLX's own) unless it takes ``kv``."""
+``default_activations``, and on float32 KV caches (MLX's own) unless it takes ``kv``.
+Tests run the default attention body (amx where the CPU grants it) unless they take
+``float_attention``: those hold the float body to float rounding."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import pytest
 
@@ -12,6 +16,7 @@ from vllm_mlx.native.layers import KV_ENV
 ISAS = [isa for isa in ("avx2", "generic") if native.available() and native.set_isa(isa)]
 if ISAS:  # probing selected each in turn: tests without the fixture run on the best
     native.set_isa(ISAS[0])
+DEFAULT_BODY = native.attention_body()  # chosen once per process, before any test
 
 
 @pytest.fixture(params=ISAS)
@@ -19,6 +24,19 @@ def isa(request: pytest.FixtureRequest):
     assert native.set_isa(request.param)
     yield request.param
     native.set_isa(ISAS[0])  # back to the best one
+
+
+@pytest.fixture
+def float_attention() -> Iterator[None]:
+    """The float attention body, for tests of its float32 arithmetic against MLX or a float64
+    reference to float rounding (the bf16 bodies have their own bound,
+    ``test_bf16_attention.py``); the process's default body again afterwards."""
+    if not native.available():
+        yield
+        return
+    assert native.set_attention_body("float")
+    yield
+    assert DEFAULT_BODY is not None and native.set_attention_body(DEFAULT_BODY)
 
 
 @pytest.fixture(autouse=True)

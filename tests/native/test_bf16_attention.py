@@ -13,11 +13,11 @@ import pytest
 
 from vllm_mlx import native
 
+DEFAULT_BODY = native.attention_body()  # the process's, restored after each probe and test
 pytestmark = pytest.mark.skipif(
     not (native.available() and native.set_attention_body("bf16")),
     reason="no AVX-512 BF16 on this CPU or build",
 )
-native.set_attention_body("float")  # probing selected it: the module's default stays
 
 
 BODIES = [
@@ -27,14 +27,21 @@ BODIES = [
     ),
     "bf16",
 ]
-native.set_attention_body("float")
+
+
+def restore_default() -> None:
+    if DEFAULT_BODY is not None:
+        assert native.set_attention_body(DEFAULT_BODY)
+
+
+restore_default()
 
 
 @pytest.fixture(autouse=True, params=BODIES)
 def bf16_body(request: pytest.FixtureRequest) -> Iterator[str]:
     assert native.set_attention_body(request.param)
     yield request.param
-    native.set_attention_body("float")
+    restore_default()
 
 
 def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float) -> np.ndarray:

@@ -36,6 +36,7 @@ def count_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
+@pytest.mark.usefixtures("float_attention")
 @pytest.mark.parametrize(
     "bits, group_size, traditional, hidden",
     [(4, 32, False, 128), (8, 64, False, 128), (4, 128, True, 128), (4, 64, False, 256)],
@@ -120,6 +121,7 @@ def test_a_shared_prefix_cache_is_never_changed(kv: bool) -> None:
         assert np.array_equal(np.array(c.keys), rows)
 
 
+@pytest.mark.usefixtures("float_attention")
 @pytest.mark.parametrize("hidden", [128, 256])  # head size 32; 64 (the kernels' tiled path)
 def test_batched_steps_with_left_padding_agree_with_mlx(
     monkeypatch: pytest.MonkeyPatch, kv: bool, hidden: int

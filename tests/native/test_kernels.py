@@ -4,6 +4,8 @@ and batch sizes, on every instruction set this CPU has (AVX2 and the generic bod
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import mlx.core as mx
 import numpy as np
@@ -108,6 +110,7 @@ def attention_cases(draw):
     return b, heads, kv_heads, q_len, k_len, dim, causal, seed
 
 
+@pytest.mark.usefixtures("float_attention")
 @given(case=attention_cases())
 @SETTINGS
 def test_attention_matches_mlx_sdpa(isa, case) -> None:
@@ -122,6 +125,7 @@ def test_attention_matches_mlx_sdpa(isa, case) -> None:
     assert_close(native.attention(q, k, v, scale, causal), ref, rtol=1e-5)
 
 
+@pytest.mark.usefixtures("float_attention")
 def test_attention_reads_a_kv_cache_view(isa) -> None:
     """mlx-lm's KVCache hands out a slice of a larger buffer; q comes transposed."""
     buffer_k = mx.random.normal((1, 3, 512, 64), key=mx.random.key(4))
@@ -136,6 +140,7 @@ def test_attention_reads_a_kv_cache_view(isa) -> None:
     assert_close(native.attention(q, kt, v, 0.125), ref, rtol=1e-5)
 
 
+@pytest.mark.usefixtures("float_attention")
 @given(case=attention_cases(), keep=st.floats(0.2, 0.9), per_head=st.booleans())
 @SETTINGS
 def test_masked_attention_matches_mlx_sdpa(isa, case, keep, per_head) -> None:
@@ -174,6 +179,24 @@ def test_status_reports_the_kernels() -> None:
     assert info["int16_body"] in ("avx2", "vnni")
     assert info["packed"] == os.environ.get("VLLM_MLX_NATIVE_PACKED", "auto")
     assert info["attention_body"] in ("float", "bf16", "amx")
+
+
+def test_the_attention_body_defaults_to_amx_where_granted() -> None:
+    """Unset or "auto": amx where this CPU and kernel grant it, else float; an explicit body
+    this CPU lacks (or an unknown name) leaves float. Each in a fresh process, as the body
+    is chosen once, before any model runs."""
+    default = native.attention_body()
+    has = {body: native.set_attention_body(body) for body in ("amx", "bf16")}
+    assert default is not None and native.set_attention_body(default)
+    amx = "amx" if has["amx"] else "float"
+    expected = {None: amx, "": amx, "auto": amx, "float": "float", "amx": amx}
+    expected |= {"bf16": "bf16" if has["bf16"] else "float", "bfloat": "float"}
+    for name, body in expected.items():
+        env = {k: v for k, v in os.environ.items() if k != "VLLM_MLX_NATIVE_ATTENTION"}
+        env |= {} if name is None else {"VLLM_MLX_NATIVE_ATTENTION": name}
+        script = "from vllm_mlx import native; print(native.attention_body())"
+        run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True)
+        assert run.stdout.decode().strip() == body, (name, run.stderr.decode()[-500:])
 
 
 @st.composite

@@ -39,6 +39,7 @@ def upcast(a: mx.array) -> mx.array:
     return a.astype(mx.float16).astype(mx.float32)
 
 
+@pytest.mark.usefixtures("float_attention")
 @given(case=attention_cases())
 @SETTINGS
 def test_attention_reads_half_kv_as_mlx_reads_its_float32_values(isa, case) -> None:
@@ -49,6 +50,7 @@ def test_attention_reads_half_kv_as_mlx_reads_its_float32_values(isa, case) -> N
     assert_close(got, want, rtol=1e-5)
 
 
+@pytest.mark.usefixtures("float_attention")
 @given(case=attention_cases(), keep=st.floats(0.2, 0.9))
 @SETTINGS
 def test_masked_attention_reads_half_kv(isa, case, keep) -> None:
@@ -63,6 +65,7 @@ def test_masked_attention_reads_half_kv(isa, case, keep) -> None:
     assert_close(got, want, rtol=1e-5)
 
 
+@pytest.mark.usefixtures("float_attention")
 def test_attention_reads_a_half_cache_view(isa) -> None:
     """A float16 KVCache's slice of a larger buffer; a non-contiguous last axis too."""
     buffer = mx.random.normal((2, 1, 3, 512, 64), key=mx.random.key(4)).astype(mx.float16)

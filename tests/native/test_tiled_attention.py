@@ -34,6 +34,7 @@ def reference(q: mx.array, k: mx.array, v: mx.array) -> np.ndarray:
     return (weights / weights.sum(axis=-1, keepdims=True)) @ vs
 
 
+@pytest.mark.usefixtures("float_attention")
 @pytest.mark.parametrize("dtype", [mx.float16, mx.float32])
 @pytest.mark.parametrize(
     ("lq", "offset", "batch"),

@@ -342,8 +342,10 @@ def packed_count() -> tuple[int, int]:
 
 def attention_body() -> str | None:
     """Which body runs the attention: "bf16" (AVX-512 BF16 products, float32 sums and
-    softmax), "amx" (the same roundings, the products on AMX tiles) or "float" (float32
-    arithmetic), None when the library is not built or predates the choice."""
+    softmax), "amx" (the same roundings, the products on AMX tiles; the default where the
+    CPU and kernel grant it) or "float" (float32 arithmetic; the default elsewhere and with
+    ``VLLM_MLX_NATIVE_ATTENTION=float``), None when the library is not built or predates
+    the choice."""
     kernels = _load()[0]
     if kernels is None or not hasattr(kernels, "attention_body"):
         return None

@@ -444,9 +444,11 @@ bool amx_supported() {
 
 std::atomic<int>& selected() {
   static std::atomic<int> on{[] {
+    // Unset or "auto": amx where the CPU and kernel grant it, else float. Chosen once, before
+    // any model runs, so every row of every request runs one body.
     const char* env = std::getenv("VLLM_MLX_NATIVE_ATTENTION");
-    const std::string name = env != nullptr ? env : "";
-    if (name == "amx" && amx_supported()) {
+    const std::string name = env != nullptr && *env != '\0' ? env : "auto";
+    if ((name == "amx" || name == "auto") && amx_supported()) {
       return AMX;
     }
     return name == "bf16" && supported() ? BF16 : FLOAT;

@@ -216,9 +216,11 @@ bool set_int16_body(const char* name);
 // queries, keys, softmax weights and values rounded to bfloat16, float32 sums and softmax;
 // VLLM_MLX_NATIVE_ATTENTION=bf16 where the CPU has it; docs/native-kernels.md gives its
 // accuracy), "amx" (the same roundings, the products on AMX tiles: other bits than
-// "bf16"'s, the same bound) or "float" (the default: float32 arithmetic on the float16 or float32 cache). Decode steps and prompt
-// blocks run the same body, so a row's bits do not depend on either. False if the name is
-// unknown or the CPU lacks it.
+// "bf16"'s, the same bound; the default where the CPU and kernel grant AMX-BF16) or
+// "float" (float32 arithmetic on the float16 or float32 cache; the default elsewhere,
+// VLLM_MLX_NATIVE_ATTENTION=float keeps it). Decode steps and prompt blocks run the same
+// body, so a row's bits do not depend on either. False if the name is unknown or the CPU
+// lacks it.
 const char* attention_body();
 bool set_attention_body(const char* name);
 
