@@ -1,6 +1,7 @@
 """The embedded default model on the native kernels: the server picks them by default and
-says so, and greedy text equals the float32 path's, on float16 KV caches (the default) as
-on float32 ones, at a short and at a ~1,700-token context."""
+says so, and greedy text follows the float32 path's wherever that path's choice is decided
+by more than the routed kernels' rounding, on float16 KV caches (the default) as on float32
+ones, at a short and at a ~1,700-token context."""
 
 from __future__ import annotations
 
@@ -34,14 +35,39 @@ LONG_PROMPT = (
 )
 
 
-def greedy_text(model, tokenizer, question: str, max_tokens: int = 40) -> str:
+# Logit error of the routed path against float32: the bf16-class attention bodies (amx, the
+# default where the CPU has it) measured max |Δlogit| 0.30-0.48 over 8k tokens of text
+# (docs/native-kernels.md), the int16 products far less. Where float32's best two tokens
+# are closer than this, either is the model's answer.
+NEAR_TIE = 0.5
+
+
+def greedy_steps(model, tokenizer, question: str, max_tokens: int = 40) -> list[tuple[int, float]]:
+    """Each greedy token with the margin of its logit over the runner-up."""
     prompt = tokenizer.apply_chat_template(
         [{"role": "user", "content": question}], add_generation_prompt=True
     )
-    return "".join(r.text for r in stream_generate(model, tokenizer, prompt, max_tokens=max_tokens))
+    steps = []
+    for r in stream_generate(model, tokenizer, prompt, max_tokens=max_tokens):
+        best, second = sorted(mx.topk(r.logprobs, 2).tolist(), reverse=True)
+        steps.append((r.token, best - second))
+    return steps
 
 
-def test_greedy_text_equals_the_float32_path(embedded_model, monkeypatch) -> None:
+def assert_follows(got: list[tuple[int, float]], want: list[tuple[int, float]]) -> None:
+    """`got` is `want` token for token up to the end, or up to a step where `want` itself
+    was a near-tie and `got` took the other branch."""
+    for i, (token, margin) in enumerate(want):
+        assert i < len(got), f"stopped after {i} of {len(want)} tokens"
+        if got[i][0] != token:
+            assert margin < NEAR_TIE, (
+                f"token {i}: {got[i][0]} against {token} (margin {margin:.3f})"
+            )
+            return
+    assert len(got) == len(want)
+
+
+def test_greedy_text_follows_the_float32_path(embedded_model, monkeypatch) -> None:
     routed = embedded_model  # quantized weights: the default where the native kernels are built
     dense = load_model(None, cpu_weights="float32", progress=False)
     assert routed.kernels.startswith("native") and dense.kernels == "mlx"
@@ -54,10 +80,10 @@ def test_greedy_text_equals_the_float32_path(embedded_model, monkeypatch) -> Non
     assert len(quantized) == 211
     assert {(q.scales.dtype, q.biases.dtype) for q in quantized} == {(mx.float16, mx.float16)}
     for question in [*PROMPTS, LONG_PROMPT]:
-        want = greedy_text(dense.model, dense.tokenizer, question)
+        want = greedy_steps(dense.model, dense.tokenizer, question)
         for kv in ("f16", "f32"):
             monkeypatch.setenv(KV_ENV, kv)
-            assert greedy_text(routed.model, routed.tokenizer, question) == want, kv
+            assert_follows(greedy_steps(routed.model, routed.tokenizer, question), want)
     # and the logits of a long prompt stay within float32 accumulation noise (f16 KV: its
     # rounding too), the cache float16
     monkeypatch.setenv(KV_ENV, "f16")
