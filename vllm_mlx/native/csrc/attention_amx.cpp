@@ -12,6 +12,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <csetjmp>
+#include <csignal>
 #include <cstdint>
 
 #include "kernels.h"
@@ -121,6 +124,39 @@ inline void weighted_64(const uint32_t* w, int64_t w_stride, const uint32_t* val
   _tile_stored(3, acc + h + 48, D * 4);
 }
 
+sigjmp_buf probe_exit;
+
+void on_probe_trap(int) {
+  siglongjmp(probe_exit, 1);
+}
+
+// One tile product of known values with SIGILL caught: a hypervisor can report AMX and the
+// kernel grant the tile state while the instructions still fault (or compute nothing), so
+// the body is trusted only after it has run once here.
+bool tiles_compute() {
+  struct sigaction trap = {}, previous = {};
+  trap.sa_handler = on_probe_trap;
+  sigemptyset(&trap.sa_mask);
+  sigaction(SIGILL, &trap, &previous);
+  bool right = false;
+  if (sigsetjmp(probe_exit, 1) == 0) {
+    alignas(64) static uint16_t ones[16 * 32];
+    alignas(64) float out[16 * 16] = {};
+    std::fill(std::begin(ones), std::end(ones), uint16_t{0x3F80}); // bf16 1.0
+    {
+      const Tiles tiles;
+      _tile_zero(0);
+      _tile_loadd(1, ones, 64);
+      _tile_loadd(2, ones, 64);
+      _tile_dpbf16ps(0, 1, 2);
+      _tile_stored(0, out, 64);
+    }
+    right = std::all_of(std::begin(out), std::end(out), [](float v) { return v == 32.0f; });
+  }
+  sigaction(SIGILL, &previous, nullptr);
+  return right;
+}
+
 } // namespace
 
 bool supported() {
@@ -128,7 +164,7 @@ bool supported() {
     if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16")) {
       return false;
     }
-    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 && tiles_compute();
   }();
   return granted;
 }
