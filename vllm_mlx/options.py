@@ -44,7 +44,7 @@ class EngineOptions:
 
     max_num_seqs: int = 8
     max_queue: int = 256
-    prefill_step_tokens: int = 256  # the most prompt tokens one step prefills
+    prefill_step_tokens: int = 512  # the most prompt tokens one step prefills
     decode_steps_per_chunk: int = 32  # while streams run, decode steps per long-prompt chunk
     kv_bits: int | None = None  # 4 or 8: a quantized KV cache
     kv_group_size: int = 64

@@ -104,7 +104,7 @@ class ModelBatchSource:
         model: Any,
         *,
         max_num_seqs: int = 8,
-        prefill_step_size: int = 256,
+        prefill_step_size: int = 512,
         decode_steps_per_chunk: int = 32,
         prefix_cache: PrefixCache | None = None,
         kv_bits: int | None = None,

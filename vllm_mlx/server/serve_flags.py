@@ -126,7 +126,7 @@ def serve_flags(command: F) -> F:
 )
 @click.option(
     "--prefill-step-tokens",
-    default=256,
+    default=512,
     show_default=True,
     type=click.IntRange(min=1),
     help="The most prompt tokens one scheduling step prefills; waiting prompts share them "
