@@ -13,28 +13,21 @@ import mlx.core as mx
 import numpy as np
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
+from packed_support import MARKS, restored_packed_mode
 from test_kernels import int_bound
 from test_patch import quantized_llama
 
 from vllm_mlx import native
 from vllm_mlx.native import patch
 
-pytestmark = [
-    pytest.mark.default_activations,  # the int16 products
-    pytest.mark.skipif(not native.available(), reason="vllm_mlx.native is not built"),
-    pytest.mark.skipif(
-        not (native.available() and native.set_int16_body("vnni")),
-        reason="the packed products need AVX-512 VNNI",
-    ),
-]
+pytestmark = MARKS
 
 
 @pytest.fixture
 def packed() -> Iterator[None]:
-    mode = native.packed_mode()
-    assert native.set_packed(True)
-    yield
-    native.set_packed_mode(mode)
+    with restored_packed_mode():
+        assert native.set_packed(True)
+        yield
 
 
 @pytest.mark.parametrize("bits", [4, 8])

@@ -10,24 +10,17 @@ from collections.abc import Iterator
 import mlx.core as mx
 import numpy as np
 import pytest
+from packed_support import MARKS, restored_packed_mode
 
 from vllm_mlx import native
 
-pytestmark = [
-    pytest.mark.default_activations,  # the int16 products
-    pytest.mark.skipif(not native.available(), reason="vllm_mlx.native is not built"),
-    pytest.mark.skipif(
-        not (native.available() and native.set_int16_body("vnni")),
-        reason="the packed products need AVX-512 VNNI",
-    ),
-]
+pytestmark = MARKS
 
 
 @pytest.fixture
 def mode() -> Iterator[None]:
-    before = native.packed_mode()
-    yield
-    native.set_packed_mode(before)
+    with restored_packed_mode():
+        yield
 
 
 def weights(seed: int) -> list[np.ndarray]:

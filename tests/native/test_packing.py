@@ -11,27 +11,20 @@ import mlx.core as mx
 import numpy as np
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
+from packed_support import MARKS, restored_packed_mode
 from test_patch import quantized_llama
 
 from vllm_mlx import native
 from vllm_mlx.native import packing, patch
 
-pytestmark = [
-    pytest.mark.default_activations,  # the int16 products
-    pytest.mark.skipif(not native.available(), reason="vllm_mlx.native is not built"),
-    pytest.mark.skipif(
-        not (native.available() and native.set_int16_body("vnni")),
-        reason="the packed products need AVX-512 VNNI",
-    ),
-]
+pytestmark = MARKS
 
 
 @pytest.fixture
 def auto() -> Iterator[None]:
-    before = native.packed_mode()
-    assert native.set_packed_mode("auto")
-    yield
-    native.set_packed_mode(before)
+    with restored_packed_mode():
+        assert native.set_packed_mode("auto")
+        yield
 
 
 def last_logits(model, tokens: mx.array) -> np.ndarray:
