@@ -46,6 +46,17 @@ struct FloatBlock {
   }
 };
 
+// Key rows ahead of the scoring pass whose loads are started early (prefetch_row).
+constexpr int64_t KEY_PREFETCH = 16;
+
+// Starts loading one key or value row (row_bytes long) into the caches.
+inline void prefetch_row(const void* row, int64_t row_bytes) {
+  const char* p = static_cast<const char*>(row);
+  for (int64_t o = 0; o < row_bytes; o += 64) {
+    _mm_prefetch(p + o, _MM_HINT_T0);
+  }
+}
+
 // Query rows of a task past which its half keys and values are converted to float once:
 // each key row is otherwise converted again for every three of them.
 constexpr int64_t CONVERT_ROWS = 12;
@@ -91,15 +102,14 @@ inline void dots_4keys(const float* const* q, const T* const* k, float dots[][4]
       acc[r][j] = _mm256_setzero_ps();
     }
   }
+  // a key vector held, the query vectors read as the FMAs' memory operands: 4R + 1
+  // registers (holding 4 key and R query vectors took 4R + 5 > 16: a spilled sum, its
+  // store and reload in every iteration's chain)
   for (int d = 0; d < V; ++d) {
-    __m256 kv[4];
     for (int j = 0; j < 4; ++j) {
-      kv[j] = load8(k[j] + 8 * d);
-    }
-    for (int r = 0; r < R; ++r) {
-      const __m256 qv = _mm256_loadu_ps(q[r] + 8 * d);
-      for (int j = 0; j < 4; ++j) {
-        acc[r][j] = _mm256_fmadd_ps(qv, kv[j], acc[r][j]);
+      const __m256 kv = load8(k[j] + 8 * d);
+      for (int r = 0; r < R; ++r) {
+        acc[r][j] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + 8 * d), kv, acc[r][j]);
       }
     }
   }
@@ -143,16 +153,18 @@ void weighted_sums(
         acc[r][i] = _mm256_loadu_ps(out[r] + 8 * (h + i));
       }
     }
+    // R weights and one value vector held: 4R + R + 1 <= 16 registers (4 value vectors
+    // and a weight took 4R + 5: a spilled sum in every key's chain)
     for (int64_t l = l0; l < l1; ++l) {
       const auto* v = src.value(l) + 8 * h;
-      __m256 vv[W];
-      for (int i = 0; i < W; ++i) {
-        vv[i] = load8(v + 8 * i);
-      }
+      __m256 w[R];
       for (int r = 0; r < R; ++r) {
-        const __m256 w = _mm256_set1_ps(p[r][l - pl]);
-        for (int i = 0; i < W; ++i) {
-          acc[r][i] = _mm256_fmadd_ps(w, vv[i], acc[r][i]);
+        w[r] = _mm256_set1_ps(p[r][l - pl]);
+      }
+      for (int i = 0; i < W; ++i) {
+        const __m256 vv = load8(v + 8 * i);
+        for (int r = 0; r < R; ++r) {
+          acc[r][i] = _mm256_fmadd_ps(w[r], vv, acc[r][i]);
         }
       }
     }
@@ -259,8 +271,22 @@ void sdpa_task_as(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t
   // Every dot is one key's and one row's, whatever the tiling: a row's scores are the
   // same bits in any batch and any block of query rows.
   if (D == 64 || D == 128) { // key rows in fours, query rows in threes
+    const int64_t row_bytes = D * static_cast<int64_t>(sizeof(T));
+    for (int64_t l = l0; l < std::min(l1, l0 + KEY_PREFETCH); ++l) {
+      prefetch_row(src.key(l), row_bytes);
+    }
     int64_t l = l0;
     for (; l + 4 <= l1; l += 4) {
+      // the keys KEY_PREFETCH ahead and these keys' values (read by pass 3) on their way
+      // from memory while these scores are computed: a decode step's cache rows are not
+      // in any cache (the weights stream through it every step), and a task's few
+      // hundred rows are too short a stream for the hardware prefetcher to ramp up
+      for (int64_t j = 0; j < 4; ++j) {
+        if (l + KEY_PREFETCH + j < l1) {
+          prefetch_row(src.key(l + KEY_PREFETCH + j), row_bytes);
+        }
+        prefetch_row(src.value(l + j), row_bytes);
+      }
       const T* k[4] = {src.key(l), src.key(l + 1), src.key(l + 2), src.key(l + 3)};
       for (int64_t row = 0; row < rows; row += 3) {
         const int n = static_cast<int>(std::min<int64_t>(3, rows - row));

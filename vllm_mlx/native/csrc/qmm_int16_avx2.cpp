@@ -134,6 +134,20 @@ bool quantize_int16(const float* x, int64_t K, int group_size, int bits, int lev
     }
     const __m256 inv = _mm256_set1_ps(sx > 0.0f ? 1.0f / sx : 0.0f);
     int16_t* q = out.q + g * group_size;
+    if (bits != 4 || order == XOrder::natural) { // x's own order: 16 at a time, no scratch
+      const __m256i low = _mm256_set1_epi32(-levels);
+      const __m256i high = _mm256_set1_epi32(levels);
+      for (int j = 0; j < group_size; j += 16) {
+        const __m256i r0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xg + j), inv));
+        const __m256i r1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xg + j + 8), inv));
+        const __m256i packed = _mm256_packs_epi32( // in range already: no saturation
+            _mm256_min_epi32(_mm256_max_epi32(r0, low), high),
+            _mm256_min_epi32(_mm256_max_epi32(r1, low), high));
+        // packs interleaves the 128-bit halves (r0 0-3, r1 0-3, r0 4-7, r1 4-7)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + j), _mm256_permute4x64_epi64(packed, 0xD8));
+      }
+      continue;
+    }
     for (int c = 0; c < group_size; c += 32) {
       for (int j = 0; j < 32; j += 8) { // round to nearest even, as MXCSR defaults
         const __m256i r = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xg + c + j), inv));
