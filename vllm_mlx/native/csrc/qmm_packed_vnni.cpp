@@ -56,13 +56,18 @@ inline void tiles(const QmmArgs& a, const PackedWeights& p, const S* scales, con
   }
   const __m512i nibbles = _mm512_set1_epi32(0x000F000F);
   const __m512i bytes = _mm512_set1_epi32(0x00FF00FF);
+  // One row of x: its group's dot in two chains (even and odd pairs), added at the end,
+  // so the multiply-adds do not wait on each other's latency; integer sums, so the same.
+  constexpr int CHAINS = M == 1 ? 2 : 1;
   for (int64_t g = 0; g < groups; ++g) {
     __m512i dot[T][M];
+    __m512i odd[T][M];
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
 #pragma GCC unroll 8
       for (int m = 0; m < M; ++m) {
         dot[t][m] = _mm512_setzero_si512();
+        odd[t][m] = _mm512_setzero_si512();
       }
     }
 #pragma GCC unroll 4
@@ -85,7 +90,8 @@ inline void tiles(const QmmArgs& a, const PackedWeights& p, const S* scales, con
             const int pair = PAIRS * j + s; // weights 2 pair, 2 pair + 1 of the chunk
 #pragma GCC unroll 8
             for (int m = 0; m < M; ++m) {
-              dot[t][m] = _mm512_dpwssd_epi32(dot[t][m], v, x_pair(xs[m].q + g * G + 32 * c + 2 * pair));
+              __m512i& chain = CHAINS == 2 && pair % 2 == 1 ? odd[t][m] : dot[t][m];
+              chain = _mm512_dpwssd_epi32(chain, v, x_pair(xs[m].q + g * G + 32 * c + 2 * pair));
             }
           }
         }
@@ -98,6 +104,9 @@ inline void tiles(const QmmArgs& a, const PackedWeights& p, const S* scales, con
       const __m512 w_bias = load16(biases + at);
 #pragma GCC unroll 8
       for (int m = 0; m < M; ++m) {
+        if constexpr (CHAINS == 2) {
+          dot[t][m] = _mm512_add_epi32(dot[t][m], odd[t][m]);
+        }
         const __m512 scale = _mm512_mul_ps(w_scale, _mm512_set1_ps(xs[m].scale[g]));
         acc[t][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[t][m]), scale, acc[t][m]);
         acc[t][m] = _mm512_fmadd_ps(w_bias, _mm512_set1_ps(xs[m].sum[g]), acc[t][m]);
@@ -114,11 +123,11 @@ inline void tiles(const QmmArgs& a, const PackedWeights& p, const S* scales, con
 }
 
 // Tiles a pass for M rows of x (T * M int32 dots and as many float chains in registers):
-// one, but two for one row of x, whose single dot chain waits on vpdpwssd's latency.
-// Measured (one thread, this machine): 2 or 4 tiles for 2-4 rows of x cost up to 25%
-// more than one.
-constexpr int tiles_per_pass(int M) {
-  return M <= 1 ? 2 : 1;
+// one. Measured (one thread): 2 or 4 tiles for 2-4 rows of x cost up to 25% more than
+// one (Sapphire Rapids); for one row of x, two tiles (then its two dot chains) cost 25%
+// more than one tile with two chains on a Zen 4 guest.
+constexpr int tiles_per_pass(int) {
+  return 1;
 }
 
 // Weight rows [n0, n1) for M rows of x, whole tiles (rows outside [n0, n1) dropped).
