@@ -8,6 +8,7 @@
 
 #include "mlx/backend/cpu/encoder.h"
 #include "strided.h"
+#include "threadpool.h"
 
 namespace vmlx {
 
@@ -284,9 +285,11 @@ void SampleRows::eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::
   encoder.set_output_array(out);
   encoder.dispatch([src = x.data<float>(), words = bits.data<uint32_t>(), dst = out.data<uint32_t>(), rows, V,
                     args = args_]() {
-    for (int64_t r = 0; r < rows; ++r) {
+    // a row per task: each row's draw reads its own logits and words (and its thread's
+    // scratch), so a batch's rows are drawn side by side with the same results
+    ThreadPool::instance().parallel_for(static_cast<int>(rows), [&](int r) {
       dst[r] = sample_row(src + r * V, V, words[2 * r], words[2 * r + 1], args);
-    }
+    });
   });
 }
 
