@@ -123,3 +123,23 @@ def test_a_split_verify_pays_only_when_the_drafts_outweigh_a_second_forward():
     assert not throttle.split_pays([sure], 5, plain_rows=3)  # 9 for 3.25 against 4 for 1
     assert not throttle.split_pays([throttle.expected(5)], 5, plain_rows=1)  # the prior
     assert throttle.expected(0) == 1.0
+
+
+def test_lookups_that_find_nothing_pause_the_request_and_a_hit_resets_the_count():
+    """Ordinary chat: each lookup reads the step's pending token (waiting for the forward
+    in flight), so ``first_pause`` misses in a row pause the request, a miss right after a
+    pause pauses it again for twice as long, and a hit starts the count afresh."""
+    throttle = Throttle(first_pause=4, max_pause=16)
+    for emitted in range(3):
+        throttle.looked_up(False, emitted)
+    throttle.looked_up(True, 3)
+    for emitted in range(4, 7):
+        throttle.looked_up(False, emitted)
+    assert throttle.tokens(7, 5) > 0  # three misses since the hit: not paused
+    throttle.looked_up(False, 7)
+    assert throttle.paused(10) and not throttle.paused(11)  # four in a row: 4 tokens
+    throttle.looked_up(False, 11)
+    assert throttle.paused(18) and not throttle.paused(19)  # the next miss: 8 tokens
+    for emitted in (19, 35, 51):
+        throttle.looked_up(False, emitted)
+    assert throttle.resume_at == 51 + 16  # capped

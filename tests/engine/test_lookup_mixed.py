@@ -171,3 +171,30 @@ def test_on_the_native_kernels_a_mixed_batch_keeps_every_rows_bits(loaded):
         for (tokens, logprobs), (want, want_logprobs) in zip(got, plain, strict=True):
             assert tokens == want
             assert same_bits(logprobs, want_logprobs)
+
+
+class CountingDrafter(NgramDrafter):
+    """Prompt lookup's drafter under ``auto``, counting the rows asked for a draft."""
+
+    def __init__(self):
+        super().__init__("auto")
+        self.asked = 0
+
+    def propose(self, uid: int, cached: list[int], pending: int, k: int) -> list[int]:
+        self.asked += 1
+        return super().propose(uid, cached, pending, k)
+
+
+def test_a_paused_row_is_not_asked_for_drafts(model, tokenizer):
+    """A sampled chat that does not repeat itself: its throttle pauses proposing, and while
+    paused the row is not asked for a draft (asking reads its pending token, which waits
+    for the forward in flight), and its tokens are plain decoding's."""
+    prompts = [tokenizer.encode("tell me a story about a bicycle")]
+    params = {"temperature": 0.8, "seed": 3}
+    plain = run(ModelBatchSource(model), prompts, params, 120)
+    source = ModelBatchSource(model, prompt_lookup="auto", prompt_lookup_tokens=4)
+    drafter = CountingDrafter()
+    source.lookup = LookupDecoder("auto", 4, drafter)
+    got = run(source, prompts, params, 120)
+    assert [t for t, _ in got] == [t for t, _ in plain]
+    assert 0 < drafter.asked < 120 // 2

@@ -68,7 +68,8 @@ class Throttle:
     tokens, doubled each time in a row (up to ``max_pause``) and back to ``first_pause``
     once a verify pays again: a chat that never repeats itself pays for a few short
     verifies every ``max_pause`` tokens, and an answer that starts copying after a
-    preamble is caught within ``max_pause``."""
+    preamble is caught within ``max_pause``. Lookups that find nothing ``first_pause``
+    times in a row pause it the same way (``looked_up``)."""
 
     cost_per_token: float = 0.25  # of a decode step, per proposed token
     min_gain: float = 1.05  # tokens per decode step's cost
@@ -80,10 +81,15 @@ class Throttle:
     pause: int = 0  # the next pause; 0: first_pause
     resume_at: int = 0  # the token count at which proposing starts again
     k_max: int = 1  # the most the request may propose (its last ask)
+    misses: int = 0  # lookups in a row that found nothing to propose
+
+    def paused(self, emitted: int) -> bool:
+        """Whether a request that has ``emitted`` tokens proposes none now."""
+        return emitted < self.resume_at
 
     def tokens(self, emitted: int, k_max: int) -> int:
         """How many tokens to propose now (0: none), at most ``k_max``."""
-        if emitted < self.resume_at or k_max <= 0:
+        if self.paused(emitted) or k_max <= 0:
             return 0
         self.k_max = k_max
         k, gain = self._best(k_max)
@@ -114,6 +120,25 @@ class Throttle:
         cost = 2 + self.cost_per_token * k
         return tokens / cost >= self.min_gain * (plain_rows + len(expected))
 
+    def looked_up(self, found: bool, emitted: int) -> None:
+        """A lookup found a proposal or nothing. After ``first_pause`` misses in a row the
+        request pauses as after a rejected verify, and a miss right after a pause pauses it
+        again, for twice as long: a lookup reads the step's pending token, which waits for
+        the forward in flight (no step is computed ahead), so ordinary chat should not pay
+        that on every token."""
+        if found:
+            self.misses = 0
+            return
+        self.misses += 1
+        if self.misses >= self.first_pause:
+            self._pause_from(emitted)
+            self.misses = self.first_pause - 1
+
+    def _pause_from(self, emitted: int) -> None:
+        pause = self.pause or self.first_pause
+        self.resume_at = emitted + pause
+        self.pause = min(pause * 2, self.max_pause)
+
     def record(self, proposed: int, accepted: int, emitted: int) -> None:
         if proposed <= 0:
             return
@@ -122,9 +147,7 @@ class Throttle:
         if (1 + accepted) / (1 + self.cost_per_token * proposed) >= self.min_gain:
             self.pause = 0  # this verify paid
         if self._best(self.k_max)[1] < self.min_gain:
-            pause = self.pause or self.first_pause
-            self.resume_at = emitted + pause
-            self.pause = min(pause * 2, self.max_pause)
+            self._pause_from(emitted)
             self.accepted, self.rejections = Throttle.accepted, Throttle.rejections
 
 
@@ -141,9 +164,14 @@ class RowLookup:
         self.index.sync(cached)
         if len(self.index.tokens) == len(cached):
             self.index.extend([pending])
-        if self.throttle is not None:
-            k = self.throttle.tokens(len(self.index.tokens), k)
-        return self.index.propose(k)
+        if self.throttle is None:
+            return self.index.propose(k)
+        emitted = len(self.index.tokens)
+        k = self.throttle.tokens(emitted, k)
+        proposal = self.index.propose(k)
+        if k > 0:
+            self.throttle.looked_up(bool(proposal), emitted)
+        return proposal
 
     def record(self, proposed: int, accepted: int) -> None:
         if self.throttle is not None:

@@ -62,6 +62,11 @@ class Drafter(Protocol):
         """Up to ``k`` tokens to follow ``pending`` (the row's next input, not yet in its
         cache), given ``cached`` (the tokens in its cache)."""
 
+    def may_propose(self, uid: int, cached: int) -> bool:
+        """Whether the row, with ``cached`` tokens in its cache, may propose at its next
+        step (False: it will not, whatever its pending token). Asked before the pending
+        tokens are read: a step in which no row proposes then need not wait for them."""
+
     def record(self, uid: int, proposed: int, accepted: int) -> None:
         """What a verify kept of the row's draft."""
 
@@ -86,6 +91,10 @@ class NgramDrafter:
         if row is None:
             row = self.rows[uid] = row_lookup(self.mode)
         return row.proposal(cached, pending, k)
+
+    def may_propose(self, uid: int, cached: int) -> bool:
+        row = self.rows.get(uid)
+        return row is None or row.throttle is None or not row.throttle.paused(cached + 1)
 
     def record(self, uid: int, proposed: int, accepted: int) -> None:
         row = self.rows.get(uid)
@@ -165,6 +174,10 @@ class LookupDecoder:
         main, side = gen._generation_batch, gen.drafting_batch
         if not self._verifiable(gen):
             return main.next() + side.next() if len(side) else None
+        if not len(side) and not any(self._may_draft(main)):
+            # no row proposes: the plain step, which does not wait for the pending tokens
+            # (reading them would wait for the forward in flight: no step computed ahead)
+            return None
         drafts = {**self._drafts(main), **self._drafts(side)}
         if not len(side) and all(drafts.values()):
             with mx.stream(gen.stream):
@@ -207,19 +220,28 @@ class LookupDecoder:
             or any(type(c) is not BatchKVCache for b in batches for c in b.prompt_cache)
         )
 
+    def _room(self, batch: Any, i: int) -> int:
+        """How many tokens row ``i`` of ``batch`` may propose."""
+        if not isinstance(batch.samplers[i], RequestSampler):
+            return 0  # resample reads the sampler's kind: the engine's samplers only
+        return min(self.num_tokens, batch.max_tokens[i] - batch._num_tokens[i] - 1)
+
+    def _may_draft(self, batch: Any) -> list[bool]:
+        """Per row of ``batch``: whether it may propose this step."""
+        return [
+            self._room(batch, i) > 0 and self.drafter.may_propose(uid, len(batch.tokens[i]))
+            for i, uid in enumerate(batch.uids)
+        ]
+
     def _drafts(self, batch: Any) -> dict[int, list[int]]:
         """Each row's draft (empty: none), by uid."""
         if not len(batch):
             return {}
         pending = batch._next_tokens.tolist()
-        drafts = {}
-        for i, uid in enumerate(batch.uids):
-            room = batch.max_tokens[i] - batch._num_tokens[i] - 1
-            if not isinstance(batch.samplers[i], RequestSampler):
-                room = 0  # resample reads the sampler's kind: the engine's samplers only
-            k = min(self.num_tokens, room)
-            drafts[uid] = self.drafter.propose(uid, batch.tokens[i], pending[i], k)
-        return drafts
+        return {
+            uid: self.drafter.propose(uid, batch.tokens[i], pending[i], self._room(batch, i))
+            for i, uid in enumerate(batch.uids)
+        }
 
     @staticmethod
     def _row_drafts(batch: Any, drafts: dict[int, list[int]]) -> list[list[int]]:
