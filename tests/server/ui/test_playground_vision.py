@@ -41,7 +41,9 @@ def test_pasted_dropped_and_picked_images_reach_the_model(tab, vision_server):
         t.page.set_input_files(
             "#attach", files=[{"name": "a.png", "mimeType": "image/png", "buffer": PNG}]
         )
-        t.page.wait_for_function("document.querySelectorAll('[data-part=attachment]').length == 3")
+        t.page.wait_for_function(
+            "() => document.querySelectorAll('[data-part=attachment]').length == 3"
+        )
         t.ask("What is in these images?")
         t.wait_done(timeout=120_000)
         reply = t.last_reply()
