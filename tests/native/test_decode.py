@@ -222,6 +222,32 @@ def test_rejected_arguments_raise_value_error() -> None:
             native.kv_write(cache_array, new_rows, 0, 0, 0)
 
 
+def test_float32_rows_written_to_a_half_cache_round_as_mlx_does() -> None:
+    """kv_write's float32 rows into a float16 cache (eight at a time where the CPU has
+    F16C, a row's last D % 8 one by one: every value below lands in both): MLX's
+    astype(float16) bits, overflow, ties and subnormal halves included; a nan stays a
+    quiet nan with its payload's top bits (MLX's own conversion gives another nan)."""
+    nan_bits = [0x7FC12345, 0x7F812345, 0xFFC00001]
+    other_bits = [0x7F800000, 0xFF800000, 0x00000001, 0x80000000]  # inf, -inf, tiny, -0
+    values = [65504.0, 65519.99, 65520.0, 1e6, 2**-24, 2**-25, 3 * 2**-26, 2**-14]
+    values += [1 + 2**-11, 1 + 3 * 2**-11, -(1 + 2**-11), 1e-40, -7.3]
+    row = np.concatenate(
+        [np.array(nan_bits + other_bits, np.uint32).view(np.float32), np.float32(values)]
+    )
+    assert row.size == 20  # D: two vectors of 8 and a tail of 4
+    both = np.stack([row, row[::-1]])  # each value once in a vector, once near the end
+    rows = mx.array(np.stack([both, both])[None, :, None])  # [1 layer, k/v, B 1, 2 heads, D]
+    out = native.kv_write(mx.zeros((1, 2, 4, 20), mx.float16), rows, 0, 0, 1)
+    got = np.array(out[0, :, 1, :]).view(np.uint16)
+    want = np.array(mx.array(both).astype(mx.float16)).view(np.uint16)
+    bits = both.view(np.uint32)
+    nan = np.isnan(both)
+    quiet = ((bits >> 16) & 0x8000) | 0x7E00 | ((bits & 0x7FFFFFFF) >> 13) & 0x3FF
+    assert np.array_equal(got[~nan], want[~nan])
+    assert np.array_equal(got[nan], quiet[nan].astype(np.uint16))
+    assert np.array_equal(np.array(out[0, :, 0, :]).view(np.uint16), np.zeros((2, 20)))
+
+
 @pytest.mark.parametrize("prompt_tokens, trims", [(600, 1), (40, 0)])
 def test_the_heap_is_trimmed_once_after_a_long_prompt(
     monkeypatch: pytest.MonkeyPatch, prompt_tokens: int, trims: int

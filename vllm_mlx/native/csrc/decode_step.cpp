@@ -96,6 +96,12 @@ RopeArgs rope_rows(const Step& s, const float* x, float* y, int64_t heads) {
 }
 
 void to_halves(const float* x, uint16_t* y, int64_t n) {
+#if defined(VMLX_HAVE_AVX2)
+  if (avx2_enabled()) {
+    avx2::to_halves(x, y, n);
+    return;
+  }
+#endif
   for (int64_t i = 0; i < n; ++i) {
     y[i] = float_to_half(x[i]);
   }
@@ -346,9 +352,7 @@ void dispatch_write(
       if constexpr (std::is_same_v<T, R>) {
         std::memcpy(row, src + bh * D, D * sizeof(T));
       } else {
-        for (int64_t d = 0; d < D; ++d) {
-          row[d] = float_to_half(src[bh * D + d]);
-        }
+        to_halves(src + bh * D, row, D);
       }
     }
   });

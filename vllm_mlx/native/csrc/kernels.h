@@ -280,6 +280,9 @@ bool quantize_int16(const float* x, int64_t K, int group_size, int bits, int lev
 // Weight rows [n0, n1) for `rows` rows of x (xs[m]'s output row at a.y + m * a.N),
 // each output the one-row product's bits whatever `rows` is.
 void qmm_rows_int16(const QmmArgs& a, const Int16X* xs, int64_t rows, int64_t n0, int64_t n1);
+// y[i] = float_to_half(x[i]), 8 at a time by F16C (round to nearest even: the same bits,
+// nan, inf and subnormal halves included)
+void to_halves(const float* x, uint16_t* y, int64_t n);
 } // namespace avx2
 
 // The same int16 products on AVX-512 VNNI (qmm_int16_vnni.cpp): the AVX2 body's bits,

@@ -301,4 +301,15 @@ void dequantize_rows(const QmmArgs& a, int64_t n0, int64_t n1) {
   }
 }
 
+void to_halves(const float* x, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), h);
+  }
+  for (; i < n; ++i) {
+    y[i] = float_to_half(x[i]);
+  }
+}
+
 } // namespace vmlx::avx2
