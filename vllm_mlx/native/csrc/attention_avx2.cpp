@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "avx2_math.h"
@@ -271,8 +272,10 @@ void sdpa_task_as(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t
   // Every dot is one key's and one row's, whatever the tiling: a row's scores are the
   // same bits in any batch and any block of query rows.
   if (D == 64 || D == 128) { // key rows in fours, query rows in threes
+    // rows read from the cache itself (a block converted to float is in L2 already)
+    constexpr bool from_cache = !std::is_same_v<Src, FloatBlock>;
     const int64_t row_bytes = D * static_cast<int64_t>(sizeof(T));
-    for (int64_t l = l0; l < std::min(l1, l0 + KEY_PREFETCH); ++l) {
+    for (int64_t l = l0; from_cache && l < std::min(l1, l0 + KEY_PREFETCH); ++l) {
       prefetch_row(src.key(l), row_bytes);
     }
     int64_t l = l0;
@@ -281,7 +284,7 @@ void sdpa_task_as(const SdpaArgs& a, int64_t b, int64_t hkv, int64_t l0, int64_t
       // from memory while these scores are computed: a decode step's cache rows are not
       // in any cache (the weights stream through it every step), and a task's few
       // hundred rows are too short a stream for the hardware prefetcher to ramp up
-      for (int64_t j = 0; j < 4; ++j) {
+      for (int64_t j = 0; from_cache && j < 4; ++j) {
         if (l + KEY_PREFETCH + j < l1) {
           prefetch_row(src.key(l + KEY_PREFETCH + j), row_bytes);
         }
