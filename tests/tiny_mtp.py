@@ -354,3 +354,32 @@ class OracleHeads:
         target = self.sequence[at] + (1 if self.miss and at % self.miss == 0 else 0)
         vocab = self.heads.main.args.vocab_size
         return mx.where(mx.arange(vocab) == target, 10.0, -10.0)[None, None]
+
+
+class RowOracleHeads(OracleHeads):
+    """``OracleHeads`` for several sequences at once, each head cache a row's: a row's
+    history (the tokens its head has read, in cache order) is matched against the start
+    of each sequence's generated part (``starts``: the prompts' lengths), and its last
+    output row carries the token after that in the sequence."""
+
+    def __init__(self, heads: MtpHeads, sequences: list[list[int]], starts: list[int]):
+        super().__init__(heads, [], start=0)
+        self.generated = [s[n:] for s, n in zip(sequences, starts, strict=True)]
+        self.history: dict[int, list[int]] = {}  # id of a head cache's layer -> its tokens
+
+    def make_cache(self) -> list[Any]:
+        return self.heads.make_cache()
+
+    def step(self, hidden, tokens, cache, at_start):
+        layer = cache[0]
+        history = self.history.get(id(layer), [])[: layer.offset] + tokens[0].tolist()
+        self.history[id(layer)] = history
+        self.heads.step(hidden, tokens, cache, at_start)  # the rows counted as a head's are
+        n = len(history)
+        targets = [g[n] for g in self.generated if len(g) > n and g[:n] == history]
+        target = targets[0] if targets else 0
+        return mx.full((1, tokens.shape[1], hidden.shape[-1]), float(target))
+
+    def logits(self, out: mx.array) -> mx.array:
+        vocab = self.heads.main.args.vocab_size
+        return mx.where(mx.arange(vocab) == out[0, -1, 0].astype(mx.int32), 10.0, -10.0)[None, None]

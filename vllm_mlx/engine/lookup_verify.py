@@ -35,13 +35,14 @@ from __future__ import annotations
 
 import copy
 import importlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import mlx.core as mx
 from mlx_lm.models.cache import BatchKVCache
 
-from .lookup import LookupMode, RowLookup, row_lookup
+from .lookup import LookupMode, RowLookup, Throttle, row_lookup
 from .sampling import RequestSampler
 from .speculative import resample
 
@@ -57,6 +58,10 @@ LINGER = 4
 
 class Drafter(Protocol):
     """Per-row draft tokens for the verify step, keyed by generator uid."""
+
+    def observe(self, batches: Sequence[Any]) -> None:
+        """The decoding batches before a step, after the last one's forward passes (a
+        drafter reading the model's states takes that step's here)."""
 
     def propose(self, uid: int, cached: list[int], pending: int, k: int) -> list[int]:
         """Up to ``k`` tokens to follow ``pending`` (the row's next input, not yet in its
@@ -86,6 +91,9 @@ class NgramDrafter:
         self.mode = mode
         self.rows: dict[int, RowLookup] = {}
 
+    def observe(self, batches: Sequence[Any]) -> None:
+        """Nothing: the index reads the tokens ``propose`` is given."""
+
     def propose(self, uid: int, cached: list[int], pending: int, k: int) -> list[int]:
         row = self.rows.get(uid)
         if row is None:
@@ -102,21 +110,27 @@ class NgramDrafter:
             row.record(proposed, accepted)
 
     def split_pays(self, drafts: dict[int, list[int]], plain_rows: int) -> bool:
-        """``on``: always; ``auto``: by the rows' throttles (their acceptance so far)."""
         throttles = [(self.rows[uid].throttle, len(d)) for uid, d in drafts.items()]
-        if not throttles or any(t is None for t, _ in throttles):
-            return True
-        k = max(n for _, n in throttles)
-        expected = [t.expected(n) for t, n in throttles if t is not None]
-        first = throttles[0][0]
-        assert first is not None
-        return first.split_pays(expected, k, plain_rows)
+        return split_pays_for(throttles, plain_rows)
 
     def forget(self, uid: int) -> None:
         self.rows.pop(uid, None)
 
     def reset(self) -> None:
         self.rows.clear()
+
+
+def split_pays_for(throttles: list[tuple[Throttle | None, int]], plain_rows: int) -> bool:
+    """Whether the drafting rows (each its throttle and draft length) verify in a forward of
+    their own beside ``plain_rows``: always under ``on`` (no throttle), else by the rows'
+    throttles (their acceptance so far)."""
+    if not throttles or any(t is None for t, _ in throttles):
+        return True
+    k = max(n for _, n in throttles)
+    expected = [t.expected(n) for t, n in throttles if t is not None]
+    first = throttles[0][0]
+    assert first is not None
+    return first.split_pays(expected, k, plain_rows)
 
 
 @dataclass
@@ -172,6 +186,7 @@ class LookupDecoder:
         several per drafting sequence), or None for the plain step (no row drafts, and no
         row waits in the drafting batch)."""
         main, side = gen._generation_batch, gen.drafting_batch
+        self.drafter.observe((main, side))
         if not self._verifiable(gen):
             return main.next() + side.next() if len(side) else None
         if not len(side) and not any(self._may_draft(main)):

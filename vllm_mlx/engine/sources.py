@@ -24,6 +24,7 @@ from .generation import AdapterChoice
 from .kv_quant import quantized_prompt_cache
 from .lookup import LookupMode, Throttle
 from .lookup_verify import LookupDecoder
+from .mtp_batch import HiddenTap, MtpDrafter
 from .mtp_speculative import Heads, MtpMode, MtpSpeculator, restorable
 from .prefix_cache import PrefixCache, common_prefix, shared_copy
 from .sampling import Sampler, computing_with, numerics_of
@@ -140,7 +141,6 @@ class ModelBatchSource:
         )
         self._checkpoints: dict[int, list[int]] = {}  # uid -> the prompt up to a checkpoint
         self._arrivals: Callable[[], bool] = lambda: False
-        self._gen = self._new_generator()
         # Speculative decoding (a draft model, else the model's MTP head) runs a sequence
         # alone (uids < 0) until a second one arrives; it needs caches both models can trim
         # back to the accepted tokens (an MTP head also restores recurrent layers' states).
@@ -169,6 +169,19 @@ class ModelBatchSource:
             if prompt_lookup != "off" and not isinstance(model, LanguageModel)
             else None
         )
+        # Beside others, the MTP head drafts inside the batch (rows trimmed per batch, text
+        # only), reading the hidden states its model call keeps (engine/mtp_batch.py).
+        self._tap: HiddenTap | None = None
+        batch_mtp = adapter_rows is None and not isinstance(model, LanguageModel)
+        if (
+            self.mtp_heads is not None
+            and batch_mtp
+            and can_trim_prompt_cache(make_prompt_cache(model))
+        ):
+            self._tap = HiddenTap(model, self.mtp_heads, self._decoding_batches)
+            drafter = MtpDrafter(self.mtp_heads, self.mtp, self._tap)
+            self.lookup = LookupDecoder(self.mtp, self.mtp_tokens, drafter)
+        self._gen = self._new_generator()
 
     def _fresh_cache(self) -> list[LayerCache] | None:
         """A new sequence's cache: quantized with ``kv_bits``, else the generator's default."""
@@ -193,7 +206,7 @@ class ModelBatchSource:
         return self._gen.stream
 
     def _new_generator(self) -> FairBatchGenerator:
-        model = self.model
+        model = self.model if self._tap is None else self._tap
         if self.adapter_rows is not None:
             model = RowRoutedModel(model, self.adapter_rows, self._batches, self._slot_of)
         generator = FairBatchGenerator(
@@ -216,6 +229,9 @@ class ModelBatchSource:
         ranks, whose steps must all do the same work."""
         self._arrivals = arrivals
         self._gen.interrupt = arrivals
+
+    def _decoding_batches(self) -> tuple[Any, Any]:
+        return self._gen._generation_batch, self._gen.drafting_batch
 
     def _batches(self) -> list[Any]:
         """The generator's batches whose calls the adapter rows must place."""

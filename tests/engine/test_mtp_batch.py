@@ -1,0 +1,102 @@
+"""The MTP head drafting inside the continuous batch: every row keeps plain decoding's
+tokens (greedy, penalties, seeded), a right head's drafts are all accepted in the batch,
+and a row's head reads the positions its cache kept."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from same_numbers import drain
+from tiny_mtp import RowOracleHeads, write_mtp_folder
+
+from vllm_mlx.engine.mtp_batch import MtpDrafter
+from vllm_mlx.engine.sampling import SamplingParams, make_sampler
+from vllm_mlx.engine.sources import ModelBatchSource
+from vllm_mlx.models.loader import load_model
+from vllm_mlx.models.mtp_heads import load_mtp_heads
+
+PROMPTS = (
+    "<|im_start|>user\nWrite a haiku about rivers<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_start|>user\nName a colour<|im_end|>\n",
+    "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nCount to five<|im_end|>\n",
+)
+
+
+@pytest.fixture(scope="module", params=("glm4_moe", "mimo"))
+def checkpoint(request, tmp_path_factory):
+    folder = write_mtp_folder(tmp_path_factory.mktemp(request.param), request.param, seed=4)
+    loaded = load_model(str(folder), cpu_weights="float32", progress=False)
+    heads = load_mtp_heads(folder, loaded.model)
+    assert heads is not None
+    return loaded, heads
+
+
+def run(source: ModelBatchSource, prompts: list[list[int]], params: dict, max_tokens: int):
+    """Every prompt's tokens and log-probabilities, all inserted before the first step (the
+    first starts alone and moves into the batch when the second arrives)."""
+    out: dict[int, tuple[list[int], list[Any]]] = {}
+    for prompt in prompts:
+        uid, _ = source.insert(
+            prompt,
+            sampler=make_sampler(SamplingParams(**params)),
+            processors=[],
+            max_tokens=max_tokens,
+        )
+        out[uid] = ([], [])
+    return [tokens for tokens, _ in drain(source, out)]
+
+
+def prompts_of(loaded) -> list[list[int]]:
+    return [loaded.tokenizer.encode(p) for p in PROMPTS]
+
+
+@pytest.mark.parametrize(
+    "params, mtp_tokens",
+    [
+        ({"temperature": 0}, 1),
+        ({"temperature": 0}, 3),
+        ({"temperature": 0, "repetition_penalty": 1.3}, 2),
+        ({"temperature": 0.9, "seed": 11}, 2),
+        ({"temperature": 0.7, "top_k": 20, "seed": 5}, 3),
+    ],
+    ids=["greedy", "greedy chained", "penalty", "seeded", "seeded top-k"],
+)
+def test_rows_in_the_batch_keep_plain_decoding_tokens(checkpoint, params, mtp_tokens):
+    loaded, heads = checkpoint
+    prompts = prompts_of(loaded)
+    expected = run(ModelBatchSource(loaded.model), prompts, params, 20)
+    source = ModelBatchSource(loaded.model, mtp_heads=heads, mtp="on", mtp_tokens=mtp_tokens)
+    assert isinstance(source.lookup.drafter, MtpDrafter)
+    assert run(source, prompts, params, 20) == expected
+    assert source.handovers == 1  # the first request started alone
+    assert source.lookup.verifies > 0  # drafts verified in the batch, not only alone
+
+
+@pytest.mark.parametrize("mtp_tokens", [1, 3])
+def test_a_right_heads_drafts_are_accepted_in_the_batch(checkpoint, mtp_tokens):
+    loaded, heads = checkpoint
+    prompts = prompts_of(loaded)
+    expected = run(ModelBatchSource(loaded.model), prompts, {"temperature": 0}, 24)
+    sequences = [p + e + [0] * 8 for p, e in zip(prompts, expected, strict=True)]
+    # a row's head starts at its first decode step: the first generated token (the prompt's
+    # last call gave it), followed by the second
+    oracle = RowOracleHeads(heads, sequences, [len(p) + 1 for p in prompts])
+    source = ModelBatchSource(loaded.model, mtp_heads=oracle, mtp="on", mtp_tokens=mtp_tokens)
+    assert run(source, prompts, {"temperature": 0}, 24) == expected
+    lookup = source.lookup
+    assert lookup.verifies > 0 and lookup.drafted > 0
+    assert lookup.accepted == lookup.drafted
+    # fewer steps than tokens: the batch's rows took several a step
+    assert lookup.verifies < 24 - 1
+
+
+def test_auto_pauses_a_wrong_head_in_the_batch(checkpoint):
+    loaded, heads = checkpoint
+    prompts = prompts_of(loaded)
+    expected = run(ModelBatchSource(loaded.model), prompts, {"temperature": 0}, 40)
+    source = ModelBatchSource(loaded.model, mtp_heads=heads, mtp="auto", mtp_tokens=2)
+    assert run(source, prompts, {"temperature": 0}, 40) == expected
+    on = ModelBatchSource(loaded.model, mtp_heads=heads, mtp="on", mtp_tokens=2)
+    run(on, prompts, {"temperature": 0}, 40)
+    assert source.lookup.drafted < on.lookup.drafted / 2
