@@ -172,12 +172,8 @@ class ModelBatchSource:
         # Beside others, the MTP head drafts inside the batch (rows trimmed per batch, text
         # only), reading the hidden states its model call keeps (engine/mtp_batch.py).
         self._tap: HiddenTap | None = None
-        batch_mtp = adapter_rows is None and not isinstance(model, LanguageModel)
-        if (
-            self.mtp_heads is not None
-            and batch_mtp
-            and can_trim_prompt_cache(make_prompt_cache(model))
-        ):
+        batch_mtp = self.mtp_heads is not None and not isinstance(model, LanguageModel)
+        if batch_mtp and can_trim_prompt_cache(make_prompt_cache(model)):
             self._tap = HiddenTap(model, self.mtp_heads, self._decoding_batches)
             drafter = MtpDrafter(self.mtp_heads, self.mtp, self._tap)
             self.lookup = LookupDecoder(self.mtp, self.mtp_tokens, drafter)
@@ -206,7 +202,7 @@ class ModelBatchSource:
         return self._gen.stream
 
     def _new_generator(self) -> FairBatchGenerator:
-        model = self.model if self._tap is None else self._tap
+        model = self.model if self._tap is None else self._tap  # adapters' routing outside
         if self.adapter_rows is not None:
             model = RowRoutedModel(model, self.adapter_rows, self._batches, self._slot_of)
         generator = FairBatchGenerator(
