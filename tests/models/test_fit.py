@@ -10,11 +10,13 @@ from click.testing import CliRunner
 from mlx.utils import tree_flatten
 from tiny_gguf import write_tiny_gguf
 
+from vllm_mlx import native
 from vllm_mlx.cli import main
 from vllm_mlx.models import ModelLoadError, load_model, resolve_model
 from vllm_mlx.models.fit import MEMORY_ENV, RUNTIME_OVERHEAD, estimate, kv_bytes_per_token
 from vllm_mlx.models.hub import cached_model
 from vllm_mlx.models.names import HubRef
+from vllm_mlx.native import packing
 from vllm_mlx.options import RuntimeOptions
 from vllm_mlx.runtime import build_runtime
 
@@ -35,8 +37,25 @@ def quantized_folder(stores: Path) -> Path:
 def test_the_weight_estimate_is_what_loading_holds(quantized_folder: Path, weights) -> None:
     found = estimate(quantized_folder, 4096, weights=weights, on_cpu=True)
     loaded = load_model(str(quantized_folder), cpu_weights=weights, progress=False)
-    # as stored; the native CPU kernels may repack a little (within a few %)
-    assert found.weights == pytest.approx(held_bytes(loaded.model), rel=0.03)
+    # as stored, and the native products' packed copies beside them (the kernels may
+    # repack a little: within a few %)
+    held = held_bytes(loaded.model) + packing.packed_bytes(loaded.model)
+    assert found.weights == pytest.approx(held, rel=0.03)
+
+
+def test_the_estimate_counts_the_packed_copies_the_kernels_make(embedded_model) -> None:
+    folder = resolve_model(None, progress=False)
+    found = estimate(folder, 4096, weights="quantized", on_cpu=True)
+    packed = packing.packed_bytes(embedded_model.model)
+    if not packed:
+        pytest.skip("the native products take no packed copies on this machine")
+    assert found.weights == pytest.approx(held_bytes(embedded_model.model) + packed, rel=0.03)
+    native.set_packed_mode("0")
+    try:
+        alone = estimate(folder, 4096, weights="quantized", on_cpu=True)
+    finally:
+        native.set_packed_mode("auto")
+    assert found.weights - alone.weights == pytest.approx(packed, rel=0.01)
 
 
 def test_kv_per_token_from_the_config() -> None:

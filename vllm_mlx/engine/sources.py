@@ -172,10 +172,11 @@ class ModelBatchSource:
         # Beside others, the MTP head drafts inside the batch (rows trimmed per batch, text
         # only), reading the hidden states its model call keeps (engine/mtp_batch.py).
         self._tap: HiddenTap | None = None
-        batch_mtp = self.mtp_heads is not None and not isinstance(model, LanguageModel)
-        if batch_mtp and can_trim_prompt_cache(make_prompt_cache(model)):
-            self._tap = HiddenTap(model, self.mtp_heads, self._decoding_batches)
-            drafter = MtpDrafter(self.mtp_heads, self.mtp, self._tap)
+        heads = self.mtp_heads
+        text = not isinstance(model, LanguageModel)
+        if heads is not None and text and can_trim_prompt_cache(make_prompt_cache(model)):
+            self._tap = HiddenTap(model, heads, self._decoding_batches)
+            drafter = MtpDrafter(heads, self.mtp, self._tap)
             self.lookup = LookupDecoder(self.mtp, self.mtp_tokens, drafter)
         self._gen = self._new_generator()
 

@@ -16,12 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from vllm_mlx import native
 from vllm_mlx.models.errors import ModelLoadError
 from vllm_mlx.models.hub import remote_facts
 from vllm_mlx.models.loader import CpuWeights, choose_weights, computes_on_cpu, context_length
 from vllm_mlx.models.mtp_heads import carried, copies_of_main, head_prefix, main_copies
 from vllm_mlx.models.names import parse_hub_ref
 from vllm_mlx.models.resolve import is_model_name, model_by_name, resolve_model
+from vllm_mlx.native import packing
 
 log = logging.getLogger(__name__)
 
@@ -227,6 +229,8 @@ def model_bytes(
     head = carried(tensors, config)
     main = {n: t for n, t in tensors.items() if n not in head}
     total = weight_bytes(main, config, float32=float32, on_cpu=on_cpu)
+    if on_cpu and not float32 and native.available():
+        total += packed_copy_bytes(main, config)
     prefix = head_prefix(config)
     if not mtp or not head or prefix is None:
         return total
@@ -246,8 +250,11 @@ def weight_bytes(
 ) -> int:
     """The weights' bytes after loading, from the tensors' dtypes and shapes: dequantized
     to float32 (``float32``), or as stored with half-precision tensors widened on the CPU
-    (the loader does both)."""
+    (the loader does both), except the scales and biases of the layers the native kernels
+    take, which they hold as float16 (converted GGUF scales, stored as float32, are halves
+    exactly; the kernels keep halves wherever the values survive)."""
     quant = config.get("quantization") or config.get("quantization_config") or {}
+    native_layers = native_quantized(tensors, quant) if on_cpu and native.available() else {}
     total = 0
     for name, (dtype, shape) in tensors.items():
         elements = math.prod(shape)
@@ -257,15 +264,56 @@ def weight_bytes(
             if name.endswith((".scales", ".biases")) and f"{prefix}.weight" in tensors:
                 continue  # gone once the layer is dequantized
             if quantized:
-                own = quant.get(prefix)
-                layer: dict = own if isinstance(own, dict) else {}
-                elements = elements * 32 // int(layer.get("bits", quant.get("bits", 4)))
+                elements = elements * 32 // quant_of(quant, prefix)[0]
             total += elements * 4
+        elif prefix in native_layers and name.endswith((".scales", ".biases")):
+            total += elements * 2
         elif on_cpu and dtype in ("F16", "BF16"):
             total += elements * 4
         else:
             total += elements * _DTYPE_BYTES.get(dtype, 4)
     return total
+
+
+def quant_of(quant: dict, prefix: str) -> tuple[int, int]:
+    """A quantized layer's (bits, group size): its own entry, else the model's."""
+    own = quant.get(prefix)
+    layer: dict = own if isinstance(own, dict) else {}
+    bits = int(layer.get("bits", quant.get("bits", 4)))
+    return bits, int(layer.get("group_size", quant.get("group_size", 64)))
+
+
+def native_quantized(
+    tensors: dict[str, tuple[str, list[int]]], quant: dict
+) -> dict[str, tuple[int, int]]:
+    """The layers the native products take, by prefix, with their (bits, group size): 2-D
+    affine quantized weights of the sizes they read (the embedding only when it is the
+    output head too)."""
+    tied = not any("lm_head" in name for name in tensors)
+    layers = {}
+    for name, (dtype, shape) in tensors.items():
+        prefix = name.removesuffix(".weight")
+        if dtype != "U32" or len(shape) != 2 or prefix == name:
+            continue
+        if f"{prefix}.scales" not in tensors or f"{prefix}.biases" not in tensors:
+            continue
+        if prefix.endswith("embed_tokens") and not tied:
+            continue
+        bits, group_size = quant_of(quant, prefix)
+        if bits in packing.BITS and group_size in packing.GROUP_SIZES:
+            layers[prefix] = (bits, group_size)
+    return layers
+
+
+def packed_copy_bytes(tensors: dict[str, tuple[str, list[int]]], config: dict) -> int:
+    """The native products' packed weight copies (``native.packing``), which sit beside
+    the quantized weights, when the packed body will give them."""
+    quant = config.get("quantization") or config.get("quantization_config") or {}
+    total = 0
+    for prefix, (bits, group_size) in native_quantized(tensors, quant).items():
+        rows, words = tensors[f"{prefix}.weight"][1]
+        total += packing.tile_bytes(rows, words * 32 // bits, bits, group_size, 2)
+    return total if packing.packs(total) else 0
 
 
 def kv_bytes_per_token(

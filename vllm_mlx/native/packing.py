@@ -20,6 +20,8 @@ from vllm_mlx import native
 
 ENV = "VLLM_MLX_NATIVE_PACKED"
 MODES = ("auto", "1", "0")
+BITS = (4, 8)  # the weights the native products take
+GROUP_SIZES = (32, 64, 128)
 BUDGET_CAP = 2 << 30  # bytes
 BUDGET_SHARE = 0.10  # of physical memory
 _packed: dict[int, int] = {}  # id(model) -> its packed bytes, while the model lives
@@ -42,13 +44,28 @@ def budget_bytes() -> int:
     return min(BUDGET_CAP, int(BUDGET_SHARE * physical_memory()))
 
 
+def tile_bytes(rows: int, k: int, bits: int, group_size: int, scale_bytes: int) -> int:
+    """Bytes of a packed copy of ``rows`` x ``k`` weights (rows padded to tiles of 16, as
+    the C++ packs, with their scales and biases)."""
+    tiles = (rows + 15) // 16
+    entries = tiles * 16 * (k // group_size)
+    return tiles * 16 * k * bits // 8 + 2 * entries * scale_bytes
+
+
 def copy_bytes(layer: Any) -> int:
-    """Bytes of one layer's packed copy (rows padded to tiles of 16, as the C++ packs)."""
+    """Bytes of one layer's packed copy."""
     n, words = layer["weight"].shape
     k = words * 32 // layer.bits
-    tiles = (n + 15) // 16
-    entries = tiles * 16 * (k // layer.group_size)
-    return tiles * 16 * k * layer.bits // 8 + 2 * entries * layer["scales"].itemsize
+    return tile_bytes(n, k, layer.bits, layer.group_size, layer["scales"].itemsize)
+
+
+def packs(total: int) -> bool:
+    """Whether a model whose routed products' copies take ``total`` bytes gets them: the
+    mode is not ``0``, the packed body can read them (the VNNI int16 body, int16
+    activations), and under ``auto`` they fit the budget."""
+    mode = native.packed_mode()
+    reads = native.int16_body() == "vnni" and native.status()["activations"] != "float"
+    return total > 0 and mode != "0" and reads and (mode == "1" or total <= budget_bytes())
 
 
 def pack_model(model: Any, layers: Iterable[Any]) -> int:
@@ -58,11 +75,9 @@ def pack_model(model: Any, layers: Iterable[Any]) -> int:
     the copies every product makes)."""
     layers = list(layers)
     total = sum(copy_bytes(layer) for layer in layers)
-    mode = native.packed_mode()
-    reads = native.int16_body() == "vnni" and native.status()["activations"] != "float"
-    if mode == "0" or not reads or not layers or (mode == "auto" and total > budget_bytes()):
+    if not packs(total):
         return 0
-    if mode == "auto":  # "1": every product packs its weights itself
+    if native.packed_mode() == "auto":  # "1": every product packs its weights itself
         import mlx.core as mx
 
         mx.eval([(layer["weight"], layer["scales"], layer["biases"]) for layer in layers])

@@ -45,8 +45,6 @@ from vllm_mlx.native.layers import (
 )
 from vllm_mlx.native.sampling import route_logsumexp, route_sampling
 
-BITS = (4, 8)
-GROUP_SIZES = (32, 64, 128)
 # Past this many rows of x (a prefill chunk), dequantizing the layer once and letting
 # OpenBLAS's sgemm multiply beats unpacking the weights for every block of 8 rows
 # (measured crossover 64-256 rows, docs/native-kernels.md). Needs OpenBLAS preloaded: the
@@ -88,8 +86,8 @@ class Patched:
 def _eligible(layer: Any) -> bool:
     return (
         getattr(layer, "mode", "affine") == "affine"
-        and layer.bits in BITS
-        and layer.group_size in GROUP_SIZES
+        and layer.bits in packing.BITS
+        and layer.group_size in packing.GROUP_SIZES
         and layer.get("biases") is not None
         and layer["scales"].dtype in (mx.float32, mx.float16)
         and layer["biases"].dtype == layer["scales"].dtype
