@@ -32,6 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from vllm_mlx.engine.drafting import Drafting
 from vllm_mlx.engine.sampling import SamplingParams, make_sampler
 from vllm_mlx.engine.sources import ModelBatchSource
 from vllm_mlx.models.loader import load_model
@@ -43,7 +44,9 @@ from tiny_mtp import OracleHeads, RowOracleHeads, write_mtp_folder  # noqa: E402
 
 
 def run(loaded, heads, mode: str, k: int, prompt: list[int], tokens: int) -> dict:
-    source = ModelBatchSource(loaded.model, mtp_heads=heads, mtp=mode, mtp_tokens=k)
+    source = ModelBatchSource(
+        loaded.model, drafting=Drafting(mtp_heads=heads, mtp=mode, mtp_tokens=k)
+    )
     result = greedy_stream(source, loaded.tokenizer, prompt, tokens)
     drafted, accepted = result.pop("drafted"), result.pop("accepted")
     return {**result, "accepted": f"{accepted}/{drafted}"}
@@ -120,7 +123,9 @@ def streams(loaded, heads, args) -> None:
     prompts = [loaded.tokenizer.encode(f"{PROMPT} (stream {i})") for i in range(args.streams)]
 
     def run_streams(heads_: object, mode: str, k: int) -> dict:
-        source = ModelBatchSource(loaded.model, mtp_heads=heads_, mtp=mode, mtp_tokens=k)
+        source = ModelBatchSource(
+            loaded.model, drafting=Drafting(mtp_heads=heads_, mtp=mode, mtp_tokens=k)
+        )
         return batch_streams(source, prompts, args.tokens)
 
     plain = run_streams(None, "off", 1)["tokens"]

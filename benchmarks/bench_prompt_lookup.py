@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vllm_mlx.engine.drafting import Drafting
 from vllm_mlx.engine.engine import Engine
 from vllm_mlx.engine.generation import GenerationRequest
 from vllm_mlx.engine.prefix_cache import PrefixCache
@@ -76,7 +77,7 @@ def run(
     tokens: int, sampling: dict | None = None,
 ) -> dict:  # fmt: skip
     """One stream per prompt, all at once; ``first_tok_s``: the first stream's own rate."""
-    source = ModelBatchSource(model, prefix_cache=cache, prompt_lookup=mode)  # type: ignore[arg-type]
+    source = ModelBatchSource(model, prefix_cache=cache, drafting=Drafting(prompt_lookup=mode))  # type: ignore[arg-type]
     engine = Engine(source, tokenizer)
     ban_eos = {t: -1e9 for t in tokenizer.eos_token_ids}
     streams = len(stream_prompts)

@@ -19,6 +19,7 @@ import statistics
 import time
 from pathlib import Path
 
+from vllm_mlx.engine.drafting import Drafting
 from vllm_mlx.engine.engine import Engine
 from vllm_mlx.engine.generation import GenerationRequest
 from vllm_mlx.engine.sampling import SamplingParams
@@ -54,7 +55,9 @@ def greedy_stream(source: ModelBatchSource, tokenizer, prompt: list[int], tokens
 
 
 def run(model, draft, tokenizer, prompt, tokens: int, num_draft: int) -> dict:
-    source = ModelBatchSource(model, draft_model=draft, num_draft_tokens=num_draft)
+    source = ModelBatchSource(
+        model, drafting=Drafting(draft_model=draft, num_draft_tokens=num_draft)
+    )
     result = greedy_stream(source, tokenizer, prompt, tokens)
     drafted, accepted = result.pop("drafted"), result.pop("accepted")
     return {**result, "acceptance": accepted / drafted if drafted else None}

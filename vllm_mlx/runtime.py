@@ -20,6 +20,7 @@ from .distributed.group import GroupHealth, Sharding, rank_roles
 from .distributed.shard import shard_model
 from .distributed.source import Follower, LeaderSource, Watchdog
 from .engine.cpu import openblas_preloaded
+from .engine.drafting import Drafting
 from .engine.engine import Engine
 from .engine.mtp_speculative import MtpMode
 from .engine.prefix_cache import build_prefix_cache
@@ -116,14 +117,16 @@ def build_runtime(
         prefix_cache=prefix_cache,
         kv_bits=engine.kv_bits,
         kv_group_size=engine.kv_group_size,
-        draft_model=load_draft(draft, loaded, cpu_weights) if draft else None,
-        num_draft_tokens=options.model.num_draft_tokens,
         adapter_rows=adapters.rows if adapters is not None else None,
-        prompt_lookup=engine.prompt_lookup,
-        prompt_lookup_tokens=engine.prompt_lookup_tokens,
-        mtp_heads=None if draft else load_mtp(loaded, options.model.mtp),
-        mtp=options.model.mtp,
-        mtp_tokens=options.model.mtp_tokens,
+        drafting=Drafting(
+            draft_model=load_draft(draft, loaded, cpu_weights) if draft else None,
+            num_draft_tokens=options.model.num_draft_tokens,
+            prompt_lookup=engine.prompt_lookup,
+            prompt_lookup_tokens=engine.prompt_lookup_tokens,
+            mtp_heads=None if draft else load_mtp(loaded, options.model.mtp),
+            mtp=options.model.mtp,
+            mtp_tokens=options.model.mtp_tokens,
+        ),
     )
     log.info("loaded %s (%s weights) from %s", loaded.name, loaded.weights, loaded.path)
     runtime = _assemble(loaded, source, options)

@@ -10,6 +10,7 @@ import pytest
 from same_numbers import SAMPLING, assert_same, run
 
 from vllm_mlx.engine.cache_files import DiskCache
+from vllm_mlx.engine.drafting import Drafting
 from vllm_mlx.engine.prefix_cache import PrefixCache
 from vllm_mlx.engine.sources import ModelBatchSource
 
@@ -38,7 +39,7 @@ def options(request, loaded) -> dict:
     return {
         "default": {},
         "kv_bits_8": {"kv_bits": 8},
-        "draft": {"draft_model": loaded.model, "num_draft_tokens": 3},
+        "draft": {"drafting": Drafting(draft_model=loaded.model, num_draft_tokens=3)},
     }[request.param]
 
 
@@ -88,7 +89,9 @@ def test_a_draft_model_gives_the_numbers_decoding_without_one_gives(
     kernel plain decoding's step uses."""
     model, prompt = loaded.model, prompts["prompt"]
     plain = run(ModelBatchSource(model), [prompt], sampling, n=10)[0]
-    drafted = run(ModelBatchSource(model, draft_model=model), [prompt], sampling, n=10)[0]
+    drafted = run(
+        ModelBatchSource(model, drafting=Drafting(draft_model=model)), [prompt], sampling, n=10
+    )[0]
     assert_same(drafted, plain, "with a draft model")
 
 

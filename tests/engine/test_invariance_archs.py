@@ -14,6 +14,7 @@ from same_numbers import SAMPLING, assert_same, run
 from tiny_models import build_tiny_model, build_tiny_tokenizer
 
 from vllm_mlx import native
+from vllm_mlx.engine.drafting import Drafting
 from vllm_mlx.engine.prefix_cache import PrefixCache
 from vllm_mlx.engine.sources import ModelBatchSource
 from vllm_mlx.native import patch
@@ -62,7 +63,7 @@ def test_chunks_cache_states_and_batches_give_the_cold_numbers(model, sampling) 
         got = run(source, batch, sampling, admitted_after=delays)[2]
         assert_same(got, cold, f"admitted after {delays[2]} steps, chunks between decodes")
     for lookup in ("on", "auto"):  # n-gram proposals verified inside the batch
-        source = ModelBatchSource(model, prompt_lookup=lookup)
+        source = ModelBatchSource(model, drafting=Drafting(prompt_lookup=lookup))
         assert_same(run(source, batch, sampling)[2], cold, f"prompt lookup {lookup}")
 
 

@@ -10,6 +10,7 @@ from same_numbers import drain
 from tiny_models import build_tiny_model
 
 from vllm_mlx import native
+from vllm_mlx.engine.drafting import Drafting
 from vllm_mlx.engine.lookup import LookupMode
 from vllm_mlx.engine.lookup_verify import LookupDecoder, NgramDrafter
 from vllm_mlx.engine.sampling import SamplingParams, make_sampler
@@ -65,7 +66,7 @@ def run(source: ModelBatchSource, prompts: list[list[int]], params: dict, max_to
 def mixed_source(
     model, drafting: set[int], mode: LookupMode = "on"
 ) -> tuple[ModelBatchSource, MixedSpy]:
-    source = ModelBatchSource(model, prompt_lookup=mode, prompt_lookup_tokens=4)
+    source = ModelBatchSource(model, drafting=Drafting(prompt_lookup=mode, prompt_lookup_tokens=4))
     spy = MixedSpy(ChosenRows(drafting, mode))
     source.lookup = spy
     return source, spy
@@ -192,7 +193,9 @@ def test_a_paused_row_is_not_asked_for_drafts(model, tokenizer):
     prompts = [tokenizer.encode("tell me a story about a bicycle")]
     params = {"temperature": 0.8, "seed": 3}
     plain = run(ModelBatchSource(model), prompts, params, 120)
-    source = ModelBatchSource(model, prompt_lookup="auto", prompt_lookup_tokens=4)
+    source = ModelBatchSource(
+        model, drafting=Drafting(prompt_lookup="auto", prompt_lookup_tokens=4)
+    )
     drafter = CountingDrafter()
     source.lookup = LookupDecoder("auto", 4, drafter)
     got = run(source, prompts, params, 120)

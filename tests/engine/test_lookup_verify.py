@@ -15,6 +15,7 @@ from tiny_models import build_tiny_model
 
 from vllm_mlx import native
 from vllm_mlx.constrained import Constraint, build_logits_processors
+from vllm_mlx.engine.drafting import Drafting
 from vllm_mlx.engine.sampling import SamplingParams, make_penalty_processors, make_sampler
 from vllm_mlx.engine.sources import ModelBatchSource
 from vllm_mlx.protocols import LogitsProcessor
@@ -66,7 +67,7 @@ def test_outputs_in_a_batch_are_those_without_lookup(model, tokenizer, sampling)
     verifies proposals for the batch (when every row has one) and changes no token."""
     requests = batch_requests(tokenizer, sampling)
     plain = run_batch(ModelBatchSource(model), requests, 40)
-    looked = ModelBatchSource(model, prompt_lookup="on", prompt_lookup_tokens=4)
+    looked = ModelBatchSource(model, drafting=Drafting(prompt_lookup="on", prompt_lookup_tokens=4))
     got = run_batch(looked, requests, 40)
     assert [tokens for tokens, _ in got] == [tokens for tokens, _ in plain]
     if sampling["temperature"] == 0:  # a random model's sampled text seldom repeats
@@ -77,9 +78,13 @@ def test_outputs_in_a_batch_are_those_without_lookup(model, tokenizer, sampling)
 
 def test_each_request_alone_is_unchanged_by_lookup_and_its_neighbours(model, tokenizer):
     requests = batch_requests(tokenizer, {"temperature": 0})
-    together = run_batch(ModelBatchSource(model, prompt_lookup="on"), requests, 30)
+    together = run_batch(
+        ModelBatchSource(model, drafting=Drafting(prompt_lookup="on")), requests, 30
+    )
     for request, (tokens, _) in zip(requests, together, strict=True):
-        alone = run_batch(ModelBatchSource(model, prompt_lookup="on"), [request], 30)
+        alone = run_batch(
+            ModelBatchSource(model, drafting=Drafting(prompt_lookup="on")), [request], 30
+        )
         assert alone[0][0] == tokens
 
 
@@ -114,7 +119,9 @@ def test_unseeded_sampling_with_lookup_draws_the_chains_distribution():
     prompt = [0, 1, 2] * 4  # proposals follow the cycle: often accepted, sometimes not
     mx.random.seed(0)
     counts = np.zeros((vocab,) * 3)
-    source = ModelBatchSource(model, max_num_seqs=rows, prompt_lookup="on", prompt_lookup_tokens=3)
+    source = ModelBatchSource(
+        model, max_num_seqs=rows, drafting=Drafting(prompt_lookup="on", prompt_lookup_tokens=3)
+    )
     request: Request = (prompt, {"temperature": 1.0}, lambda: [])
     for _ in range(draws // rows):
         for tokens, _ in run_batch(source, [request] * rows, 4):
@@ -134,11 +141,11 @@ def test_seeded_sampling_gives_the_same_tokens_with_and_without_lookup():
         (prompt, {"temperature": 1.0, "seed": seed}, lambda: []) for seed in (1, 2, 3)
     ]
     plain = run_batch(ModelBatchSource(model), requests, 30)
-    source = ModelBatchSource(model, prompt_lookup="on")
+    source = ModelBatchSource(model, drafting=Drafting(prompt_lookup="on"))
     looked = run_batch(source, requests, 30)
     assert [t for t, _ in looked] == [t for t, _ in plain]
     assert source.spec_counts[1] > 0
-    again = run_batch(ModelBatchSource(model, prompt_lookup="on"), requests, 30)
+    again = run_batch(ModelBatchSource(model, drafting=Drafting(prompt_lookup="on")), requests, 30)
     assert [t for t, _ in again] == [t for t, _ in looked]
 
 
@@ -150,7 +157,10 @@ def test_auto_stops_verifying_a_request_whose_proposals_are_rejected():
     prompt = [t for a in range(vocab) for t in (a, (a + 1) % vocab, (a + 7) % vocab)]
     request: Request = (prompt, {"temperature": 0}, lambda: [])
     model = MarkovModel(log_weights)
-    sources = {mode: ModelBatchSource(model, prompt_lookup=mode) for mode in ("on", "auto")}
+    sources = {
+        mode: ModelBatchSource(model, drafting=Drafting(prompt_lookup=mode))
+        for mode in ("on", "auto")
+    }
     outputs = {mode: run_batch(s, [request], 50)[0][0] for mode, s in sources.items()}
     plain = run_batch(ModelBatchSource(model), [request], 50)[0][0]
     assert outputs["on"] == outputs["auto"] == plain
@@ -163,7 +173,7 @@ def test_auto_stops_verifying_a_request_whose_proposals_are_rejected():
 
 def test_off_does_not_look_up(model):
     assert ModelBatchSource(model).lookup is None
-    assert ModelBatchSource(model, prompt_lookup="off").lookup is None
+    assert ModelBatchSource(model, drafting=Drafting(prompt_lookup="off")).lookup is None
 
 
 @pytest.mark.slow
@@ -190,7 +200,7 @@ def test_on_the_native_kernels_verified_log_probabilities_are_plain_decodings_bi
         ),
     ]
     plain = run_batch(ModelBatchSource(loaded.model), requests, 40)
-    source = ModelBatchSource(loaded.model, prompt_lookup="on")
+    source = ModelBatchSource(loaded.model, drafting=Drafting(prompt_lookup="on"))
     looked = run_batch(source, requests, 40)
     assert source.spec_counts[1] > 0
     for (tokens, logprobs), (want, want_logprobs) in zip(looked, plain, strict=True):

@@ -10,6 +10,7 @@ import pytest
 from same_numbers import drain
 from tiny_mtp import RowOracleHeads, write_mtp_folder
 
+from vllm_mlx.engine.drafting import Drafting
 from vllm_mlx.engine.mtp_batch import MtpDrafter
 from vllm_mlx.engine.sampling import SamplingParams, make_sampler
 from vllm_mlx.engine.sources import ModelBatchSource
@@ -66,7 +67,9 @@ def test_rows_in_the_batch_keep_plain_decoding_tokens(checkpoint, params, mtp_to
     loaded, heads = checkpoint
     prompts = prompts_of(loaded)
     expected = run(ModelBatchSource(loaded.model), prompts, params, 20)
-    source = ModelBatchSource(loaded.model, mtp_heads=heads, mtp="on", mtp_tokens=mtp_tokens)
+    source = ModelBatchSource(
+        loaded.model, drafting=Drafting(mtp_heads=heads, mtp="on", mtp_tokens=mtp_tokens)
+    )
     assert isinstance(source.lookup.drafter, MtpDrafter)
     assert run(source, prompts, params, 20) == expected
     assert source.handovers == 1  # the first request started alone
@@ -82,7 +85,9 @@ def test_a_right_heads_drafts_are_accepted_in_the_batch(checkpoint, mtp_tokens):
     # a row's head starts at its first decode step: the first generated token (the prompt's
     # last call gave it), followed by the second
     oracle = RowOracleHeads(heads, sequences, [len(p) + 1 for p in prompts])
-    source = ModelBatchSource(loaded.model, mtp_heads=oracle, mtp="on", mtp_tokens=mtp_tokens)
+    source = ModelBatchSource(
+        loaded.model, drafting=Drafting(mtp_heads=oracle, mtp="on", mtp_tokens=mtp_tokens)
+    )
     assert run(source, prompts, {"temperature": 0}, 24) == expected
     lookup = source.lookup
     assert lookup.verifies > 0 and lookup.drafted > 0
@@ -95,8 +100,10 @@ def test_auto_pauses_a_wrong_head_in_the_batch(checkpoint):
     loaded, heads = checkpoint
     prompts = prompts_of(loaded)
     expected = run(ModelBatchSource(loaded.model), prompts, {"temperature": 0}, 40)
-    source = ModelBatchSource(loaded.model, mtp_heads=heads, mtp="auto", mtp_tokens=2)
+    source = ModelBatchSource(
+        loaded.model, drafting=Drafting(mtp_heads=heads, mtp="auto", mtp_tokens=2)
+    )
     assert run(source, prompts, {"temperature": 0}, 40) == expected
-    on = ModelBatchSource(loaded.model, mtp_heads=heads, mtp="on", mtp_tokens=2)
+    on = ModelBatchSource(loaded.model, drafting=Drafting(mtp_heads=heads, mtp="on", mtp_tokens=2))
     run(on, prompts, {"temperature": 0}, 40)
     assert source.lookup.drafted < on.lookup.drafted / 2

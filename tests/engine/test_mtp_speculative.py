@@ -13,6 +13,7 @@ import pytest
 from mlx_lm.models.cache import make_prompt_cache
 from tiny_mtp import OracleHeads, write_mtp_folder
 
+from vllm_mlx.engine.drafting import Drafting
 from vllm_mlx.engine.engine import Engine
 from vllm_mlx.engine.generation import GenerationRequest
 from vllm_mlx.engine.mtp_speculative import MtpSpeculator
@@ -65,7 +66,9 @@ def test_the_same_tokens_as_plain_decoding(checkpoint, params, mtp_tokens):
     loaded, heads = checkpoint
     prompt = loaded.tokenizer.encode(PROMPT)
     expected = tokens_of(ModelBatchSource(loaded.model), loaded.tokenizer, prompt, **params)
-    source = ModelBatchSource(loaded.model, mtp_heads=heads, mtp="on", mtp_tokens=mtp_tokens)
+    source = ModelBatchSource(
+        loaded.model, drafting=Drafting(mtp_heads=heads, mtp="on", mtp_tokens=mtp_tokens)
+    )
     assert tokens_of(source, loaded.tokenizer, prompt, **params) == expected
     drafted, _ = source.spec_counts
     assert drafted >= 20  # "on": every step but the last proposes
@@ -78,7 +81,9 @@ def test_right_drafts_are_all_accepted(checkpoint, mtp_tokens):
     prompt = loaded.tokenizer.encode(PROMPT)
     expected = tokens_of(ModelBatchSource(loaded.model), loaded.tokenizer, prompt, max_tokens=30)
     oracle = OracleHeads(heads, prompt + expected + [0, 0, 0, 0, 0], start=0)
-    source = ModelBatchSource(loaded.model, mtp_heads=oracle, mtp="on", mtp_tokens=mtp_tokens)
+    source = ModelBatchSource(
+        loaded.model, drafting=Drafting(mtp_heads=oracle, mtp="on", mtp_tokens=mtp_tokens)
+    )
     engine = Engine(source, loaded.tokenizer)
     try:
         request = GenerationRequest(prompt, SamplingParams(max_tokens=30, temperature=0), [])
@@ -98,7 +103,9 @@ def test_auto_stops_proposing_while_drafts_are_rejected(checkpoint):
     loaded, heads = checkpoint
     prompt = loaded.tokenizer.encode(PROMPT)
     expected = tokens_of(ModelBatchSource(loaded.model), loaded.tokenizer, prompt, max_tokens=40)
-    auto = ModelBatchSource(loaded.model, mtp_heads=heads, mtp="auto", mtp_tokens=2)
+    auto = ModelBatchSource(
+        loaded.model, drafting=Drafting(mtp_heads=heads, mtp="auto", mtp_tokens=2)
+    )
     assert tokens_of(auto, loaded.tokenizer, prompt, max_tokens=40) == expected
     drafted, accepted = auto.spec_counts
     # random weights: the head is wrong, so after a few verifies it pauses ("on" proposes
@@ -109,7 +116,7 @@ def test_auto_stops_proposing_while_drafts_are_rejected(checkpoint):
 def test_off_and_the_runtime_switch(checkpoint, tmp_path):
     loaded, heads = checkpoint
     prompt = loaded.tokenizer.encode(PROMPT)
-    off = ModelBatchSource(loaded.model, mtp_heads=heads, mtp="off")
+    off = ModelBatchSource(loaded.model, drafting=Drafting(mtp_heads=heads, mtp="off"))
     assert not off.speculating
     tokens_of(off, loaded.tokenizer, prompt, max_tokens=8)
     assert off.spec_counts == (0, 0)
@@ -133,14 +140,18 @@ def test_a_prompt_served_from_the_prefix_cache(checkpoint):
     plain = ModelBatchSource(loaded.model)
     expected = [tokens_of(plain, loaded.tokenizer, p, max_tokens=16) for p in (first, second)]
     cache = PrefixCache(64 << 20)
-    source = ModelBatchSource(loaded.model, prefix_cache=cache, mtp_heads=heads, mtp="on")
+    source = ModelBatchSource(
+        loaded.model, prefix_cache=cache, drafting=Drafting(mtp_heads=heads, mtp="on")
+    )
     assert tokens_of(source, loaded.tokenizer, first, max_tokens=16) == expected[0]
     served = cache.servable(np.asarray(second, dtype=np.int32))
     assert served >= len(first)
     assert tokens_of(source, loaded.tokenizer, second, max_tokens=16) == expected[1]
     served = cache.servable(np.asarray(second, dtype=np.int32))  # now its own entry
     oracle = OracleHeads(heads, second + expected[1] + [0] * 4, start=served)
-    right = ModelBatchSource(loaded.model, prefix_cache=cache, mtp_heads=oracle, mtp="on")
+    right = ModelBatchSource(
+        loaded.model, prefix_cache=cache, drafting=Drafting(mtp_heads=oracle, mtp="on")
+    )
     assert tokens_of(right, loaded.tokenizer, second, max_tokens=16) == expected[1]
     drafted, accepted = right.spec_counts
     assert drafted > 0 and accepted == drafted
@@ -206,7 +217,9 @@ def test_a_second_request_takes_the_recurrent_cache_into_the_batch(checkpoint):
         tokens_of(plain, loaded.tokenizer, p, max_tokens=n) for p, n in ((first, 80), (second, 12))
     ]
     source = ModelBatchSource(
-        loaded.model, prefix_cache=PrefixCache(64 << 20), mtp_heads=heads, mtp="on", mtp_tokens=2
+        loaded.model,
+        prefix_cache=PrefixCache(64 << 20),
+        drafting=Drafting(mtp_heads=heads, mtp="on", mtp_tokens=2),
     )
     engine = Engine(source, loaded.tokenizer)
     results: dict[str, list[int]] = {}
@@ -247,7 +260,9 @@ def test_a_message_checkpoint_is_kept_while_decoding_alone(checkpoint):
     plain = ModelBatchSource(loaded.model)
     expected = [tokens_of(plain, loaded.tokenizer, p, max_tokens=12) for p in (first, second)]
     cache = PrefixCache(64 << 20)
-    source = ModelBatchSource(loaded.model, prefix_cache=cache, mtp_heads=heads, mtp="on")
+    source = ModelBatchSource(
+        loaded.model, prefix_cache=cache, drafting=Drafting(mtp_heads=heads, mtp="on")
+    )
     assert source.checkpointing and source.speculating
     engine = Engine(source, loaded.tokenizer)
     try:

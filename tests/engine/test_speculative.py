@@ -13,6 +13,7 @@ from test_prefix_agents import build_hybrid
 from tiny_models import build_tiny_model
 
 from vllm_mlx.constrained import Constraint, build_logits_processors
+from vllm_mlx.engine.drafting import Drafting
 from vllm_mlx.engine.engine import Engine
 from vllm_mlx.engine.generation import GenerationRequest
 from vllm_mlx.engine.prefix_cache import PrefixCache
@@ -73,7 +74,7 @@ def cases(tokenizer):
 def test_greedy_output_is_identical_with_a_draft(model, draft, tokenizer, case):
     prompt, processors, params = cases(tokenizer)[case]
     plain = Engine(ModelBatchSource(model), tokenizer)
-    source = ModelBatchSource(model, draft_model=draft, num_draft_tokens=4)
+    source = ModelBatchSource(model, drafting=Drafting(draft_model=draft, num_draft_tokens=4))
     speculative = Engine(source, tokenizer)
     try:
         expected = tokens_of(plain, prompt, processors(), **params)
@@ -92,7 +93,9 @@ def test_a_second_request_moves_the_first_into_the_batch(model, draft, tokenizer
     second = tokenizer.encode("def add(a, b):")
     plain = Engine(ModelBatchSource(model), tokenizer)
     cache = PrefixCache(64 << 20)
-    source = ModelBatchSource(model, prefix_cache=cache, draft_model=draft, num_draft_tokens=3)
+    source = ModelBatchSource(
+        model, prefix_cache=cache, drafting=Drafting(draft_model=draft, num_draft_tokens=3)
+    )
     speculative = Engine(source, tokenizer)
     try:
         expected = [tokens_of(plain, p, max_tokens=n) for p, n in ((first, 200), (second, 60))]
@@ -123,7 +126,7 @@ def test_a_second_request_moves_the_first_into_the_batch(model, draft, tokenizer
 
 def test_untrimmable_models_do_not_speculate(tokenizer):
     hybrid = build_hybrid(tokenizer)
-    assert not ModelBatchSource(hybrid, draft_model=hybrid).speculating
+    assert not ModelBatchSource(hybrid, drafting=Drafting(draft_model=hybrid)).speculating
 
 
 @pytest.mark.parametrize("filters", [{}, {"top_k": 3}, {"top_p": 0.7}])

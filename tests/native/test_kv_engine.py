@@ -14,6 +14,7 @@ from test_patch import quantized_llama
 from tiny_models import build_tiny_tokenizer
 
 from vllm_mlx import native
+from vllm_mlx.engine.drafting import Drafting
 from vllm_mlx.engine.engine import Engine
 from vllm_mlx.engine.generation import GenerationRequest
 from vllm_mlx.engine.prefix_cache import PrefixCache
@@ -73,7 +74,7 @@ def test_speculative_decoding_gives_plain_greedy_tokens(kv: bool, other_draft: b
     patch.enable(model)
     draft = quantized_llama(4, 32, seed=2, hidden=256) if other_draft else model
     patch.enable(draft)
-    speculative = Engine(ModelBatchSource(model, draft_model=draft), tokenizer)
+    speculative = Engine(ModelBatchSource(model, drafting=Drafting(draft_model=draft)), tokenizer)
     plain = Engine(ModelBatchSource(model), tokenizer)
     prompt = tokenizer.encode("a prompt to continue for a while " * 3)
     try:

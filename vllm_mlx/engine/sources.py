@@ -20,12 +20,11 @@ from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
 
 from ..protocols import LayerCache, LogitsProcessor
 from .adapter_rows import RowRoutedModel, RowTarget
+from .drafting import PLAIN, Drafting
 from .generation import AdapterChoice
 from .kv_quant import quantized_prompt_cache
-from .lookup import LookupMode, Throttle
-from .lookup_verify import LookupDecoder
-from .mtp_batch import HiddenTap, MtpDrafter
-from .mtp_speculative import Heads, MtpMode, MtpSpeculator, restorable
+from .lookup import Throttle
+from .mtp_speculative import MtpSpeculator
 from .prefix_cache import PrefixCache, common_prefix, shared_copy
 from .sampling import Sampler, computing_with, numerics_of
 from .scheduler import FairBatchGenerator, PrefillSchedule
@@ -110,14 +109,8 @@ class ModelBatchSource:
         prefix_cache: PrefixCache | None = None,
         kv_bits: int | None = None,
         kv_group_size: int = 64,
-        draft_model: Any = None,
-        num_draft_tokens: int = 4,
         adapter_rows: RowTarget | None = None,
-        prompt_lookup: LookupMode = "off",
-        prompt_lookup_tokens: int = 5,
-        mtp_heads: Heads | None = None,
-        mtp: MtpMode = "auto",
-        mtp_tokens: int = 1,
+        drafting: Drafting = PLAIN,
     ):
         self.model = model
         self.numerics = numerics_of(model)
@@ -142,18 +135,10 @@ class ModelBatchSource:
         self._checkpoints: dict[int, list[int]] = {}  # uid -> the prompt up to a checkpoint
         self._arrivals: Callable[[], bool] = lambda: False
         # Speculative decoding (a draft model, else the model's MTP head) runs a sequence
-        # alone (uids < 0) until a second one arrives; it needs caches both models can trim
-        # back to the accepted tokens (an MTP head also restores recurrent layers' states).
-        self.draft_model = draft_model
-        self.num_draft_tokens = num_draft_tokens
-        self.mtp_heads = mtp_heads if draft_model is None and mtp != "off" else None
-        self.mtp, self.mtp_tokens = mtp, mtp_tokens
-        if self.mtp_heads is not None:
-            self.speculating = restorable(make_prompt_cache(model))
-        else:
-            self.speculating = draft_model is not None and all(
-                can_trim_prompt_cache(make_prompt_cache(m)) for m in (model, draft_model)
-            )
+        # alone (uids < 0) until a second one arrives (engine/drafting.py).
+        self.drafting = drafting
+        self.mtp_heads = drafting.heads
+        self.speculating = drafting.solo(model)
         self._solo: SoloSpeculator | MtpSpeculator | None = None
         self._solo_uid = 0
         self._alias: dict[int, int] = {}  # generator uid -> the solo uid it started as
@@ -163,21 +148,9 @@ class ModelBatchSource:
         self._keys: dict[int, list[int]] = {}  # uid -> its prompt as the cache keys it (images)
         self._drafted = self._accepted = 0
         self.handovers = 0  # solo sequences moved into the batch
-        # Prompt lookup verifies n-gram proposals inside the batch (not under images' shifts).
-        self.lookup = (
-            LookupDecoder(prompt_lookup, prompt_lookup_tokens)
-            if prompt_lookup != "off" and not isinstance(model, LanguageModel)
-            else None
-        )
-        # Beside others, the MTP head drafts inside the batch (rows trimmed per batch, text
-        # only), reading the hidden states its model call keeps (engine/mtp_batch.py).
-        self._tap: HiddenTap | None = None
-        heads = self.mtp_heads
-        text = not isinstance(model, LanguageModel)
-        if heads is not None and text and can_trim_prompt_cache(make_prompt_cache(model)):
-            self._tap = HiddenTap(model, heads, self._decoding_batches)
-            drafter = MtpDrafter(heads, self.mtp, self._tap)
-            self.lookup = LookupDecoder(self.mtp, self.mtp_tokens, drafter)
+        # Beside others, the batch verifies prompt lookup's drafts or the MTP head's (its
+        # hidden states kept by the model the generator calls, ``_tap``).
+        self.lookup, self._tap = drafting.in_batch(model, self._decoding_batches)
         self._gen = self._new_generator()
 
     def _fresh_cache(self) -> list[LayerCache] | None:
@@ -396,14 +369,17 @@ class ModelBatchSource:
             self._solo = MtpSpeculator(
                 self.model,
                 self.mtp_heads,
-                num_draft=self.mtp_tokens,
-                throttle=Throttle() if self.mtp == "auto" else None,
+                num_draft=self.drafting.mtp_tokens,
+                throttle=Throttle() if self.drafting.mtp == "auto" else None,
                 checkpoint=None if cut is None else (cut, self._store_solo_checkpoint),
                 **common,
             )
         else:
             self._solo = SoloSpeculator(
-                self.model, self.draft_model, num_draft=self.num_draft_tokens, **common
+                self.model,
+                self.drafting.draft_model,
+                num_draft=self.drafting.num_draft_tokens,
+                **common,
             )
         return self._solo_uid, cached
 
