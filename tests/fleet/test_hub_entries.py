@@ -17,7 +17,7 @@ from servers import cli_server
 from vllm_mlx.cli import main
 from vllm_mlx.fleet.catalog import build_catalog
 from vllm_mlx.fleet.settings import SettingsError
-from vllm_mlx.server.serve_command import _download_at_start
+from vllm_mlx.server.startup import _download_at_start
 
 
 def write_config(folder: Path, body: str) -> Path:
