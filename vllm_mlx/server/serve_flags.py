@@ -25,6 +25,13 @@ def within(bounds: Interval, kind: type = float) -> click.ParamType:
     return click.FloatRange(low, high, min_open=low_open)
 
 
+def count_flag(name: str, default: int, description: str):
+    """A flag holding a positive count (a limit, a size), its default shown in ``--help``."""
+    return click.option(
+        name, default=default, show_default=True, type=click.IntRange(min=1), help=description
+    )
+
+
 def serve_flags(command: F) -> F:
     """``command`` with every flag of ``serve`` (a decorator, under ``@click.command``)."""
     params = getattr(command, "__click_params__", [])
@@ -65,27 +72,21 @@ def serve_flags(command: F) -> F:
     help="Images, documents and audio sent to a text-only model: a short text placeholder "
     "in their place, or a 400.",
 )
-@click.option(
+@count_flag(
     "--max-image-bytes",
-    default=10 * 2**20,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Encoded size of one image a vision model is sent.",
+    10 * 2**20,
+    "Encoded size of one image a vision model is sent.",
 )
-@click.option(
+@count_flag(
     "--max-image-pixels",
-    default=40_000_000,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Width x height of one image, checked from its header before decoding.",
+    40_000_000,
+    "Width x height of one image, checked from its header before decoding.",
 )
 @click.option("--max-images", default=16, show_default=True, type=click.IntRange(min=0))
-@click.option(
+@count_flag(
     "--max-image-tokens",
-    default=16_384,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Image tokens in one prompt (after the processor's expansion).",
+    16_384,
+    "Image tokens in one prompt (after the processor's expansion).",
 )
 @click.option(
     "--allow-image-urls",
@@ -110,26 +111,20 @@ def serve_flags(command: F) -> F:
 )
 @click.option("--reasoning-parser", help="Reasoning parser name (default: auto-detect).")
 @click.option("--tool-call-parser", help="Tool-call parser name (default: auto-detect).")
-@click.option(
+@count_flag(
     "--max-queue",
-    default=256,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Requests allowed to wait; beyond it the server answers 429.",
+    256,
+    "Requests allowed to wait; beyond it the server answers 429.",
 )
-@click.option(
+@count_flag(
     "--max-num-seqs",
-    default=8,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Requests generated together in one continuous batch.",
+    8,
+    "Requests generated together in one continuous batch.",
 )
-@click.option(
+@count_flag(
     "--prefill-step-tokens",
-    default=512,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="The most prompt tokens one scheduling step prefills; waiting prompts share them "
+    512,
+    "The most prompt tokens one scheduling step prefills; waiting prompts share them "
     "shortest-remaining-first, so a short prompt beside a long one finishes in one step.",
 )
 @click.option(
@@ -297,34 +292,26 @@ def serve_flags(command: F) -> F:
     "first (bounded by the process's file-descriptor limit).",
 )
 @click.option("--max-body-mb", default=16, show_default=True, type=click.IntRange(min=1))
-@click.option(
+@count_flag(
     "--max-prompt-chars",
-    default=2_000_000,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Characters of text (messages and tools, or a raw prompt) a request may carry; "
+    2_000_000,
+    "Characters of text (messages and tools, or a raw prompt) a request may carry; "
     "checked before anything is rendered or tokenized.",
 )
-@click.option(
+@count_flag(
     "--max-messages",
-    default=10_000,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Messages a request may carry.",
+    10_000,
+    "Messages a request may carry.",
 )
-@click.option(
+@count_flag(
     "--max-tools",
-    default=512,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Tools a request may carry.",
+    512,
+    "Tools a request may carry.",
 )
-@click.option(
+@count_flag(
     "--responses-store-mb",
-    default=128,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Memory for stored Responses (store: true), counted as their text; the oldest are "
+    128,
+    "Memory for stored Responses (store: true), counted as their text; the oldest are "
     "forgotten past it.",
 )
 @click.option(
