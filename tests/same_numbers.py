@@ -34,6 +34,22 @@ def drain(
     return list(out.values())
 
 
+def together(
+    source: ModelBatchSource, prompts: list[list[int]], params: dict, max_tokens: int
+) -> list[tuple[list[int], list[np.ndarray]]]:
+    """Every prompt's (tokens, log-probabilities), all inserted before the first step."""
+    out: dict[int, tuple[list[int], list[np.ndarray]]] = {}
+    for prompt in prompts:
+        uid, _ = source.insert(
+            prompt,
+            sampler=make_sampler(SamplingParams(**params)),
+            processors=[],
+            max_tokens=max_tokens,
+        )
+        out[uid] = ([], [])
+    return drain(source, out)
+
+
 def run(
     source: ModelBatchSource,
     prompts: list[list[int]],

@@ -28,7 +28,8 @@ import mlx.core as mx
 from mlx.utils import tree_flatten
 from mlx_lm.models import deepseek_v3, glm4_moe, mimo, qwen3_next
 
-from vllm_mlx.models.mtp_heads import MtpHeads
+from vllm_mlx.models.loader import load_model
+from vllm_mlx.models.mtp_heads import MtpHeads, load_mtp_heads
 from vllm_mlx.models.resolve import resolve_model
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
@@ -322,6 +323,14 @@ def reference_block(path: Path) -> tuple[Any, dict[str, mx.array]]:
     block.load_weights(list(weights.items()), strict=True)
     mx.eval(block.parameters())
     return block, raw
+
+
+def loaded_with_heads(folder: Path) -> tuple[Any, MtpHeads]:
+    """A written checkpoint loaded (float32 weights) with its MTP head."""
+    loaded = load_model(str(folder), cpu_weights="float32", progress=False)
+    heads = load_mtp_heads(folder, loaded.model)
+    assert heads is not None
+    return loaded, heads
 
 
 class OracleHeads:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from same_numbers import drain
+from same_numbers import together as run
 from tiny_models import build_tiny_model
 
 from vllm_mlx import native
@@ -47,20 +47,6 @@ class MixedSpy(LookupDecoder):
         beside = [] if batch is plain else list(plain.uids)
         self.seen.append((list(batch.uids), beside))
         return super()._verify(batch, proposals)
-
-
-def run(source: ModelBatchSource, prompts: list[list[int]], params: dict, max_tokens: int):
-    """Every prompt's (tokens, log-probabilities), all inserted before the first step."""
-    out: dict[int, tuple[list[int], list[np.ndarray]]] = {}
-    for prompt in prompts:
-        uid, _ = source.insert(
-            prompt,
-            sampler=make_sampler(SamplingParams(**params)),
-            processors=[],
-            max_tokens=max_tokens,
-        )
-        out[uid] = ([], [])
-    return drain(source, out)
 
 
 def mixed_source(

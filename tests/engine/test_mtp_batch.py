@@ -4,18 +4,13 @@ and a row's head reads the positions its cache kept."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
-from same_numbers import drain
-from tiny_mtp import RowOracleHeads, write_mtp_folder
+from same_numbers import together
+from tiny_mtp import RowOracleHeads, loaded_with_heads, write_mtp_folder
 
 from vllm_mlx.engine.drafting import Drafting
 from vllm_mlx.engine.mtp_batch import MtpDrafter
-from vllm_mlx.engine.sampling import SamplingParams, make_sampler
 from vllm_mlx.engine.sources import ModelBatchSource
-from vllm_mlx.models.loader import load_model
-from vllm_mlx.models.mtp_heads import load_mtp_heads
 
 PROMPTS = (
     "<|im_start|>user\nWrite a haiku about rivers<|im_end|>\n<|im_start|>assistant\n",
@@ -27,25 +22,13 @@ PROMPTS = (
 @pytest.fixture(scope="module", params=("glm4_moe", "mimo"))
 def checkpoint(request, tmp_path_factory):
     folder = write_mtp_folder(tmp_path_factory.mktemp(request.param), request.param, seed=4)
-    loaded = load_model(str(folder), cpu_weights="float32", progress=False)
-    heads = load_mtp_heads(folder, loaded.model)
-    assert heads is not None
-    return loaded, heads
+    return loaded_with_heads(folder)
 
 
 def run(source: ModelBatchSource, prompts: list[list[int]], params: dict, max_tokens: int):
-    """Every prompt's tokens and log-probabilities, all inserted before the first step (the
-    first starts alone and moves into the batch when the second arrives)."""
-    out: dict[int, tuple[list[int], list[Any]]] = {}
-    for prompt in prompts:
-        uid, _ = source.insert(
-            prompt,
-            sampler=make_sampler(SamplingParams(**params)),
-            processors=[],
-            max_tokens=max_tokens,
-        )
-        out[uid] = ([], [])
-    return [tokens for tokens, _ in drain(source, out)]
+    """Every prompt's tokens, all inserted before the first step (the first starts alone
+    and moves into the batch when the second arrives)."""
+    return [tokens for tokens, _ in together(source, prompts, params, max_tokens)]
 
 
 def prompts_of(loaded) -> list[list[int]]:

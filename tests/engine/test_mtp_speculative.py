@@ -11,7 +11,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
-from tiny_mtp import OracleHeads, write_mtp_folder
+from tiny_mtp import OracleHeads, loaded_with_heads, write_mtp_folder
 
 from vllm_mlx.engine.drafting import Drafting
 from vllm_mlx.engine.engine import Engine
@@ -21,7 +21,6 @@ from vllm_mlx.engine.prefix_cache import PrefixCache
 from vllm_mlx.engine.sampling import RequestSampler, SamplingParams
 from vllm_mlx.engine.sources import ModelBatchSource
 from vllm_mlx.models.loader import load_model
-from vllm_mlx.models.mtp_heads import load_mtp_heads
 from vllm_mlx.runtime import load_mtp
 
 PROMPT = "<|im_start|>user\nWrite a haiku about rivers<|im_end|>\n<|im_start|>assistant\n"
@@ -30,10 +29,7 @@ PROMPT = "<|im_start|>user\nWrite a haiku about rivers<|im_end|>\n<|im_start|>as
 @pytest.fixture(scope="module", params=("deepseek_v3", "glm4_moe", "mimo", "qwen3_next"))
 def checkpoint(request, tmp_path_factory):
     folder = write_mtp_folder(tmp_path_factory.mktemp(request.param), request.param, seed=4)
-    loaded = load_model(str(folder), cpu_weights="float32", progress=False)
-    heads = load_mtp_heads(folder, loaded.model)
-    assert heads is not None
-    return loaded, heads
+    return loaded_with_heads(folder)
 
 
 # the 61-layer DeepSeek-V3 checkpoint runs the exactness tests; the longer runs skip it

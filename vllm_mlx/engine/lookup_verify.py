@@ -37,7 +37,7 @@ import copy
 import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import mlx.core as mx
 from mlx_lm.models.cache import BatchKVCache
@@ -84,12 +84,43 @@ class Drafter(Protocol):
     def reset(self) -> None: ...
 
 
-class NgramDrafter:
+class Throttled(Protocol):
+    throttle: Throttle | None  # None: ``on`` (always propose)
+
+
+RowT = TypeVar("RowT", bound=Throttled)
+
+
+class ThrottledRows(Generic[RowT]):
+    """A drafter's per-row states (by uid), each with its ``Throttle`` under ``auto``."""
+
+    def __init__(self) -> None:
+        self.rows: dict[int, RowT] = {}
+
+    def split_pays(self, drafts: dict[int, list[int]], plain_rows: int) -> bool:
+        """``on``: always; ``auto``: by the rows' throttles (their acceptance so far)."""
+        throttles = [(self.rows[uid].throttle, len(d)) for uid, d in drafts.items()]
+        if not throttles or any(t is None for t, _ in throttles):
+            return True
+        k = max(n for _, n in throttles)
+        expected = [t.expected(n) for t, n in throttles if t is not None]
+        first = throttles[0][0]
+        assert first is not None
+        return first.split_pays(expected, k, plain_rows)
+
+    def forget(self, uid: int) -> None:
+        self.rows.pop(uid, None)
+
+    def reset(self) -> None:
+        self.rows.clear()
+
+
+class NgramDrafter(ThrottledRows[RowLookup]):
     """Prompt lookup's drafts: each row's n-gram index, throttled under ``auto``."""
 
     def __init__(self, mode: LookupMode):
+        super().__init__()
         self.mode = mode
-        self.rows: dict[int, RowLookup] = {}
 
     def observe(self, batches: Sequence[Any]) -> None:
         """Nothing: the index reads the tokens ``propose`` is given."""
@@ -108,29 +139,6 @@ class NgramDrafter:
         row = self.rows.get(uid)
         if row is not None:
             row.record(proposed, accepted)
-
-    def split_pays(self, drafts: dict[int, list[int]], plain_rows: int) -> bool:
-        throttles = [(self.rows[uid].throttle, len(d)) for uid, d in drafts.items()]
-        return split_pays_for(throttles, plain_rows)
-
-    def forget(self, uid: int) -> None:
-        self.rows.pop(uid, None)
-
-    def reset(self) -> None:
-        self.rows.clear()
-
-
-def split_pays_for(throttles: list[tuple[Throttle | None, int]], plain_rows: int) -> bool:
-    """Whether the drafting rows (each its throttle and draft length) verify in a forward of
-    their own beside ``plain_rows``: always under ``on`` (no throttle), else by the rows'
-    throttles (their acceptance so far)."""
-    if not throttles or any(t is None for t, _ in throttles):
-        return True
-    k = max(n for _, n in throttles)
-    expected = [t.expected(n) for t, n in throttles if t is not None]
-    first = throttles[0][0]
-    assert first is not None
-    return first.split_pays(expected, k, plain_rows)
 
 
 @dataclass

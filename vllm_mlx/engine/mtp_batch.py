@@ -21,14 +21,14 @@ context then, and verification keeps the output exact whatever they are.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
 from mlx_lm.models.cache import trim_prompt_cache
 
 from .lookup import Throttle
-from .lookup_verify import split_pays_for
+from .lookup_verify import ThrottledRows
 from .mtp_speculative import Heads, MtpMode
 
 
@@ -69,15 +69,13 @@ class HeadRow:
     fresh: bool = True  # no row yet
 
 
-@dataclass
-class MtpDrafter:
+class MtpDrafter(ThrottledRows[HeadRow]):
     """``Drafter`` of the head's greedy proposals, each row with its own head cache (and
     under ``auto`` its own ``Throttle``). ``tap``: the generator's model."""
 
-    heads: Heads
-    mode: MtpMode
-    tap: HiddenTap
-    rows: dict[int, HeadRow] = field(default_factory=dict)
+    def __init__(self, heads: Heads, mode: MtpMode, tap: HiddenTap):
+        super().__init__()
+        self.heads, self.mode, self.tap = heads, mode, tap
 
     def observe(self, batches: Sequence[Any]) -> None:
         for batch in batches:
@@ -138,13 +136,6 @@ class MtpDrafter:
         if row is not None and row.throttle is not None:
             row.throttle.record(proposed, accepted, row.seen)
 
-    def split_pays(self, drafts: dict[int, list[int]], plain_rows: int) -> bool:
-        throttles = [(self.rows[uid].throttle, len(d)) for uid, d in drafts.items()]
-        return split_pays_for(throttles, plain_rows)
-
-    def forget(self, uid: int) -> None:
-        self.rows.pop(uid, None)
-
     def reset(self) -> None:
-        self.rows.clear()
+        super().reset()
         self.tap.taken.clear()
