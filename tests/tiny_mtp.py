@@ -369,10 +369,13 @@ class RowOracleHeads(OracleHeads):
     """``OracleHeads`` for several sequences at once, each head cache a row's: a row's
     history (the tokens its head has read, in cache order) is matched against the start
     of each sequence's generated part (``starts``: the prompts' lengths), and its last
-    output row carries the token after that in the sequence."""
+    output row carries the token after that in the sequence (``miss``: wrong after every
+    miss-th token of the history)."""
 
-    def __init__(self, heads: MtpHeads, sequences: list[list[int]], starts: list[int]):
-        super().__init__(heads, [], start=0)
+    def __init__(
+        self, heads: MtpHeads, sequences: list[list[int]], starts: list[int], miss: int = 0
+    ):
+        super().__init__(heads, [], start=0, miss=miss)
         self.generated = [s[n:] for s, n in zip(sequences, starts, strict=True)]
         self.history: dict[int, list[int]] = {}  # id of a head cache's layer -> its tokens
 
@@ -387,6 +390,8 @@ class RowOracleHeads(OracleHeads):
         n = len(history)
         targets = [g[n] for g in self.generated if len(g) > n and g[:n] == history]
         target = targets[0] if targets else 0
+        if self.miss and n % self.miss == 0:
+            target += 1  # wrong here: a chain through this position is kept in part
         return mx.full((1, tokens.shape[1], hidden.shape[-1]), float(target))
 
     def logits(self, out: mx.array) -> mx.array:

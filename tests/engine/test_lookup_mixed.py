@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from same_numbers import together as run
+from test_prefix_agents import build_hybrid
 from tiny_models import build_tiny_model
 
 from vllm_mlx import native
@@ -187,3 +188,46 @@ def test_a_paused_row_is_not_asked_for_drafts(model, tokenizer):
     got = run(source, prompts, params, 120)
     assert [t for t, _ in got] == [t for t, _ in plain]
     assert 0 < drafter.asked < 120 // 2
+
+
+class WrongLast(ChosenRows):
+    """Prompt lookup's drafts for ``drafting`` rows; row ``wrong``'s last one wrong (its
+    lowest bit flipped) every other time it proposes: some verifies keep every draft,
+    others part of the batch's."""
+
+    def __init__(self, drafting: set[int], wrong: int):
+        super().__init__(drafting)
+        self.wrong = wrong
+        self.asked = 0
+
+    def propose(self, uid: int, cached: list[int], pending: int, k: int) -> list[int]:
+        proposal = super().propose(uid, cached, pending, k)
+        if not proposal or uid != self.wrong:
+            return proposal
+        self.asked += 1
+        return proposal if self.asked % 2 else [*proposal[:-1], proposal[-1] ^ 1]
+
+
+@pytest.mark.parametrize("params", [{"temperature": 0}, {"temperature": 0.8, "seed": 7}])
+def test_a_hybrid_models_rows_verify_in_the_batch(tokenizer, params):
+    """LFM2's convolution layers keep states with no per-position history: after a verify
+    that keeps part of a draft they are restored and the kept tokens run again, so every
+    row, drafting or not, keeps plain decoding's tokens."""
+    hybrid = build_hybrid(tokenizer)
+    prompts = [
+        tokenizer.encode(CODE),
+        tokenizer.encode("hello there, how are you?"),
+        tokenizer.encode(CODE + "def g"),
+    ]
+    plain = run(ModelBatchSource(hybrid), prompts, params, 40)
+    source, spy = mixed_source(hybrid, drafting={0, 2})
+    spy.drafter = WrongLast({0, 2}, wrong=0)
+    got = run(source, prompts, params, 40)
+    assert [t for t, _ in got] == [t for t, _ in plain]
+    # and their log-probabilities (MLX's own products: not bit for bit across widths)
+    for (_, got_lp), (_, want_lp) in zip(got, plain, strict=True):
+        for a, b in zip(got_lp, want_lp, strict=True):
+            np.testing.assert_allclose(a, b, atol=1e-4)
+    assert spy.seen  # verified in the batch
+    if params["temperature"] == 0:
+        assert 0 < spy.accepted < spy.drafted  # chains kept in part: the replay ran

@@ -19,7 +19,7 @@ PROMPTS = (
 )
 
 
-@pytest.fixture(scope="module", params=("glm4_moe", "mimo"))
+@pytest.fixture(scope="module", params=("glm4_moe", "mimo", "qwen3_next"))
 def checkpoint(request, tmp_path_factory):
     folder = write_mtp_folder(tmp_path_factory.mktemp(request.param), request.param, seed=4)
     return loaded_with_heads(folder)
@@ -77,6 +77,22 @@ def test_a_right_heads_drafts_are_accepted_in_the_batch(checkpoint, mtp_tokens):
     assert lookup.accepted == lookup.drafted
     # fewer steps than tokens: the batch's rows took several a step
     assert lookup.verifies < 24 - 1
+
+
+def test_chains_kept_in_part_leave_every_row_on_plain_decoding(checkpoint):
+    """Verifies that keep some of each chain: the rows' caches are taken back past the
+    rejected positions (Qwen3-Next's recurrent states restored and the kept tokens run
+    again), so later tokens are still plain decoding's."""
+    loaded, heads = checkpoint
+    prompts = prompts_of(loaded)
+    expected = run(ModelBatchSource(loaded.model), prompts, {"temperature": 0}, 30)
+    sequences = [p + e + [0] * 8 for p, e in zip(prompts, expected, strict=True)]
+    oracle = RowOracleHeads(heads, sequences, [len(p) + 1 for p in prompts], miss=3)
+    drafting = Drafting(mtp_heads=oracle, mtp="on", mtp_tokens=3)
+    source = ModelBatchSource(loaded.model, drafting=drafting)
+    assert run(source, prompts, {"temperature": 0}, 30) == expected
+    lookup = source.lookup
+    assert 0 < lookup.accepted < lookup.drafted
 
 
 def test_auto_pauses_a_wrong_head_in_the_batch(checkpoint):

@@ -57,9 +57,8 @@ def test_on_answers_as_off_does(servers, sampling):
     assert drafts(off) == (0.0, 0.0)
 
 
-def test_concurrent_requests_answer_as_off_does(servers, request):
-    """Several requests at once: on MiMo the head drafts for each row of the batch (not on
-    Qwen3-Next, whose recurrent caches are not verified in the batch)."""
+def test_concurrent_requests_answer_as_off_does(servers):
+    """Several requests at once: the head drafts for each row of the batch."""
     questions = ["Name three colours.", "Count to five.", "Say hello in French.", "Why?"]
 
     def answers(base: str) -> list[str | None]:
@@ -78,4 +77,4 @@ def test_concurrent_requests_answer_as_off_does(servers, request):
     on, off = servers
     before = drafts(on)[0]
     assert answers(on) == answers(off)
-    assert (drafts(on)[0] > before) == (request.node.callspec.params["servers"] == "mimo")
+    assert drafts(on)[0] > before

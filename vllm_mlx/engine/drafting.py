@@ -54,11 +54,11 @@ class Drafting:
     ) -> tuple[LookupDecoder | None, HiddenTap | None]:
         """The batch's draft verification (text models only: images shift positions) and,
         for the MTP head, the model the generator calls instead of ``model`` (it keeps the
-        hidden states of ``batches()``' forwards); the head needs caches trimmed per batch."""
+        hidden states of ``batches()``' forwards)."""
         if isinstance(model, LanguageModel):
             return None, None
         heads = self.heads
-        if heads is not None and can_trim_prompt_cache(make_prompt_cache(model)):
+        if heads is not None and restorable(make_prompt_cache(model)):
             tap = HiddenTap(model, heads, batches)
             drafter = MtpDrafter(heads, self.mtp, tap)
             return LookupDecoder(self.mtp, self.mtp_tokens, drafter), tap

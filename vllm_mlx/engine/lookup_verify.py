@@ -14,7 +14,12 @@ verified logits are the ones plain decoding computes.
 
 A batch's rows share one cache end, so every row of a verify keeps as many new positions
 as the row that kept fewest (its pending token and accepted drafts, or its correction),
-and the cache is trimmed once for all rows, with no per-row shift. A row's decisions past
+and the cache is trimmed once for all rows, with no per-row shift. A recurrent layer's
+state (an ``ArraysCache``: LFM2's convolutions, Qwen3-Next's Gated DeltaNet) has no
+history per position to trim: it is kept before the verify (references, no copy) and,
+when the verify keeps fewer positions than it fed, restored, the other layers trimmed
+back, and the kept tokens run again (one more forward of those positions for the batch).
+A row's decisions past
 that point are taken back (its processors' context shortened, a seeded sampler's key
 restored) and decided again next step: they were exact draws, and where the cut falls
 depends only on decisions already made, so the tokens keep their distribution (and a seed
@@ -40,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 import mlx.core as mx
-from mlx_lm.models.cache import BatchKVCache
+from mlx_lm.models.cache import ArraysCache, BatchKVCache
 
 from .lookup import LookupMode, RowLookup, Throttle, row_lookup
 from .sampling import RequestSampler
@@ -82,6 +87,12 @@ class Drafter(Protocol):
     def forget(self, uid: int) -> None: ...
 
     def reset(self) -> None: ...
+
+
+def verifiable(cache: Any) -> bool:
+    """Whether a batch's layer cache can be taken back after a verify: trimmed (plain
+    batched KV), or restored and replayed (a recurrent layer's ``ArraysCache``)."""
+    return type(cache) is BatchKVCache or isinstance(cache, ArraysCache)
 
 
 class Throttled(Protocol):
@@ -235,12 +246,12 @@ class LookupDecoder:
     @staticmethod
     def _verifiable(gen: Any) -> bool:
         """Whether drafts can be verified now: no prompt being processed, caches that can
-        be trimmed per batch."""
+        be taken back per batch."""
         batches = (gen._generation_batch, gen.drafting_batch)
         return not (
             len(gen._prompt_batch)
             or gen._unprocessed_sequences
-            or any(type(c) is not BatchKVCache for b in batches for c in b.prompt_cache)
+            or not all(verifiable(c) for b in batches for c in b.prompt_cache)
         )
 
     def _room(self, batch: Any, i: int) -> int:
@@ -274,13 +285,19 @@ class LookupDecoder:
         pending = batch._next_tokens.tolist()
         width = max(len(p) for p in proposals)
         inputs = [[t, *p, *[t] * (width - len(p))] for t, p in zip(pending, proposals, strict=True)]
+        recurrent = [c for c in batch.prompt_cache if isinstance(c, ArraysCache)]
+        kept = [list(c.cache) for c in recurrent]  # references: a forward replaces them
         logits = batch.model(mx.array(inputs), cache=batch.prompt_cache)
         decided, used = [], width + 1
         for i, proposal in enumerate(proposals):
             decided.append(self._decide(batch, i, logits[i], pending[i], proposal, used))
             used = min(used, len(decided[-1]))
-        for c in batch.prompt_cache:
-            c.trim(width + 1 - used)
+        if recurrent and used < width + 1:
+            self._replay(batch, recurrent, kept, inputs, used)
+        else:
+            for c in batch.prompt_cache:
+                if c.is_trimmable():
+                    c.trim(width + 1 - used)
         self.verifies += 1
         responses, keep_rows = [], []
         for i, (uid, rows, proposal) in enumerate(zip(batch.uids, decided, proposals, strict=True)):
@@ -314,6 +331,21 @@ class LookupDecoder:
         if len(keep_rows) < len(batch.uids):
             batch.filter(keep_rows)
         return responses
+
+    @staticmethod
+    def _replay(
+        batch: Any, recurrent: list[Any], kept: list[list[Any]], inputs: list[list[int]], used: int
+    ) -> None:
+        """The cache back to before the verify of ``inputs`` (``recurrent`` layers' ``kept``
+        states, the others trimmed), then each row's first ``used`` inputs again: a recurrent
+        state has no history per position to trim. Only the cache is wanted (the call's
+        logits are never evaluated)."""
+        for layer, states in zip(recurrent, kept, strict=True):
+            layer.cache = states
+        for c in batch.prompt_cache:
+            if c.is_trimmable():
+                c.trim(len(inputs[0]))
+        batch.model(mx.array([row[:used] for row in inputs]), cache=batch.prompt_cache)
 
     @staticmethod
     def _truncate(batch: Any, i: int, rows: list[Decided], used: int) -> None:
