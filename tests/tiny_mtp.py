@@ -395,5 +395,7 @@ class RowOracleHeads(OracleHeads):
         return mx.full((1, tokens.shape[1], hidden.shape[-1]), float(target))
 
     def logits(self, out: mx.array) -> mx.array:
+        """[B, L, vocab]: each row's carried token high, the rest low."""
         vocab = self.heads.main.args.vocab_size
-        return mx.where(mx.arange(vocab) == out[0, -1, 0].astype(mx.int32), 10.0, -10.0)[None, None]
+        carried = out[:, :, :1].astype(mx.int32)
+        return mx.where(mx.arange(vocab)[None, None] == carried, 10.0, -10.0)

@@ -67,6 +67,7 @@ class HeadRow:
     out: mx.array | None = None
     chain: int = 0  # rows a chained proposal added, trimmed before the next feed
     fresh: bool = True  # no row yet
+    first: int | None = None  # the first draft from ``out``, drawn for every row at once
 
 
 class MtpDrafter(ThrottledRows[HeadRow]):
@@ -87,6 +88,24 @@ class MtpDrafter(ThrottledRows[HeadRow]):
             for i, uid in enumerate(batch.uids):
                 if uid in uids:
                     self._feed(uid, batch.tokens[i], pending[i], hidden[uids.index(uid)])
+        self._first_drafts()
+
+    def _first_drafts(self) -> None:
+        """Every row that may propose gets its first draft from one head-logits call over
+        all of them (the output head's weights read once, one wait), not a call each."""
+        ready = [
+            (row, row.out)
+            for row in self.rows.values()
+            if row.out is not None
+            and row.first is None
+            and (row.throttle is None or not row.throttle.paused(row.seen + 1))
+        ]
+        if not ready:
+            return
+        outs = mx.concatenate([out for _, out in ready])
+        firsts: list[int] = mx.argmax(self.heads.logits(outs)[:, -1], axis=-1).tolist()  # type: ignore[assignment]
+        for (row, _), first in zip(ready, firsts, strict=True):
+            row.first = first
 
     def _feed(self, uid: int, tokens: list[int], pending: int, hidden: mx.array) -> None:
         """Row ``uid``'s head reads the last forward's ``hidden`` states ([L, D]) at the
@@ -104,6 +123,7 @@ class MtpDrafter(ThrottledRows[HeadRow]):
         at_start = row.fresh and len(tokens) == gained  # the first row is position 0
         out = self.heads.step(hidden[None, :gained], mx.array([following]), row.cache, at_start)
         row.out, row.seen, row.chain, row.fresh = out[:, -1:], len(tokens), 0, False
+        row.first = None
 
     def _throttle(self) -> Throttle | None:
         return Throttle() if self.mode == "auto" else None
@@ -128,6 +148,9 @@ class MtpDrafter(ThrottledRows[HeadRow]):
             if j:
                 out = self.heads.step(out, mx.array([proposals[-1:]]), row.cache, False)
                 row.chain += 1
+            elif row.first is not None:
+                proposals.append(row.first)
+                continue
             proposals.append(int(mx.argmax(self.heads.logits(out)[0, -1])))
         return proposals
 
