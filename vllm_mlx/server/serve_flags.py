@@ -32,6 +32,17 @@ def count_flag(name: str, default: int, description: str):
     )
 
 
+def drafting_flag(name: str, description: str):
+    """A drafter's switch: ``auto`` (the default: where it pays), ``on`` or ``off``."""
+    return click.option(
+        name,
+        type=click.Choice(["auto", "on", "off"]),
+        default="auto",
+        show_default=True,
+        help=description,
+    )
+
+
 def serve_flags(command: F) -> F:
     """``command`` with every flag of ``serve`` (a decorator, under ``@click.command``)."""
     params = getattr(command, "__click_params__", [])
@@ -191,13 +202,10 @@ def serve_flags(command: F) -> F:
     type=click.IntRange(min=1, max=16),
     help="Tokens the draft model proposes per step.",
 )
-@click.option(
+@drafting_flag(
     "--mtp",
-    type=click.Choice(["auto", "on", "off"]),
-    default="auto",
-    show_default=True,
-    help="Draft tokens with the checkpoint's multi-token-prediction head (DeepSeek-V3/R1, "
-    "GLM-4.5, MiMo, Qwen3-Next) while one request runs; auto: when it carries one, paused "
+    "Draft tokens with the checkpoint's multi-token-prediction head (DeepSeek-V3/R1, "
+    "GLM-4.5, MiMo, Qwen3-Next), alone and in the batch; auto: when it carries one, paused "
     "while its drafts are rejected; on: always (an error if it carries none).",
 )
 @click.option(
@@ -207,12 +215,9 @@ def serve_flags(command: F) -> F:
     type=click.IntRange(min=1, max=8),
     help="Tokens the MTP head proposes per step (beyond 1 it reads its own output).",
 )
-@click.option(
+@drafting_flag(
     "--prompt-lookup",
-    type=click.Choice(["auto", "on", "off"]),
-    default="auto",
-    show_default=True,
-    help="Draft tokens from the prompt and output (n-gram lookup), verified in the batch; "
+    "Draft tokens from the prompt and output (n-gram lookup), verified in the batch; "
     "auto: per request, paused while its drafts are rejected.",
 )
 @click.option(
