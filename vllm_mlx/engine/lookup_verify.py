@@ -18,7 +18,9 @@ and the cache is trimmed once for all rows, with no per-row shift. A recurrent l
 state (an ``ArraysCache``: LFM2's convolutions, Qwen3-Next's Gated DeltaNet) has no
 history per position to trim: it is kept before the verify (references, no copy) and,
 when the verify keeps fewer positions than it fed, restored, the other layers trimmed
-back, and the kept tokens run again (one more forward of those positions for the batch).
+back, and the kept tokens run again (one more forward of those positions for the batch, a
+cost ``Throttle`` does not count: under ``auto`` a hybrid model's request pauses on its
+rejections, as any does, but a chain kept in part pays the second forward).
 A row's decisions past
 that point are taken back (its processors' context shortened, a seeded sampler's key
 restored) and decided again next step: they were exact draws, and where the cut falls
