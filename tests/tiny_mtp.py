@@ -27,6 +27,7 @@ from typing import Any
 import mlx.core as mx
 from mlx.utils import tree_flatten
 from mlx_lm.models import deepseek_v3, glm4_moe, mimo, qwen3_next
+from mlx_lm.models.cache import BatchKVCache
 
 from vllm_mlx.models.loader import load_model
 from vllm_mlx.models.mtp_heads import MtpHeads, load_mtp_heads
@@ -365,34 +366,70 @@ class OracleHeads:
         return mx.where(mx.arange(vocab) == target, 10.0, -10.0)[None, None]
 
 
+class HistoryCache(BatchKVCache):
+    """A batched head cache that also keeps each row's tokens (the oracle's history),
+    through the drafter's filters, extends and trims of it."""
+
+    def __init__(self, left_padding: list[int]):
+        super().__init__(left_padding)
+        self.histories: list[list[int]] = [[] for _ in left_padding]
+
+    def filter(self, batch_indices):
+        self.histories = [self.histories[i] for i in batch_indices]
+        super().filter(batch_indices)
+
+    def extend(self, other):
+        self.histories = self.histories + other.histories
+        super().extend(other)
+
+    def trim(self, n):
+        n = super().trim(n)
+        self.histories = [h[: len(h) - n] for h in self.histories]
+        return n
+
+
 class RowOracleHeads(OracleHeads):
-    """``OracleHeads`` for several sequences at once, each head cache a row's: a row's
-    history (the tokens its head has read, in cache order) is matched against the start
-    of each sequence's generated part (``starts``: the prompts' lengths), and its last
-    output row carries the token after that in the sequence (``miss``: wrong after every
-    miss-th token of the history)."""
+    """``OracleHeads`` for several sequences at once, each head cache row a sequence's: a
+    row's history (the tokens its head has read, in cache order) is matched against the
+    start of each sequence's generated part (``starts``: the prompts' lengths), and its
+    last output row carries the token after that in the sequence (``miss``: wrong after
+    every miss-th token of the history). A one-sequence cache (a request alone) keeps its
+    history by its layer."""
 
     def __init__(
         self, heads: MtpHeads, sequences: list[list[int]], starts: list[int], miss: int = 0
     ):
         super().__init__(heads, [], start=0, miss=miss)
         self.generated = [s[n:] for s, n in zip(sequences, starts, strict=True)]
-        self.history: dict[int, list[int]] = {}  # id of a head cache's layer -> its tokens
+        self.history: dict[int, list[int]] = {}  # id of a one-sequence cache -> its tokens
 
     def make_cache(self) -> list[Any]:
         return self.heads.make_cache()
 
+    def make_batch_cache(self, rows: int) -> list[Any]:
+        return [HistoryCache([0] * rows)]
+
     def step(self, hidden, tokens, cache, at_start):
         layer = cache[0]
-        history = self.history.get(id(layer), [])[: layer.offset] + tokens[0].tolist()
-        self.history[id(layer)] = history
+        fed = tokens.tolist()
+        if isinstance(layer, HistoryCache):
+            layer.histories = [h + f for h, f in zip(layer.histories, fed, strict=True)]
+            histories = layer.histories
+        else:
+            histories = [self.history.get(id(layer), [])[: layer.offset] + fed[0]]
+            self.history[id(layer)] = histories[0]
         self.heads.step(hidden, tokens, cache, at_start)  # the rows counted as a head's are
+        targets = [self._target(h) for h in histories]
+        shape = (tokens.shape[0], tokens.shape[1], hidden.shape[-1])
+        return mx.broadcast_to(mx.array(targets, mx.float32)[:, None, None], shape)
+
+    def _target(self, history: list[int]) -> int:
         n = len(history)
         targets = [g[n] for g in self.generated if len(g) > n and g[:n] == history]
         target = targets[0] if targets else 0
         if self.miss and n % self.miss == 0:
             target += 1  # wrong here: a chain through this position is kept in part
-        return mx.full((1, tokens.shape[1], hidden.shape[-1]), float(target))
+        return target
 
     def logits(self, out: mx.array) -> mx.array:
         """[B, L, vocab]: each row's carried token high, the rest low."""

@@ -137,6 +137,37 @@ def test_the_head_reads_its_cache_as_one_long_call(folder, loaded):
     assert mx.allclose(mx.concatenate([first, rest], axis=1), whole, atol=1e-5)
 
 
+def test_heads_run_together_compute_each_rows_own(folder, loaded):
+    """Rows' heads in one batched cache (a row joining later, left-padded; a row leaving)
+    compute what each row's head computes alone, the first position zeroed per row."""
+    heads = load_mtp_heads(folder, loaded.model)
+    assert heads is not None
+    tokens = mx.array([[5, 17, 300, 42, 9, 1000, 77, 3, 12], [8, 640, 2, 51, 700, 23, 4, 99, 6]])
+    hidden = heads.hidden(tokens[:, :-1], make_prompt_cache(loaded.model))
+    alone = [
+        heads.step(hidden[r : r + 1], tokens[r : r + 1, 1:], heads.make_cache(), True)
+        for r in (0, 1)
+    ]
+    group = heads.make_batch_cache(1)
+    first = heads.step(hidden[:1, :5], tokens[:1, 1:6], group, [True])
+    joining = heads.make_batch_cache(1)
+    for layer, other in zip(group, joining, strict=True):
+        layer.extend(other)  # the second row's head starts at its position 0, behind padding
+    both = heads.step(
+        mx.stack([hidden[0, 5:7], hidden[1, :2]]),
+        mx.stack([tokens[0, 6:8], tokens[1, 1:3]]),
+        group,
+        [False, True],
+    )
+    assert mx.allclose(first, alone[0][:, :5], atol=1e-4)
+    assert mx.allclose(both[0], alone[0][0, 5:7], atol=1e-4)
+    assert mx.allclose(both[1], alone[1][0, :2], atol=1e-4)
+    for layer in group:
+        layer.filter([1])  # the first row's sequence ended
+    last = heads.step(hidden[1:, 2:4], tokens[1:, 3:5], group, False)
+    assert mx.allclose(last, alone[1][:, 2:4], atol=1e-4)
+
+
 def test_a_float8_head_is_dequantized_as_the_release_is(tmp_path):
     """DeepSeek-V3's released head is float8 with block scales: loaded, it computes what the
     same head stored dequantized computes."""

@@ -33,7 +33,7 @@ fed) when drafts do not pay; ``on`` always proposes ``num_draft``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol
 
 import mlx.core as mx
@@ -54,6 +54,9 @@ class Heads(Protocol):
 
     def make_cache(self) -> list[Any]: ...
 
+    def make_batch_cache(self, rows: int) -> list[Any]:
+        """An empty cache for ``rows`` sequences' heads run together (a batched one)."""
+
     def hidden(self, inputs: mx.array, cache: list[Any]) -> mx.array:
         """The main model's final hidden states ([1, L, D]); its cache advances."""
 
@@ -61,9 +64,10 @@ class Heads(Protocol):
         """The main model's logits from those hidden states."""
 
     def step(
-        self, hidden: mx.array, tokens: mx.array, cache: list[Any], at_start: bool
+        self, hidden: mx.array, tokens: mx.array, cache: list[Any], at_start: bool | Sequence[bool]
     ) -> mx.array:
-        """The head's output rows for (hidden state, next token) rows."""
+        """The head's output rows for (hidden state, next token) rows ([B, L] of them);
+        ``at_start``: a row's first is absolute position 0 (for all rows, or one a row)."""
 
     def logits(self, out: mx.array) -> mx.array:
         """The head's logits from its output rows: the token after the next one."""

@@ -51,7 +51,7 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.base import create_attention_mask
-from mlx_lm.models.cache import KVCache
+from mlx_lm.models.cache import BatchKVCache, KVCache
 
 NEXTN_OWN = ("enorm", "hnorm", "eh_proj", "shared_head", "embed_tokens")
 MIMO_OWN = ("hidden_layernorm", "token_layernorm", "input_proj", "final_layernorm")
@@ -191,6 +191,10 @@ class MtpHeads:
     def make_cache(self) -> list[Any]:
         return [KVCache()]
 
+    def make_batch_cache(self, rows: int) -> list[Any]:
+        """An empty cache for ``rows`` sequences' heads run together."""
+        return [BatchKVCache([0] * rows)]
+
     def hidden(self, inputs: mx.array, cache: list[Any]) -> mx.array:
         """The main model's final hidden states for ``inputs`` (its cache advances)."""
         return self.main.model(inputs, cache)
@@ -208,15 +212,17 @@ class MtpHeads:
         return layer["embed_tokens"] if "embed_tokens" in layer else self.main.model.embed_tokens
 
     def step(
-        self, hidden: mx.array, tokens: mx.array, cache: list[Any], at_start: bool
+        self, hidden: mx.array, tokens: mx.array, cache: list[Any], at_start: bool | Sequence[bool]
     ) -> mx.array:
-        """The head's output for rows (``hidden`` [1, L, D], the next ``tokens`` [1, L]);
-        ``at_start``: the first row is absolute position 0 (its embedding is zeroed)."""
+        """The head's output for positions (``hidden`` [B, L, D], the next ``tokens``
+        [B, L]); ``at_start`` (one for all rows, or one a row): the row's first position is
+        absolute position 0 (its embedding is zeroed)."""
         layer = self.layer
         embedded = self.embedding()(tokens)
-        if at_start and self.layout.zero_first:
-            keep = (mx.arange(tokens.shape[1]) > 0).astype(embedded.dtype)
-            embedded = embedded * keep[None, :, None]
+        starts = [at_start] * tokens.shape[0] if isinstance(at_start, bool) else list(at_start)
+        if any(starts) and self.layout.zero_first:
+            first = mx.array(starts)[:, None] & (mx.arange(tokens.shape[1]) == 0)[None]
+            embedded = embedded * mx.logical_not(first)[..., None].astype(embedded.dtype)
         x = layer.fuse(embedded, hidden)
         mask = create_attention_mask(x, cache[0], return_array=self.layout.array_mask)
         return layer.finish(layer.block(x, mask, cache[0]))
