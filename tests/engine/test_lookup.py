@@ -94,6 +94,26 @@ def test_the_proposal_length_maximises_tokens_per_cost():
     assert k == 1 + int(np.argmax(gain))
 
 
+
+def test_a_replayed_verify_is_counted_in_what_a_proposal_costs():
+    """On a hybrid model a verify kept in part runs a second forward: the proposal length
+    maximises tokens per cost with that forward weighted by the chance of a rejection,
+    and an acceptance that pays where verifies trim pauses the request there."""
+    alpha, c = 0.9, Throttle.cost_per_token
+    throttle = Throttle(accepted=9.0, rejections=1.0, replay=1.0)
+    gain = [
+        sum(alpha**i for i in range(n + 1)) / (1 + c * n + (1 - alpha**n)) for n in range(1, 17)
+    ]
+    assert throttle.tokens(0, 16) == 1 + int(np.argmax(gain))
+    assert throttle.tokens(0, 16) < Throttle(accepted=9.0, rejections=1.0).tokens(0, 16)
+    trimmed, replayed = Throttle(), Throttle(replay=1.0)
+    for emitted in range(0, 40, 2):  # every verify of two keeps one: alpha near one half
+        for throttle in (trimmed, replayed):
+            if throttle.tokens(emitted, 2):
+                throttle.record(2, 1, emitted)
+    assert trimmed.tokens(40, 2) > 0
+    assert replayed.paused(40)
+
 def test_a_paused_request_proposes_again_once_its_sequence_has_grown_by_the_pause():
     """The pause counts the sequence's tokens, which plain steps keep adding."""
     throttle = Throttle(first_pause=8)

@@ -14,8 +14,8 @@ from typing import Any
 
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
 
-from .lookup import LookupMode
-from .lookup_verify import LookupDecoder
+from .lookup import LookupMode, Throttle
+from .lookup_verify import LookupDecoder, NgramDrafter
 from .mtp_batch import HiddenTap, MtpDrafter
 from .mtp_speculative import Heads, MtpMode, restorable
 from .vision import LanguageModel
@@ -60,11 +60,23 @@ class Drafting:
         heads = self.heads
         if heads is not None and restorable(make_prompt_cache(model)):
             tap = HiddenTap(model, heads, batches)
-            drafter = MtpDrafter(heads, self.mtp, tap)
+            drafter = MtpDrafter(heads, self.mtp, tap, replay_cost(model))
             return LookupDecoder(self.mtp, self.mtp_tokens, drafter), tap
         if self.prompt_lookup == "off":
             return None, None
-        return LookupDecoder(self.prompt_lookup, self.prompt_lookup_tokens), None
+        lookup = NgramDrafter(self.prompt_lookup, replay_cost(model))
+        return LookupDecoder(self.prompt_lookup, self.prompt_lookup_tokens, lookup), None
+
+    def mtp_throttle(self, model: Any) -> Throttle | None:
+        """A sequence alone's MTP throttle: none unless ``auto``."""
+        return Throttle(replay=replay_cost(model)) if self.mtp == "auto" else None
+
+
+def replay_cost(model: Any) -> float:
+    """``Throttle.replay`` for ``model``: one decode step where a recurrent layer's state
+    is restored and the kept positions run again after a verify kept in part, none where
+    every layer's cache trims."""
+    return 0.0 if all(c.is_trimmable() for c in make_prompt_cache(model)) else 1.0
 
 
 PLAIN = Drafting()  # no draft model, no prompt lookup; the MTP head only when one is given

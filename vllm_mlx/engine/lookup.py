@@ -69,7 +69,10 @@ class Throttle:
     once a verify pays again: a chat that never repeats itself pays for a few short
     verifies every ``max_pause`` tokens, and an answer that starts copying after a
     preamble is caught within ``max_pause``. Lookups that find nothing ``first_pause``
-    times in a row pause it the same way (``looked_up``)."""
+    times in a row pause it the same way (``looked_up``). ``replay``: what a verify that
+    keeps part of its proposal adds, in decode steps (a hybrid model's recurrent states
+    restored and the kept positions run again: one more forward), so a chain there is
+    longer only when its acceptance pays for that too."""
 
     cost_per_token: float = 0.25  # of a decode step, per proposed token
     min_gain: float = 1.05  # tokens per decode step's cost
@@ -82,6 +85,7 @@ class Throttle:
     resume_at: int = 0  # the token count at which proposing starts again
     k_max: int = 1  # the most the request may propose (its last ask)
     misses: int = 0  # lookups in a row that found nothing to propose
+    replay: float = 0.0  # decode steps a partly kept verify adds (0: trimmed, no forward)
 
     def paused(self, emitted: int) -> bool:
         """Whether a request that has ``emitted`` tokens proposes none now."""
@@ -101,7 +105,7 @@ class Throttle:
         for k in range(1, k_max + 1):
             term *= alpha
             expected += term
-            gain = expected / (1 + self.cost_per_token * k)
+            gain = expected / (1 + self.cost_per_token * k + self.replay * (1 - term))
             if gain > best_gain:
                 best, best_gain = k, gain
         return best, best_gain
@@ -114,10 +118,12 @@ class Throttle:
     def split_pays(self, expected: list[float], k: int, plain_rows: int) -> bool:
         """Whether verifying drafts beside ``plain_rows`` rows that decode pays the batch:
         a second forward (a decode step plus ``cost_per_token`` per position, for the
-        longest draft ``k``) must bring ``min_gain`` times the plain step's tokens per cost.
+        longest draft ``k``, and ``replay`` should it be kept in part) must bring
+        ``min_gain`` times the plain step's tokens per cost.
         ``expected``: what each drafting row's verify yields."""
         tokens = plain_rows + sum(expected)
-        cost = 2 + self.cost_per_token * k
+        alpha = self.accepted / (self.accepted + self.rejections)
+        cost = 2 + self.cost_per_token * k + self.replay * (1 - alpha**k)
         return tokens / cost >= self.min_gain * (plain_rows + len(expected))
 
     def looked_up(self, found: bool, emitted: int) -> None:
@@ -144,7 +150,8 @@ class Throttle:
             return
         self.accepted = self.decay * self.accepted + accepted
         self.rejections = self.decay * self.rejections + (accepted < proposed)
-        if (1 + accepted) / (1 + self.cost_per_token * proposed) >= self.min_gain:
+        cost = 1 + self.cost_per_token * proposed + self.replay * (accepted < proposed)
+        if (1 + accepted) / cost >= self.min_gain:
             self.pause = 0  # this verify paid
         if self._best(self.k_max)[1] < self.min_gain:
             self._pause_from(emitted)
@@ -178,5 +185,5 @@ class RowLookup:
             self.throttle.record(proposed, accepted, len(self.index.tokens))
 
 
-def row_lookup(mode: LookupMode) -> RowLookup:
-    return RowLookup(NgramIndex(), Throttle() if mode == "auto" else None)
+def row_lookup(mode: LookupMode, replay: float = 0.0) -> RowLookup:
+    return RowLookup(NgramIndex(), Throttle(replay=replay) if mode == "auto" else None)

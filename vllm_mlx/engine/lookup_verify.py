@@ -19,8 +19,8 @@ state (an ``ArraysCache``: LFM2's convolutions, Qwen3-Next's Gated DeltaNet) has
 history per position to trim: it is kept before the verify (references, no copy) and,
 when the verify keeps fewer positions than it fed, restored, the other layers trimmed
 back, and the kept tokens run again (one more forward of those positions for the batch, a
-cost ``Throttle`` does not count: under ``auto`` a hybrid model's request pauses on its
-rejections, as any does, but a chain kept in part pays the second forward).
+cost a hybrid model's ``Throttle`` counts: its ``replay``, so a chain there must pay for
+the second forward too).
 A row's decisions past
 that point are taken back (its processors' context shortened, a seeded sampler's key
 restored) and decided again next step: they were exact draws, and where the cut falls
@@ -129,11 +129,12 @@ class ThrottledRows(Generic[RowT]):
 
 
 class NgramDrafter(ThrottledRows[RowLookup]):
-    """Prompt lookup's drafts: each row's n-gram index, throttled under ``auto``."""
+    """Prompt lookup's drafts: each row's n-gram index, throttled under ``auto``
+    (``replay``: ``Throttle.replay``)."""
 
-    def __init__(self, mode: LookupMode):
+    def __init__(self, mode: LookupMode, replay: float = 0.0):
         super().__init__()
-        self.mode = mode
+        self.mode, self.replay = mode, replay
 
     def observe(self, batches: Sequence[Any]) -> None:
         """Nothing: the index reads the tokens ``propose`` is given."""
@@ -141,7 +142,7 @@ class NgramDrafter(ThrottledRows[RowLookup]):
     def propose(self, uid: int, cached: list[int], pending: int, k: int) -> list[int]:
         row = self.rows.get(uid)
         if row is None:
-            row = self.rows[uid] = row_lookup(self.mode)
+            row = self.rows[uid] = row_lookup(self.mode, self.replay)
         return row.proposal(cached, pending, k)
 
     def may_propose(self, uid: int, cached: int) -> bool:

@@ -102,11 +102,12 @@ class Feed:
 
 class MtpDrafter(ThrottledRows[HeadRow]):
     """``Drafter`` of the head's greedy proposals, the heads of a batch's rows fed in one
-    call (under ``auto`` each row with its own ``Throttle``). ``tap``: the generator's model."""
+    call (under ``auto`` each row with its own ``Throttle``; ``replay``: its
+    ``Throttle.replay``). ``tap``: the generator's model."""
 
-    def __init__(self, heads: Heads, mode: MtpMode, tap: HiddenTap):
+    def __init__(self, heads: Heads, mode: MtpMode, tap: HiddenTap, replay: float = 0.0):
         super().__init__()
-        self.heads, self.mode, self.tap = heads, mode, tap
+        self.heads, self.mode, self.tap, self.replay = heads, mode, tap, replay
         self.groups: dict[int, HeadGroup] = {}  # id(batch) -> its rows' heads
 
     def observe(self, batches: Sequence[Any]) -> None:
@@ -242,7 +243,7 @@ class MtpDrafter(ThrottledRows[HeadRow]):
         group.chained.append(drafts)  # type: ignore[arg-type]
 
     def _throttle(self) -> Throttle | None:
-        return Throttle() if self.mode == "auto" else None
+        return Throttle(replay=self.replay) if self.mode == "auto" else None
 
     def may_propose(self, uid: int, cached: int) -> bool:
         row = self.rows.get(uid)

@@ -28,7 +28,8 @@ decided tokens are the verify's either way, so the output stays plain decoding's
 
 Under ``auto`` a ``lookup.Throttle`` decides per step how many tokens to propose from the
 acceptance so far, and stops proposing for a while (plain one-token steps, the head still
-fed) when drafts do not pay; ``on`` always proposes ``num_draft``.
+fed) when drafts do not pay (on Qwen3-Next counting the replay a partial accept adds);
+``on`` always proposes ``num_draft``.
 """
 
 from __future__ import annotations

@@ -23,7 +23,6 @@ from .adapter_rows import RowRoutedModel, RowTarget
 from .drafting import PLAIN, Drafting
 from .generation import AdapterChoice
 from .kv_quant import quantized_prompt_cache
-from .lookup import Throttle
 from .mtp_speculative import MtpSpeculator
 from .prefix_cache import PrefixCache, common_prefix, shared_copy
 from .sampling import Sampler, computing_with, numerics_of
@@ -370,7 +369,7 @@ class ModelBatchSource:
                 self.model,
                 self.mtp_heads,
                 num_draft=self.drafting.mtp_tokens,
-                throttle=Throttle() if self.drafting.mtp == "auto" else None,
+                throttle=self.drafting.mtp_throttle(self.model),
                 checkpoint=None if cut is None else (cut, self._store_solo_checkpoint),
                 **common,
             )
