@@ -94,7 +94,6 @@ def test_the_proposal_length_maximises_tokens_per_cost():
     assert k == 1 + int(np.argmax(gain))
 
 
-
 def test_a_replayed_verify_is_counted_in_what_a_proposal_costs():
     """On a hybrid model a verify kept in part runs a second forward: the proposal length
     maximises tokens per cost with that forward weighted by the chance of a rejection,
@@ -113,6 +112,7 @@ def test_a_replayed_verify_is_counted_in_what_a_proposal_costs():
                 throttle.record(2, 1, emitted)
     assert trimmed.tokens(40, 2) > 0
     assert replayed.paused(40)
+
 
 def test_a_paused_request_proposes_again_once_its_sequence_has_grown_by_the_pause():
     """The pause counts the sequence's tokens, which plain steps keep adding."""
