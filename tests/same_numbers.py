@@ -54,19 +54,21 @@ def run(
     source: ModelBatchSource,
     prompts: list[list[int]],
     sampling: dict,
-    n: int = 6,
+    n: int | Sequence[int] = 6,
     admitted_after: Sequence[int] | None = None,
 ) -> list[Run]:
     """Each prompt's (step logits, tokens, prompt tokens served from a cache, token
-    log-probabilities); prompt *i* is inserted after ``admitted_after[i]`` steps of the
-    ones before it (default: all before the first step, one batch)."""
+    log-probabilities) for ``n`` tokens (or ``n[i]`` for prompt *i*); prompt *i* is
+    inserted after ``admitted_after[i]`` steps of the ones before it (default: all before
+    the first step, one batch)."""
     delays = list(admitted_after or [0] * len(prompts))
+    limits = list(n) if isinstance(n, Sequence) else [n] * len(prompts)
     runs: dict[int, Run] = {}
     order: list[int] = []
     finished: set[int] = set()
     steps_done = 0
 
-    def insert(prompt: list[int]) -> None:
+    def insert(prompt: list[int], max_tokens: int) -> None:
         logits: list[np.ndarray] = []
 
         def record(tokens: Any, row: mx.array, logits: list = logits) -> mx.array:
@@ -77,15 +79,16 @@ def run(
             prompt,
             sampler=make_sampler(SamplingParams(**sampling)),
             processors=[record],
-            max_tokens=n,
+            max_tokens=max_tokens,
         )
         runs[uid] = (logits, [], cached, [])
         order.append(uid)
 
-    pending = list(zip(delays, prompts, strict=True))
+    pending = list(zip(delays, prompts, limits, strict=True))
     while pending or len(finished) < len(order):
         while pending and pending[0][0] <= steps_done:
-            insert(pending.pop(0)[1])
+            _, prompt, limit = pending.pop(0)
+            insert(prompt, limit)
         if len(finished) == len(order):  # nothing runs: the next one starts now
             steps_done = pending[0][0]
             continue

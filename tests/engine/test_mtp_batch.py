@@ -5,9 +5,11 @@ and a row's head reads the positions its cache kept."""
 from __future__ import annotations
 
 import pytest
+from same_numbers import run as schedule
 from same_numbers import together
 from tiny_mtp import RowOracleHeads, loaded_with_heads, write_mtp_folder
 
+from vllm_mlx.engine import lookup_verify
 from vllm_mlx.engine.drafting import Drafting
 from vllm_mlx.engine.mtp_batch import MtpDrafter
 from vllm_mlx.engine.sources import ModelBatchSource
@@ -106,3 +108,37 @@ def test_auto_pauses_a_wrong_head_in_the_batch(checkpoint):
     on = ModelBatchSource(loaded.model, drafting=Drafting(mtp_heads=heads, mtp="on", mtp_tokens=2))
     run(on, prompts, {"temperature": 0}, 40)
     assert source.lookup.drafted < on.lookup.drafted / 2
+
+
+@pytest.mark.parametrize(
+    "limits, admitted_after",
+    [((24, 24, 24), (0, 0, 6)), ((24, 10, 24), (0, 0, 0))],
+    ids=["a newcomer", "a row at its last token"],
+)
+def test_heads_move_with_their_rows_between_the_batches(checkpoint, limits, admitted_after):
+    """Rows that draft move into the generator's second batch beside a row that does not
+    (a newcomer with no head yet, or a row at its last token), their head rows with them
+    (a filtered copy of the group's cache): a right head's drafts are still all accepted,
+    which they are only if every row's head kept its own positions through the moves."""
+    loaded, heads = checkpoint
+    prompts = prompts_of(loaded)
+    greedy = {"temperature": 0}
+    plain = schedule(ModelBatchSource(loaded.model), prompts, greedy, limits, admitted_after)
+    expected = [r[1] for r in plain]
+    sequences = [p + e + [0] * 8 for p, e in zip(prompts, expected, strict=True)]
+    oracle = RowOracleHeads(heads, sequences, [len(p) + 1 for p in prompts])
+    source = ModelBatchSource(loaded.model, drafting=Drafting(mtp_heads=oracle, mtp="on"))
+    moved: list[int] = []
+    real_move = lookup_verify.move_rows
+
+    def counted(gen, rows, to_drafting):
+        moved.extend([len(rows)] if rows and to_drafting else [])
+        return real_move(gen, rows, to_drafting)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(lookup_verify, "move_rows", counted)
+        got = [r[1] for r in schedule(source, prompts, greedy, limits, admitted_after)]
+    assert got == expected
+    assert moved  # rows moved into the drafting batch
+    lookup = source.lookup
+    assert lookup.drafted > 0 and lookup.accepted == lookup.drafted
