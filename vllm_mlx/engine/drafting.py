@@ -57,26 +57,26 @@ class Drafting:
         hidden states of ``batches()``' forwards)."""
         if isinstance(model, LanguageModel):
             return None, None
-        heads = self.heads
-        if heads is not None and restorable(make_prompt_cache(model)):
+        heads, cache = self.heads, make_prompt_cache(model)
+        if heads is not None and restorable(cache):
             tap = HiddenTap(model, heads, batches)
-            drafter = MtpDrafter(heads, self.mtp, tap, replay_cost(model))
+            drafter = MtpDrafter(heads, self.mtp, tap, replay_cost(cache))
             return LookupDecoder(self.mtp, self.mtp_tokens, drafter), tap
         if self.prompt_lookup == "off":
             return None, None
-        lookup = NgramDrafter(self.prompt_lookup, replay_cost(model))
+        lookup = NgramDrafter(self.prompt_lookup, replay_cost(cache))
         return LookupDecoder(self.prompt_lookup, self.prompt_lookup_tokens, lookup), None
 
-    def mtp_throttle(self, model: Any) -> Throttle | None:
-        """A sequence alone's MTP throttle: none unless ``auto``."""
-        return Throttle(replay=replay_cost(model)) if self.mtp == "auto" else None
+    def mtp_throttle(self, cache: list[Any]) -> Throttle | None:
+        """The MTP throttle of a sequence alone on ``cache``: none unless ``auto``."""
+        return Throttle(replay=replay_cost(cache)) if self.mtp == "auto" else None
 
 
-def replay_cost(model: Any) -> float:
-    """``Throttle.replay`` for ``model``: one decode step where a recurrent layer's state
-    is restored and the kept positions run again after a verify kept in part, none where
-    every layer's cache trims."""
-    return 0.0 if all(c.is_trimmable() for c in make_prompt_cache(model)) else 1.0
+def replay_cost(cache: list[Any]) -> float:
+    """``Throttle.replay`` for a model's ``cache``: one decode step where a recurrent
+    layer's state is restored and the kept positions run again after a verify kept in
+    part, none where every layer trims."""
+    return 0.0 if all(c.is_trimmable() for c in cache) else 1.0
 
 
 PLAIN = Drafting()  # no draft model, no prompt lookup; the MTP head only when one is given

@@ -75,6 +75,10 @@ class HeadRow:
     seen: int = 0
     first: int | None = None
 
+    def paused(self) -> bool:
+        """Whether its throttle stops it proposing at its next step."""
+        return self.throttle is not None and self.throttle.paused(self.seen + 1)
+
 
 @dataclass
 class HeadGroup:
@@ -223,7 +227,7 @@ class MtpDrafter(ThrottledRows[HeadRow]):
                 continue
             for j, uid in enumerate(group.uids):
                 row = self.rows[uid]
-                if row.first is None and not (row.throttle and row.throttle.paused(row.seen + 1)):
+                if row.first is None and not row.paused():
                     ready.append((row, group.out[j : j + 1]))
         if not ready:
             return
@@ -250,7 +254,7 @@ class MtpDrafter(ThrottledRows[HeadRow]):
         group = self._place(uid, list(self.groups.values()))
         if row is None or group is None or group.out is None or row.seen != cached:
             return False
-        return row.throttle is None or not row.throttle.paused(cached + 1)
+        return not row.paused()
 
     def propose(self, uid: int, cached: list[int], pending: int, k: int) -> list[int]:
         """Up to ``k`` greedy drafts: the row's first, then its chain's links."""

@@ -369,7 +369,7 @@ class ModelBatchSource:
                 self.model,
                 self.mtp_heads,
                 num_draft=self.drafting.mtp_tokens,
-                throttle=self.drafting.mtp_throttle(self.model),
+                throttle=self.drafting.mtp_throttle(common["cache"]),
                 checkpoint=None if cut is None else (cut, self._store_solo_checkpoint),
                 **common,
             )
